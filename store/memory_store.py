@@ -1,0 +1,524 @@
+"""`MemoryStore`: memories of one namespace in PostgreSQL + pgvector.
+
+    from memupdate.store import MemoryStore
+
+    base = MemoryStore.connect(("locomo", "conv-26"))        # embedded server unless a URL is set
+    m = base.create("Caroline moved from Sweden 4 years ago", metadata={"dia_ids": ["D1:3"]})
+    base.search("Where did Caroline move from?", top_k=5)     # [ScoredMemory(score=0.71, ...)]
+
+    fork = base.fork(("locomo", "conv-26", "traj", "conv-26-qa0-1a2b3c4d"))   # one INSERT ... SELECT
+    fork.update(m.key, content="Caroline moved from Sweden in 2019")
+    base.diff(fork)                                           # NamespaceDiff(changed=[m.key])
+    fork.drop()
+
+Every write runs in one transaction with its event row (`memory_events`): a failed write leaves
+neither. Each sync verb has an async twin with an `a` prefix (`await store.asearch(...)`), run on a
+worker thread: the SQL is short and the embedding is CPU-bound, so the event loop stays free.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import re
+import uuid
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal
+
+import numpy as np
+from sqlalchemy import Engine, Row, delete, func, insert, literal, select, text, update
+from sqlalchemy.exc import IntegrityError, ProgrammingError
+
+from memupdate.store.database import get_engine
+from memupdate.store.embeddings import Embedder, get_embedder
+from memupdate.store.errors import (
+    DatabaseError,
+    EmbeddingDimensionMismatch,
+    InvalidMemory,
+    InvalidNamespace,
+    MemoryNotFound,
+)
+from memupdate.store.models import MAX_CONTENT_CHARS, MEMORY_KINDS, Memory, MemoryEvent
+
+Namespace = tuple[str, ...]
+SampleStrategy = Literal["random", "diverse", "recent"]
+SAMPLE_STRATEGIES: tuple[str, ...] = ("random", "diverse", "recent")
+
+# Labels become a `/`-joined path; keep them to characters that need no quoting anywhere (URLs, shells, LIKE).
+NAMESPACE_LABEL = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.:@+=-]{0,63}$")
+MAX_NAMESPACE_DEPTH = 8
+KEY_PATTERN = re.compile(r"^[A-Za-z0-9_.:@+=-]{1,128}$")
+SEPARATOR = "/"
+
+memories = Memory.__table__
+events = MemoryEvent.__table__
+
+
+def to_namespace(namespace: Namespace | Sequence[str] | str) -> Namespace:
+    """Validate a namespace given as a tuple or as `a/b/c`; raise InvalidNamespace naming the bad label."""
+    labels = tuple(namespace.split(SEPARATOR)) if isinstance(namespace, str) else tuple(namespace)
+    if not labels or len(labels) > MAX_NAMESPACE_DEPTH:
+        raise InvalidNamespace(
+            f"namespace {labels!r} must have 1 to {MAX_NAMESPACE_DEPTH} labels, e.g. ('locomo', 'conv-26')"
+        )
+    for label in labels:
+        if not isinstance(label, str) or not NAMESPACE_LABEL.match(label):
+            raise InvalidNamespace(
+                f"namespace label {label!r} in {labels!r} is not allowed: use 1-64 characters from "
+                "letters, digits and _ . : @ + = - (no '/', spaces or leading '-')"
+            )
+    return labels
+
+
+def namespace_path(namespace: Namespace) -> str:
+    return SEPARATOR.join(namespace)
+
+
+def _like_prefix(path: str) -> str:
+    return path.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + SEPARATOR + "%"
+
+
+@dataclass(frozen=True)
+class MemoryRecord:
+    """One memory as callers see it; `key` is its id within the namespace (kept across forks)."""
+
+    key: str
+    namespace: Namespace
+    content: str
+    kind: str = "semantic"
+    metadata: dict[str, Any] = field(default_factory=dict)
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
+
+    def as_event(self) -> dict[str, Any]:
+        return {"key": self.key, "content": self.content, "kind": self.kind, "metadata": self.metadata}
+
+
+@dataclass(frozen=True)
+class ScoredMemory:
+    """A search hit: the memory and its cosine similarity to the query (1 = same direction)."""
+
+    memory: MemoryRecord
+    score: float
+
+
+@dataclass(frozen=True)
+class NewMemory:
+    """A memory to write: the argument of `create_many` and `replace`."""
+
+    content: str
+    kind: str = "semantic"
+    metadata: dict[str, Any] = field(default_factory=dict)
+    key: str | None = None
+
+
+@dataclass(frozen=True)
+class NamespaceDiff:
+    """Keys added, removed and changed (content, kind or metadata) going from one namespace to another."""
+
+    added: list[str]
+    removed: list[str]
+    changed: list[str]
+
+    @property
+    def is_empty(self) -> bool:
+        return not (self.added or self.removed or self.changed)
+
+
+@dataclass(frozen=True)
+class MemoryEventRecord:
+    id: int
+    op: str
+    memory_key: str | None
+    before: dict[str, Any] | None
+    after: dict[str, Any] | None
+    episode: str | None
+    created_at: datetime
+
+
+class MemoryStore:
+    """The memories of one namespace: CRUD, vector search, sampling, fork, drop, diff and the event log.
+
+    Build one with `MemoryStore.connect(namespace)`; `store.scoped(other_namespace)` shares its engine
+    and embedder. `episode` (optional) tags every event row this store writes.
+    """
+
+    def __init__(self, engine: Engine, embedder: Embedder, namespace: Namespace | str, *, episode: str | None = None):
+        self.engine = engine
+        self.embedder = embedder
+        self.namespace = to_namespace(namespace)
+        self.path = namespace_path(self.namespace)
+        self.episode = episode
+        self._check_schema()
+
+    @classmethod
+    def connect(
+        cls,
+        namespace: Namespace | str,
+        *,
+        url: str | None = None,
+        embedder: Embedder | None = None,
+        episode: str | None = None,
+    ) -> MemoryStore:
+        """Open `namespace` on the configured database (embedded by default) with the default embedder."""
+        return cls(get_engine(url), embedder or get_embedder(), namespace, episode=episode)
+
+    def scoped(self, namespace: Namespace | str, *, episode: str | None = None) -> MemoryStore:
+        """The same database and embedder, another namespace."""
+        return MemoryStore(self.engine, self.embedder, namespace, episode=episode or self.episode)
+
+    def __repr__(self) -> str:
+        return f"MemoryStore({self.path!r})"
+
+    # -- reads -----------------------------------------------------------------------------------
+
+    def get(self, key: str) -> MemoryRecord:
+        """The memory `key`; MemoryNotFound if it is not in this namespace."""
+        return self.get_many([key])[0]
+
+    def get_many(self, keys: Sequence[str]) -> list[MemoryRecord]:
+        """The memories `keys`, in that order; MemoryNotFound naming the first key that is missing."""
+        with self.engine.connect() as conn:
+            rows = conn.execute(select(memories).where(memories.c.namespace == self.path, memories.c.key.in_(keys)))
+            found = {row.key: self._record(row) for row in rows}
+        for key in keys:
+            if key not in found:
+                raise MemoryNotFound(f"no memory {key!r} in namespace {self.path!r}: list or search it for valid ids")
+        return [found[key] for key in keys]
+
+    def list(self, limit: int | None = None, offset: int = 0) -> list[MemoryRecord]:
+        """Memories in creation order (then key), for paging through a namespace."""
+        query = (
+            select(memories)
+            .where(memories.c.namespace == self.path)
+            .order_by(memories.c.created_at, memories.c.key)
+            .offset(offset)
+            .limit(limit)
+        )
+        with self.engine.connect() as conn:
+            return [self._record(row) for row in conn.execute(query)]
+
+    def count(self) -> int:
+        with self.engine.connect() as conn:
+            return conn.execute(
+                select(func.count()).select_from(memories).where(memories.c.namespace == self.path)
+            ).scalar_one()
+
+    def search(self, query: str, top_k: int = 5) -> list[ScoredMemory]:
+        """The `top_k` memories closest to `query` by cosine similarity, best first (exact scan)."""
+        return self.search_by_vector(self.embedder.embed([query])[0], top_k)
+
+    def search_by_vector(self, vector: np.ndarray | Sequence[float], top_k: int = 5) -> list[ScoredMemory]:
+        """Like `search`, with a query vector embedded already (the QA proxy embeds questions once)."""
+        if top_k < 1:
+            raise InvalidMemory(f"top_k={top_k} must be at least 1")
+        distance = memories.c.embedding.cosine_distance(np.asarray(vector, dtype=np.float32))
+        query = (
+            select(memories, distance.label("distance"))
+            .where(memories.c.namespace == self.path, memories.c.embedding.is_not(None))
+            .order_by(distance, memories.c.key)  # key breaks ties, so equal namespaces rank identically
+            .limit(top_k)
+        )
+        with self.engine.connect() as conn:
+            return [ScoredMemory(self._record(row), 1.0 - float(row.distance)) for row in conn.execute(query)]
+
+    def sample(self, strategy: SampleStrategy = "random", k: int = 5, *, seed: int | None = None) -> list[MemoryRecord]:
+        """`k` memories: `random` (seedable), `diverse` (farthest-point over embeddings) or `recent`
+        (latest session date, then latest update)."""
+        if strategy not in SAMPLE_STRATEGIES:
+            raise InvalidMemory(f"sample strategy {strategy!r} is not one of {', '.join(SAMPLE_STRATEGIES)}")
+        if k < 1:
+            raise InvalidMemory(f"k={k} must be at least 1")
+        where = memories.c.namespace == self.path
+        with self.engine.connect() as conn:
+            if strategy == "recent":
+                date = memories.c.metadata["date"].astext
+                rows = conn.execute(
+                    select(memories)
+                    .where(where)
+                    .order_by(date.desc().nulls_last(), memories.c.updated_at.desc(), memories.c.key)
+                    .limit(k)
+                )
+                return [self._record(row) for row in rows]
+            rows = conn.execute(select(memories).where(where).order_by(memories.c.key)).all()
+        rng = random.Random(seed)
+        if strategy == "random" or len(rows) <= k:
+            picked = rng.sample(range(len(rows)), min(k, len(rows)))
+        else:
+            vectors = [np.zeros(self.column_dims) if row.embedding is None else row.embedding for row in rows]
+            picked = _farthest_points(np.asarray(vectors, dtype=np.float32), k, rng.randrange(len(rows)))
+        return [self._record(rows[i]) for i in picked]
+
+    def snapshot(self) -> dict[str, MemoryRecord]:
+        """All memories of the namespace by key."""
+        return {record.key: record for record in self.list()}
+
+    def diff(self, other: MemoryStore | Namespace | str) -> NamespaceDiff:
+        """What changed going from this namespace to `other` (e.g. base -> edited fork), by key."""
+        other_store = other if isinstance(other, MemoryStore) else self.scoped(other)
+        before, after = self.snapshot(), other_store.snapshot()
+        changed = [key for key in before.keys() & after.keys() if before[key].as_event() != after[key].as_event()]
+        return NamespaceDiff(
+            added=sorted(after.keys() - before.keys()),
+            removed=sorted(before.keys() - after.keys()),
+            changed=sorted(changed),
+        )
+
+    def events(self) -> list[MemoryEventRecord]:
+        """The event log of this namespace, oldest first."""
+        with self.engine.connect() as conn:
+            rows = conn.execute(select(events).where(events.c.namespace == self.path).order_by(events.c.id))
+            return [
+                MemoryEventRecord(r.id, r.op, r.memory_key, r.before, r.after, r.episode, r.created_at) for r in rows
+            ]
+
+    def list_namespaces(
+        self, prefix: Namespace | Sequence[str] | None = None, *, with_counts: bool = False
+    ) -> list[Namespace] | dict[Namespace, int]:
+        """Namespaces in the whole database (optionally under `prefix`), sorted; with memory counts if asked."""
+        query = select(memories.c.namespace, func.count()).group_by(memories.c.namespace).order_by(memories.c.namespace)
+        if prefix:
+            path = namespace_path(to_namespace(prefix))
+            query = query.where((memories.c.namespace == path) | memories.c.namespace.like(_like_prefix(path)))
+        with self.engine.connect() as conn:
+            counts = {tuple(row[0].split(SEPARATOR)): row[1] for row in conn.execute(query)}
+        return counts if with_counts else list(counts)
+
+    # -- writes ----------------------------------------------------------------------------------
+
+    def create(
+        self, content: str, *, kind: str = "semantic", metadata: dict[str, Any] | None = None, key: str | None = None
+    ) -> MemoryRecord:
+        """Add one memory (embedded now); `key` defaults to a fresh UUID."""
+        return self.create_many([NewMemory(content, kind, metadata or {}, key)])[0]
+
+    def create_many(self, items: Sequence[NewMemory]) -> list[MemoryRecord]:
+        """Add memories in one transaction with one batched embedding call (ingestion uses this)."""
+        return self.replace([], items)
+
+    def update(
+        self,
+        key: str,
+        *,
+        content: str | None = None,
+        kind: str | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> MemoryRecord:
+        """Change a memory's content (re-embedded), kind or metadata (replaced whole when given)."""
+        if content is not None:
+            _check_content(content)
+        if kind is not None:
+            _check_kind(kind)
+        vector = self.embedder.embed([content])[0] if content is not None else None
+        with self.engine.begin() as conn:
+            before = self._locked(conn, [key])[0]
+            values: dict[str, Any] = {"updated_at": func.clock_timestamp()}
+            if content is not None:
+                values |= {"content": content, "embedding": vector}
+            if kind is not None:
+                values["kind"] = kind
+            if metadata is not None:
+                values["metadata"] = metadata
+            row = conn.execute(
+                update(memories)
+                .where(memories.c.namespace == self.path, memories.c.key == key)
+                .values(**values)
+                .returning(*memories.c)
+            ).one()
+            after = self._record(row)
+            self._log(conn, [("update", key, before.as_event(), after.as_event())])
+        return after
+
+    def delete(self, key: str) -> MemoryRecord:
+        """Remove a memory; returns what was removed."""
+        return self.replace([key], [])[0]
+
+    def replace(self, delete_keys: Sequence[str], items: Sequence[NewMemory]) -> list[MemoryRecord]:
+        """Delete `delete_keys` and add `items` in one transaction (merge and split are this).
+
+        Returns the created memories, or the deleted ones when nothing is created.
+        """
+        for item in items:
+            _check_content(item.content)
+            _check_kind(item.kind)
+            if item.key is not None and not KEY_PATTERN.match(item.key):
+                raise InvalidMemory(f"memory key {item.key!r} must be 1-128 letters, digits or _ . : @ + = -")
+        if len(set(delete_keys)) != len(delete_keys):
+            raise InvalidMemory(f"memory ids {list(delete_keys)!r} name the same memory twice")
+        vectors = self.embedder.embed([item.content for item in items]) if items else []
+        with self.engine.begin() as conn:
+            removed = self._locked(conn, delete_keys) if delete_keys else []
+            if delete_keys:
+                conn.execute(delete(memories).where(memories.c.namespace == self.path, memories.c.key.in_(delete_keys)))
+            created: list[MemoryRecord] = []
+            if items:
+                rows = [
+                    {
+                        "namespace": self.path,
+                        "key": item.key or str(uuid.uuid4()),
+                        "content": item.content,
+                        "kind": item.kind,
+                        "metadata": item.metadata,
+                        "embedding": vector,
+                    }
+                    for item, vector in zip(items, vectors, strict=True)
+                ]
+                try:
+                    result = conn.execute(insert(memories).returning(*memories.c, sort_by_parameter_order=True), rows)
+                except IntegrityError as exc:
+                    raise InvalidMemory(
+                        f"a memory with one of the keys {[r['key'] for r in rows][:5]} already exists in {self.path!r}: "
+                        "update it, or create without a key"
+                    ) from exc
+                created = [self._record(row) for row in result]
+            self._log(
+                conn,
+                [("delete", r.key, r.as_event(), None) for r in removed]
+                + [("create", r.key, None, r.as_event()) for r in created],
+            )
+        return created or removed
+
+    def fork(self, target: Namespace | str, *, episode: str | None = None) -> MemoryStore:
+        """Copy every memory, embeddings included, into the empty namespace `target` with one
+        `INSERT ... SELECT`; keys are kept so the fork can be diffed against this namespace."""
+        fork = self.scoped(target, episode=episode)
+        if fork.path == self.path:
+            raise InvalidNamespace(f"cannot fork namespace {self.path!r} onto itself: name a new namespace")
+        columns = ["namespace", "key", "content", "kind", "metadata", "embedding", "created_at", "updated_at"]
+        source = select(
+            literal(fork.path),
+            memories.c.key,
+            memories.c.content,
+            memories.c.kind,
+            memories.c.metadata,
+            memories.c.embedding,
+            memories.c.created_at,
+            memories.c.updated_at,
+        ).where(memories.c.namespace == self.path)
+        with self.engine.begin() as conn:
+            if conn.execute(select(memories.c.id).where(memories.c.namespace == fork.path).limit(1)).first():
+                raise InvalidNamespace(f"namespace {fork.path!r} already has memories: drop it or fork to a new name")
+            copied = len(conn.execute(insert(memories).from_select(columns, source).returning(memories.c.id)).all())
+            fork._log(conn, [("fork", None, None, {"source": self.path, "memories": copied})])
+        return fork
+
+    def drop(self, *, keep_events: bool = False) -> int:
+        """Delete every memory of the namespace (and its event log unless `keep_events`); returns how many."""
+        with self.engine.begin() as conn:
+            removed = conn.execute(delete(memories).where(memories.c.namespace == self.path)).rowcount
+            if keep_events:
+                self._log(conn, [("drop", None, None, {"memories": removed})])
+            else:
+                conn.execute(delete(events).where(events.c.namespace == self.path))
+        return removed
+
+    # -- internals -------------------------------------------------------------------------------
+
+    def _record(self, row: Row) -> MemoryRecord:
+        return MemoryRecord(
+            key=row.key,
+            namespace=tuple(row.namespace.split(SEPARATOR)),
+            content=row.content,
+            kind=row.kind,
+            metadata=row.metadata,
+            created_at=row.created_at,
+            updated_at=row.updated_at,
+        )
+
+    def _locked(self, conn, keys: Sequence[str]) -> list[MemoryRecord]:  # noqa: ANN001
+        """Lock and return the rows `keys` for this transaction; MemoryNotFound if any is missing."""
+        rows = conn.execute(
+            select(memories).where(memories.c.namespace == self.path, memories.c.key.in_(keys)).with_for_update()
+        )
+        found = {row.key: self._record(row) for row in rows}
+        for key in keys:
+            if key not in found:
+                raise MemoryNotFound(f"no memory {key!r} in namespace {self.path!r}: list or search it for valid ids")
+        return [found[key] for key in keys]
+
+    def _log(self, conn, entries: Iterable[tuple[str, str | None, dict | None, dict | None]]) -> None:  # noqa: ANN001
+        rows = [
+            {"namespace": self.path, "memory_key": key, "op": op, "before": before, "after": after, "episode": self.episode}
+            for op, key, before, after in entries
+        ]
+        if rows:
+            conn.execute(insert(events), rows)
+
+    def _check_schema(self) -> None:
+        """The schema is migrated and the embedder fits the vector column (queried once per database)."""
+        url = str(self.engine.url)
+        if url not in _column_dims:
+            try:
+                with self.engine.connect() as conn:
+                    _column_dims[url] = conn.execute(
+                        text(
+                            "SELECT atttypmod FROM pg_attribute "
+                            "WHERE attrelid = 'memories'::regclass AND attname = 'embedding'"
+                        )
+                    ).scalar_one()
+            except ProgrammingError:
+                raise DatabaseError(
+                    f"database {self.engine.url.render_as_string(hide_password=True)} has no memupdate schema: "
+                    "run `memupdate db upgrade`"
+                ) from None
+        self.column_dims = _column_dims[url]
+        if self.embedder.dims != self.column_dims:
+            raise _dims_error(self.embedder, self.column_dims)
+
+
+# Engine URL -> size of the memories.embedding column, read once per process.
+_column_dims: dict[str, int] = {}
+
+
+def _dims_error(embedder: Embedder, column_dims: int) -> EmbeddingDimensionMismatch:
+    return EmbeddingDimensionMismatch(
+        f"embedding model {embedder.name!r} makes {embedder.dims}-dim vectors but the memories.embedding column "
+        f"holds {column_dims}: set MEMUPDATE_EMBEDDING_MODEL to a {column_dims}-dim model, or use a fresh "
+        f"database with MEMUPDATE_EMBEDDING_DIMS={embedder.dims} and run `memupdate db upgrade`"
+    )
+
+
+def _check_content(content: str) -> None:
+    if not isinstance(content, str) or not content.strip():
+        raise InvalidMemory("memory content is empty: give the text to remember")
+    if len(content) > MAX_CONTENT_CHARS:
+        raise InvalidMemory(
+            f"memory content has {len(content)} characters, over the limit of {MAX_CONTENT_CHARS}: split it"
+        )
+
+
+def _check_kind(kind: str) -> None:
+    if kind not in MEMORY_KINDS:
+        raise InvalidMemory(f"memory kind {kind!r} is not one of {', '.join(MEMORY_KINDS)}")
+
+
+def _farthest_points(matrix: np.ndarray, k: int, start: int) -> list[int]:
+    """Greedy farthest-point sampling in cosine distance: each pick is the memory least like those picked."""
+    picked = [start]
+    nearest = 1.0 - matrix @ matrix[start]
+    while len(picked) < k:
+        nearest[picked] = -np.inf
+        index = int(np.argmax(nearest))
+        picked.append(index)
+        nearest = np.minimum(nearest, 1.0 - matrix @ matrix[index])
+    return picked
+
+
+def _make_async(name: str):  # noqa: ANN202
+    sync = getattr(MemoryStore, name)
+
+    async def method(self: MemoryStore, *args: Any, **kwargs: Any) -> Any:
+        return await asyncio.to_thread(sync, self, *args, **kwargs)
+
+    method.__name__ = method.__qualname__ = f"a{name}"
+    method.__doc__ = f"Async twin of `{name}` (runs on a worker thread)."
+    return method
+
+
+for _name in (
+    "get", "get_many", "list", "count", "search", "search_by_vector", "sample", "snapshot", "diff", "events",
+    "list_namespaces", "create", "create_many", "update", "delete", "replace", "fork", "drop",
+):  # fmt: skip
+    setattr(MemoryStore, f"a{_name}", _make_async(_name))

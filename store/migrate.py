@@ -1,0 +1,72 @@
+"""Alembic, driven from Python: `memupdate db upgrade|downgrade|status` and the tests use these.
+
+    from memupdate.store.migrate import upgrade, status
+    upgrade(engine)            # CREATE EXTENSION vector; tables; indexes
+    status(engine)             # {"revision": "0001", "server_version": "18.3", "pgvector_version": "0.8.2", ...}
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from alembic import command
+from alembic.autogenerate import compare_metadata
+from alembic.config import Config
+from alembic.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import Engine, func, select
+
+import memupdate.migrations
+from memupdate.store.database import require_pgvector, server_info
+from memupdate.store.models import Base, Memory
+
+MIGRATIONS_DIR = Path(memupdate.migrations.__file__).parent
+
+
+def alembic_config(connection=None) -> Config:  # noqa: ANN001
+    """An Alembic config pointing at the packaged migrations, optionally bound to an open connection."""
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS_DIR))
+    config.attributes["connection"] = connection
+    return config
+
+
+def upgrade(engine: Engine, revision: str = "head") -> None:
+    """Migrate up to `revision`; DatabaseError naming the fix when the server has no pgvector."""
+    require_pgvector(engine)
+    with engine.begin() as conn:
+        command.upgrade(alembic_config(conn), revision)
+
+
+def downgrade(engine: Engine, revision: str = "-1") -> None:
+    """Migrate down to `revision` (`-1` = one step, `base` = drop everything memupdate made)."""
+    with engine.begin() as conn:
+        command.downgrade(alembic_config(conn), revision)
+
+
+def current_revision(engine: Engine) -> str | None:
+    with engine.connect() as conn:
+        return MigrationContext.configure(conn).get_current_revision()
+
+
+def head_revision() -> str | None:
+    return ScriptDirectory.from_config(alembic_config()).get_current_head()
+
+
+def drift(engine: Engine) -> list[Any]:
+    """Differences between the models and the live schema (what `alembic check` reports); [] = none."""
+    with engine.connect() as conn:
+        return compare_metadata(MigrationContext.configure(conn), Base.metadata)
+
+
+def status(engine: Engine) -> dict[str, Any]:
+    """Revision (current and head), server and pgvector versions, namespace and memory counts."""
+    info: dict[str, Any] = {"url": engine.url.render_as_string(hide_password=True), **server_info(engine)}
+    info["revision"], info["head"] = current_revision(engine), head_revision()
+    info["namespaces"] = info["memories"] = None
+    if info["revision"] is not None:
+        with engine.connect() as conn:
+            row = conn.execute(select(func.count(func.distinct(Memory.namespace)), func.count()).select_from(Memory)).one()
+        info["namespaces"], info["memories"] = row
+    return info

@@ -1,0 +1,62 @@
+"""Shared fixtures: one real embedded PostgreSQL + pgvector per test session, migrated once, and the
+real packaged embedding model. Each test works in its own namespace, so tests never see each other.
+
+Set MEMUPDATE_TEST_DATABASE_URL to run the suite against another server instead.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import shutil
+import tempfile
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from memupdate.store import MemoryStore
+from memupdate.store.database import get_engine, start_embedded_server
+from memupdate.store.embeddings import get_embedder
+from memupdate.store.migrate import upgrade
+
+
+@pytest.fixture(scope="session")
+def data_dir():
+    # Not pytest's tmp_path: that is private to root, and the embedded server runs as its own user.
+    path = tempfile.mkdtemp(prefix="memupdate-test-")
+    atexit.register(shutil.rmtree, path, ignore_errors=True)  # runs after pgserver's own atexit stop
+    os.environ["MEMUPDATE_DATA_DIR"] = str(path)  # subprocesses (CLI tests) share the embedded server
+    return path
+
+
+@pytest.fixture(scope="session")
+def database_url(data_dir) -> str:
+    url = os.environ.get("MEMUPDATE_TEST_DATABASE_URL")
+    resolved = start_embedded_server(data_dir) if not url else None
+    engine = get_engine(url or resolved)
+    upgrade(engine)
+    return engine.url.render_as_string(hide_password=False)
+
+
+@pytest.fixture(scope="session")
+def engine(database_url):
+    return get_engine(database_url)
+
+
+@pytest.fixture(scope="session")
+def embedder():
+    return get_embedder()
+
+
+@pytest.fixture
+def namespace() -> tuple[str, ...]:
+    return ("test", uuid.uuid4().hex[:12])
+
+
+@pytest.fixture
+def store(engine, embedder, namespace) -> Iterator[MemoryStore]:
+    store = MemoryStore(engine, embedder, namespace)
+    yield store
+    for ns in store.list_namespaces(prefix=namespace):
+        store.scoped(ns).drop()
