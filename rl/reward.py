@@ -1,0 +1,132 @@
+"""The reward: did the edits make the memory answer questions better, and at what cost?
+
+    reward = performance_delta × memory_efficiency            (when performance_delta ≥ 0)
+    reward = performance_delta × (2 − memory_efficiency)      (when performance_delta < 0)
+
+- performance_delta = mean QA proxy on the edited fork − mean QA proxy on the untouched base,
+  over the target question (plus, optionally, other questions of the same conversation).
+- memory_efficiency = size × density × change, each in (0, 1]:
+  - size    = 1 / (1 + size_penalty × growth), growth = max(0, after − before) / before memories.
+              Bloat costs; shrinking is free (the QA delta already judges deletions).
+  - density = 1 / (1 + density_penalty × share of memories longer than `max_memory_words`).
+              Huge memories are hard to retrieve and read.
+  - change  = 1 / (1 + change_penalty × max(0, edited − free_edits) / before).
+              Rewriting half the memory for one question is a cost even when it helps.
+An inefficient episode must never make a harmful edit look less harmful: on a negative delta the
+inefficiency scales the penalty up (by at most 2×), never down. A no-op scores exactly 0: the fork
+then holds the same rows and embeddings as the base, and search breaks ties by key.
+
+    from memupdate.rl.reward import compute_reward
+    breakdown = compute_reward(base_store, fork_store, [qa_item])
+    breakdown.reward, breakdown.performance_delta, breakdown.efficiency
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+from memupdate.rl.qa_proxy import DEFAULT_TOP_K, DEFAULT_WORD_BUDGET, Question, QAScore, score_questions
+from memupdate.store import MemoryStore
+
+
+@dataclass(frozen=True)
+class RewardConfig:
+    """Every knob of the reward, with its default; `configs/` and the CLI pass these through."""
+
+    top_k: int = DEFAULT_TOP_K
+    word_budget: int = DEFAULT_WORD_BUDGET
+    size_penalty: float = 1.0
+    density_penalty: float = 1.0
+    max_memory_words: int = 60
+    change_penalty: float = 1.0
+    free_edits: int = 10
+
+
+@dataclass(frozen=True)
+class RewardBreakdown:
+    reward: float
+    performance_delta: float
+    qa_before: float
+    qa_after: float
+    efficiency: float
+    size: float
+    density: float
+    change: float
+    memories_before: int
+    memories_after: int
+    edited: int
+
+    def as_dict(self) -> dict[str, float | int]:
+        return asdict(self)
+
+
+def size_factor(before: int, after: int, penalty: float) -> float:
+    growth = max(0, after - before) / max(before, 1)
+    return 1.0 / (1.0 + penalty * growth)
+
+
+def density_factor(word_counts: Sequence[int], max_words: int, penalty: float) -> float:
+    if not word_counts:
+        return 1.0
+    long_share = sum(count > max_words for count in word_counts) / len(word_counts)
+    return 1.0 / (1.0 + penalty * long_share)
+
+
+def change_factor(edited: int, before: int, free_edits: int, penalty: float) -> float:
+    return 1.0 / (1.0 + penalty * max(0, edited - free_edits) / max(before, 1))
+
+
+def combine(performance_delta: float, efficiency: float) -> float:
+    """The one place delta and efficiency meet (see the module docstring for why the sign matters)."""
+    if performance_delta >= 0:
+        return performance_delta * efficiency
+    return performance_delta * (2.0 - efficiency)
+
+
+def mean_qa(scores: Sequence[QAScore]) -> float:
+    return sum(s.qa_score for s in scores) / len(scores) if scores else 0.0
+
+
+def compute_reward(
+    base: MemoryStore,
+    fork: MemoryStore,
+    questions: Sequence[Question],
+    config: RewardConfig = RewardConfig(),
+    *,
+    base_scores: Sequence[QAScore] | None = None,
+) -> RewardBreakdown:
+    """Score the edited `fork` against the untouched `base` on `questions`.
+
+    Pass `base_scores` (from `score_questions(base, questions)`) when scoring many forks of one base.
+    """
+    if not questions:
+        raise ValueError("compute_reward needs at least one question with an answer")
+    if base_scores is None:
+        base_scores = score_questions(base, questions, top_k=config.top_k, word_budget=config.word_budget)
+    fork_scores = score_questions(fork, questions, top_k=config.top_k, word_budget=config.word_budget)
+    qa_before, qa_after = mean_qa(base_scores), mean_qa(fork_scores)
+    delta = qa_after - qa_before
+
+    before, after = base.snapshot(), fork.snapshot()
+    edited = sum(before[k].as_event() != after[k].as_event() for k in before.keys() & after.keys())
+    edited += len(before.keys() ^ after.keys())
+    size = size_factor(len(before), len(after), config.size_penalty)
+    density = density_factor(
+        [len(m.content.split()) for m in after.values()], config.max_memory_words, config.density_penalty
+    )
+    change = change_factor(edited, len(before), config.free_edits, config.change_penalty)
+    efficiency = size * density * change
+    return RewardBreakdown(
+        reward=combine(delta, efficiency),
+        performance_delta=delta,
+        qa_before=qa_before,
+        qa_after=qa_after,
+        efficiency=efficiency,
+        size=size,
+        density=density,
+        change=change,
+        memories_before=len(before),
+        memories_after=len(after),
+        edited=edited,
+    )

@@ -1,0 +1,129 @@
+"""make_openai_policy against a scripted local /v1/chat/completions server.
+
+No pretrained LLM weights can be downloaded here and there is no SGLang/vLLM server, so a tiny
+http.server on 127.0.0.1 stands in for one: it records requests and replies with what SGLang returns
+after its hermes/qwen25 parser has turned <tool_call> blocks into OpenAI tool_calls.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+from langchain_core.messages import HumanMessage, ToolMessage
+from langchain_core.tools import tool
+from memupdate.agent.policies.openai import make_openai_policy
+
+
+def _completion(message: dict, finish_reason: str) -> dict:
+    return {
+        "id": "chatcmpl-test",
+        "object": "chat.completion",
+        "created": 0,
+        "model": "memupdate-policy",
+        "choices": [{"index": 0, "message": message, "finish_reason": finish_reason}],
+        "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
+    }
+
+
+SCRIPT = [
+    _completion(
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "call_abc",
+                    "type": "function",
+                    "function": {"name": "search_memory", "arguments": '{"query": "where does Ann live"}'},
+                }
+            ],
+        },
+        "tool_calls",
+    ),
+    _completion({"role": "assistant", "content": "Ann lives in Berlin."}, "stop"),
+]
+
+
+@pytest.fixture
+def server():
+    """Yield (port, recorded request bodies); replies follow SCRIPT in order."""
+    requests: list[dict] = []
+    replies = iter(SCRIPT)
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self):
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            if self.path != "/v1/chat/completions":
+                self.send_error(404)
+                return
+            requests.append(body)
+            payload = json.dumps(next(replies)).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+
+        def log_message(self, *args):  # Keep pytest output clean.
+            pass
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield httpd.server_address[1], requests
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+        thread.join()
+
+
+@tool
+def search_memory(query: str) -> str:
+    """Search stored memories for text relevant to the query."""
+    return '[{"id": 7, "content": "Ann moved to Berlin"}]'
+
+
+def test_tool_call_round_trip(server):
+    port, requests = server
+    policy = make_openai_policy("memupdate-policy", base_url=f"http://127.0.0.1:{port}/v1", api_key="x")
+    model = policy.bind_tools([search_memory])
+
+    question = HumanMessage("Where does Ann live?")
+    first = model.invoke([question])
+    (call,) = first.tool_calls
+    assert call == {
+        "name": "search_memory",
+        "args": {"query": "where does Ann live"},
+        "id": "call_abc",
+        "type": "tool_call",
+    }
+
+    result = search_memory.invoke(call)  # A ToolMessage answering call_abc.
+    assert isinstance(result, ToolMessage)
+    final = model.invoke([question, first, result])
+    assert final.content == "Ann lives in Berlin." and final.tool_calls == []
+
+    first_request, second_request = requests
+    assert first_request["model"] == "memupdate-policy" and first_request["temperature"] == 0.0
+    (schema,) = first_request["tools"]
+    assert schema["type"] == "function" and schema["function"]["name"] == "search_memory"
+    assert schema["function"]["parameters"]["properties"]["query"]["type"] == "string"
+    roles = [m["role"] for m in second_request["messages"]]
+    assert roles == ["user", "assistant", "tool"]
+    assert second_request["messages"][1]["tool_calls"][0]["id"] == "call_abc"
+    tool_message = second_request["messages"][2]
+    assert tool_message["tool_call_id"] == "call_abc" and "Ann moved to Berlin" in tool_message["content"]
+
+
+def test_api_key_fallbacks(monkeypatch):
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    assert (
+        make_openai_policy("m", base_url="http://127.0.0.1:1/v1").openai_api_key.get_secret_value() == "EMPTY"
+    )
+    monkeypatch.setenv("OPENAI_API_KEY", "from-env")
+    assert make_openai_policy("m").openai_api_key.get_secret_value() == "from-env"
+    assert make_openai_policy("m", api_key="given").openai_api_key.get_secret_value() == "given"
