@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
-from memupdate.rl.qa_proxy import DEFAULT_TOP_K, DEFAULT_WORD_BUDGET, Question, QAScore, score_questions
+from memupdate.rl.qa_proxy import DEFAULT_TOP_K, DEFAULT_WORD_BUDGET, QAScore, Question, score_questions
 from memupdate.store import MemoryStore
 
 

@@ -16,8 +16,12 @@ class InvalidNamespace(MemupdateError, ValueError):
 class MemoryNotFound(MemupdateError, KeyError):
     """No memory with that id in that namespace."""
 
+    def __init__(self, key: str, namespace: str):
+        self.key, self.namespace = key, namespace
+        super().__init__(f"no memory {key!r} in namespace {namespace!r}: list or search it for valid ids")
+
     def __str__(self) -> str:  # KeyError would repr() the message
-        return str(self.args[0]) if self.args else "memory not found"
+        return str(self.args[0])
 
 
 class InvalidMemory(MemupdateError, ValueError):

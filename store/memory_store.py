@@ -76,7 +76,8 @@ def namespace_path(namespace: Namespace) -> str:
     return SEPARATOR.join(namespace)
 
 
-def _like_prefix(path: str) -> str:
+def like_prefix(path: str) -> str:
+    """A LIKE pattern matching every namespace below `path`."""
     return path.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + SEPARATOR + "%"
 
 
@@ -151,7 +152,7 @@ class MemoryStore:
         self.namespace = to_namespace(namespace)
         self.path = namespace_path(self.namespace)
         self.episode = episode
-        self._check_schema()
+        self.column_dims = check_schema(engine, embedder)
 
     @classmethod
     def connect(
@@ -185,7 +186,7 @@ class MemoryStore:
             found = {row.key: self._record(row) for row in rows}
         for key in keys:
             if key not in found:
-                raise MemoryNotFound(f"no memory {key!r} in namespace {self.path!r}: list or search it for valid ids")
+                raise MemoryNotFound(key, self.path)
         return [found[key] for key in keys]
 
     def list(self, limit: int | None = None, offset: int = 0) -> list[MemoryRecord]:
@@ -281,7 +282,7 @@ class MemoryStore:
         query = select(memories.c.namespace, func.count()).group_by(memories.c.namespace).order_by(memories.c.namespace)
         if prefix:
             path = namespace_path(to_namespace(prefix))
-            query = query.where((memories.c.namespace == path) | memories.c.namespace.like(_like_prefix(path)))
+            query = query.where((memories.c.namespace == path) | memories.c.namespace.like(like_prefix(path)))
         with self.engine.connect() as conn:
             counts = {tuple(row[0].split(SEPARATOR)): row[1] for row in conn.execute(query)}
         return counts if with_counts else list(counts)
@@ -435,7 +436,7 @@ class MemoryStore:
         found = {row.key: self._record(row) for row in rows}
         for key in keys:
             if key not in found:
-                raise MemoryNotFound(f"no memory {key!r} in namespace {self.path!r}: list or search it for valid ids")
+                raise MemoryNotFound(key, self.path)
         return [found[key] for key in keys]
 
     def _log(self, conn, entries: Iterable[tuple[str, str | None, dict | None, dict | None]]) -> None:  # noqa: ANN001
@@ -446,26 +447,25 @@ class MemoryStore:
         if rows:
             conn.execute(insert(events), rows)
 
-    def _check_schema(self) -> None:
-        """The schema is migrated and the embedder fits the vector column (queried once per database)."""
-        url = str(self.engine.url)
-        if url not in _column_dims:
-            try:
-                with self.engine.connect() as conn:
-                    _column_dims[url] = conn.execute(
-                        text(
-                            "SELECT atttypmod FROM pg_attribute "
-                            "WHERE attrelid = 'memories'::regclass AND attname = 'embedding'"
-                        )
-                    ).scalar_one()
-            except ProgrammingError:
-                raise DatabaseError(
-                    f"database {self.engine.url.render_as_string(hide_password=True)} has no memupdate schema: "
-                    "run `memupdate db upgrade`"
-                ) from None
-        self.column_dims = _column_dims[url]
-        if self.embedder.dims != self.column_dims:
-            raise _dims_error(self.embedder, self.column_dims)
+
+def check_schema(engine: Engine, embedder: Embedder) -> int:
+    """The vector column's size, after checking the schema is migrated and `embedder` fits the column
+    (the database is queried once per process)."""
+    url = str(engine.url)
+    if url not in _column_dims:
+        try:
+            with engine.connect() as conn:
+                _column_dims[url] = conn.execute(
+                    text("SELECT atttypmod FROM pg_attribute WHERE attrelid = 'memories'::regclass AND attname = 'embedding'")
+                ).scalar_one()
+        except ProgrammingError:
+            raise DatabaseError(
+                f"database {engine.url.render_as_string(hide_password=True)} has no memupdate schema: "
+                "run `memupdate db upgrade`"
+            ) from None
+    if embedder.dims != _column_dims[url]:
+        raise _dims_error(embedder, _column_dims[url])
+    return _column_dims[url]
 
 
 # Engine URL -> size of the memories.embedding column, read once per process.

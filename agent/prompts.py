@@ -1,0 +1,50 @@
+"""The prompts the policy sees: one definition, used by the graph and by verl's preprocessing.
+
+The task message has a fixed first block (`Memory bank:` / `Target question:` lines) so that a
+rule-based policy, and a person reading a transcript, can tell which bank and question an episode is
+about; `parse_task` reads it back.
+"""
+
+from __future__ import annotations
+
+import re
+
+from memupdate.settings import DEFAULT_MAX_OPERATIONS, DEFAULT_MAX_TURNS
+
+SYSTEM_PROMPT = """You maintain a long-term memory bank of facts about people, drawn from their conversations. \
+Questions will later be answered by retrieving the 5 memories most similar to the question \
+(about 150 words in all). Edit the bank so those future questions are answered better:
+- anchor relative time ("yesterday", "last week", "two weekends ago") to absolute dates, using the memory's date;
+- merge memories that say the same thing; split memories that pack unrelated facts;
+- fix or delete memories that are wrong or useless; keep each memory short and self-contained, naming who it is about.
+Tools: search_memory, manage_memory (create/update), delete_memory, sample_memory, merge_memory, split_memory. \
+Memories are shown as [handle] (date) text; refer to them by handle.
+Budget: at most {max_turns} turns and {max_operations} tool calls. Stop calling tools when the bank is good."""
+
+_BANK = re.compile(r"^Memory bank: (?P<namespace>\S+)$", re.M)
+_QUESTION = re.compile(r"^Target question: (?P<question>.+)$", re.M)
+
+
+def system_prompt(max_turns: int = DEFAULT_MAX_TURNS, max_operations: int = DEFAULT_MAX_OPERATIONS) -> str:
+    return SYSTEM_PROMPT.format(max_turns=max_turns, max_operations=max_operations)
+
+
+def task_prompt(namespace: str, question: str | None = None, memory_count: int | None = None) -> str:
+    """The first user message of an episode: which bank, optionally which question to prepare for."""
+    lines = [f"Memory bank: {namespace}"]
+    if question:
+        lines.append(f"Target question: {question}")
+    if memory_count is not None:
+        lines.append(f"The bank holds {memory_count} memories.")
+    lines.append(
+        "Improve the memory so this question, and others like it, can be answered from it."
+        if question
+        else "Improve the memory so future questions about these people can be answered from it."
+    )
+    return "\n".join(lines)
+
+
+def parse_task(text: str) -> tuple[str | None, str | None]:
+    """(namespace, question) from a `task_prompt` message; None where a line is absent."""
+    bank, question = _BANK.search(text), _QUESTION.search(text)
+    return (bank["namespace"] if bank else None, question["question"].strip() if question else None)
