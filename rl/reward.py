@@ -18,16 +18,17 @@ then holds the same rows and embeddings as the base, and search breaks ties by k
 
     from memupdate.rl.reward import compute_reward
     breakdown = compute_reward(base_store, fork_store, [qa_item])
-    breakdown.reward, breakdown.performance_delta, breakdown.efficiency
+    breakdown.reward, breakdown.performance_delta, breakdown.efficiency.value
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from typing import Any
 
 from memupdate.rl.qa_proxy import DEFAULT_TOP_K, DEFAULT_WORD_BUDGET, QAScore, Question, score_questions
-from memupdate.store import MemoryStore
+from memupdate.store import MemoryRecord, MemoryStore
 
 
 @dataclass(frozen=True)
@@ -44,12 +45,10 @@ class RewardConfig:
 
 
 @dataclass(frozen=True)
-class RewardBreakdown:
-    reward: float
-    performance_delta: float
-    qa_before: float
-    qa_after: float
-    efficiency: float
+class Efficiency:
+    """memory_efficiency and its factors for one edited fork (see the module docstring)."""
+
+    value: float
     size: float
     density: float
     change: float
@@ -57,7 +56,16 @@ class RewardBreakdown:
     memories_after: int
     edited: int
 
-    def as_dict(self) -> dict[str, float | int]:
+
+@dataclass(frozen=True)
+class RewardBreakdown:
+    reward: float
+    performance_delta: float
+    qa_before: float
+    qa_after: float
+    efficiency: Efficiency
+
+    def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
@@ -84,6 +92,20 @@ def combine(performance_delta: float, efficiency: float) -> float:
     return performance_delta * (2.0 - efficiency)
 
 
+def memory_efficiency(
+    before: dict[str, MemoryRecord], after: dict[str, MemoryRecord], config: RewardConfig = RewardConfig()
+) -> Efficiency:
+    """size × density × change of going from the `before` snapshot to the `after` one."""
+    edited = sum(before[k].as_event() != after[k].as_event() for k in before.keys() & after.keys())
+    edited += len(before.keys() ^ after.keys())
+    size = size_factor(len(before), len(after), config.size_penalty)
+    density = density_factor(
+        [len(m.content.split()) for m in after.values()], config.max_memory_words, config.density_penalty
+    )
+    change = change_factor(edited, len(before), config.free_edits, config.change_penalty)
+    return Efficiency(size * density * change, size, density, change, len(before), len(after), edited)
+
+
 def mean_qa(scores: Sequence[QAScore]) -> float:
     return sum(s.qa_score for s in scores) / len(scores) if scores else 0.0
 
@@ -107,26 +129,11 @@ def compute_reward(
     fork_scores = score_questions(fork, questions, top_k=config.top_k, word_budget=config.word_budget)
     qa_before, qa_after = mean_qa(base_scores), mean_qa(fork_scores)
     delta = qa_after - qa_before
-
-    before, after = base.snapshot(), fork.snapshot()
-    edited = sum(before[k].as_event() != after[k].as_event() for k in before.keys() & after.keys())
-    edited += len(before.keys() ^ after.keys())
-    size = size_factor(len(before), len(after), config.size_penalty)
-    density = density_factor(
-        [len(m.content.split()) for m in after.values()], config.max_memory_words, config.density_penalty
-    )
-    change = change_factor(edited, len(before), config.free_edits, config.change_penalty)
-    efficiency = size * density * change
+    efficiency = memory_efficiency(base.snapshot(), fork.snapshot(), config)
     return RewardBreakdown(
-        reward=combine(delta, efficiency),
+        reward=combine(delta, efficiency.value),
         performance_delta=delta,
         qa_before=qa_before,
         qa_after=qa_after,
         efficiency=efficiency,
-        size=size,
-        density=density,
-        change=change,
-        memories_before=len(before),
-        memories_after=len(after),
-        edited=edited,
     )

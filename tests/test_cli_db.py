@@ -1,0 +1,137 @@
+"""`memupdate db ...`, migrations and the embedded server, on real PostgreSQL processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import uuid
+from pathlib import Path
+
+import pytest
+from sqlalchemy import text
+from typer.testing import CliRunner
+
+from memupdate.cli import app
+from memupdate.store.database import get_engine
+from memupdate.store.migrate import current_revision, downgrade, drift, head_revision, upgrade
+
+runner = CliRunner()
+
+
+@pytest.fixture
+def fresh_database(engine):
+    """An empty database on the test server, dropped afterwards: for migrating up and down."""
+    name = f"mu_{uuid.uuid4().hex[:10]}"
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    url = engine.url.set(database=name)
+    yield url
+    get_engine(url).dispose()
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        conn.execute(text(f'DROP DATABASE "{name}" WITH (FORCE)'))
+
+
+def test_upgrade_downgrade_upgrade_is_clean_and_has_no_drift(fresh_database) -> None:
+    engine = get_engine(fresh_database)
+    assert current_revision(engine) is None
+    upgrade(engine)
+    assert current_revision(engine) == head_revision() and drift(engine) == []
+    downgrade(engine, "base")
+    with engine.connect() as conn:
+        tables = conn.execute(text("SELECT tablename FROM pg_tables WHERE schemaname = 'public'")).scalars().all()
+    assert set(tables) <= {"alembic_version"}
+    upgrade(engine)
+    assert drift(engine) == []
+
+
+def test_db_commands_against_a_database_url(fresh_database) -> None:
+    url = fresh_database.render_as_string(hide_password=False)
+    result = runner.invoke(app, ["db", "upgrade", "--url", url])
+    assert result.exit_code == 0, result.output
+    result = runner.invoke(app, ["db", "status", "--url", url, "--json"])
+    status = json.loads(result.output)
+    assert status["revision"] == head_revision() and status["pgvector_version"] == "0.8.2"
+    assert status["server_version"].startswith("18") and status["memories"] == 0
+    assert runner.invoke(app, ["db", "downgrade", "base", "--url", url]).exit_code == 0
+    status = json.loads(runner.invoke(app, ["db", "status", "--url", url, "--json"]).output)
+    assert status["revision"] is None
+
+
+def test_alembic_cli_check_reports_no_drift(database_url) -> None:
+    """`alembic check` itself, from the repository root, reading the app's URL."""
+    env = {**os.environ, "MEMUPDATE_DATABASE_URL": database_url}
+    result = subprocess.run(
+        [sys.executable, "-m", "alembic", "check"], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr
+    assert "No new upgrade operations detected" in result.stdout + result.stderr
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("postgresql://nobody@127.0.0.1:1/none", "cannot connect to PostgreSQL at"),
+        ("mysql://root@localhost/db", "is not PostgreSQL"),
+        ("not a url", "is not a URL"),
+    ],
+)
+def test_bad_database_urls_give_one_clear_line(url: str, message: str) -> None:
+    result = runner.invoke(app, ["db", "status", "--url", url])
+    assert result.exit_code == 2
+    assert message in result.output and "Traceback" not in result.output
+
+
+def test_missing_pgvector_is_named(engine, monkeypatch) -> None:
+    from memupdate.store import DatabaseError, database
+
+    monkeypatch.setattr(
+        database, "server_info", lambda _e: {"server_version": "16", "pgvector_version": None, "pgvector_available": None}
+    )
+    with pytest.raises(DatabaseError, match="no pgvector extension: install pgvector"):
+        database.require_pgvector(engine)
+
+
+def test_unmigrated_database_says_run_upgrade(fresh_database, embedder) -> None:
+    from memupdate.store import DatabaseError, MemoryStore
+
+    with pytest.raises(DatabaseError, match="memupdate db upgrade"):
+        MemoryStore(get_engine(fresh_database), embedder, ("x",))
+
+
+def test_two_processes_share_the_embedded_server() -> None:
+    """Two processes start the same embedded data dir at once and both write; a third sees both rows,
+    and the server is stopped once the last process using it exits."""
+    import shutil
+    import tempfile
+
+    data_dir = tempfile.mkdtemp(prefix="memupdate-two-")
+    script = textwrap.dedent(
+        f"""
+        import sys
+        from sqlalchemy import text
+        from memupdate.store.database import get_engine, start_embedded_server
+        engine = get_engine(start_embedded_server({data_dir!r}))
+        with engine.begin() as conn:
+            conn.execute(text("SELECT pg_advisory_xact_lock(42)"))  # create the table one process at a time
+            conn.execute(text("CREATE TABLE IF NOT EXISTS hits (who text)"))
+            conn.execute(text("INSERT INTO hits VALUES (:w)"), {{"w": sys.argv[1]}})
+        with engine.connect() as conn:
+            print(sorted(conn.execute(text("SELECT who FROM hits")).scalars()))
+        """
+    )
+    try:
+        procs = [
+            subprocess.Popen([sys.executable, "-c", script, name], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            for name in ("a", "b")
+        ]
+        outputs = [p.communicate(timeout=120) for p in procs]
+        assert all(p.returncode == 0 for p in procs), outputs
+        check = subprocess.run([sys.executable, "-c", script, "c"], capture_output=True, text=True, timeout=120)
+        assert check.returncode == 0, check.stderr
+        assert check.stdout.strip() == "['a', 'b', 'c']"
+        assert not (Path(data_dir) / "pg" / "postmaster.pid").exists(), "server stopped with its last user"
+    finally:
+        shutil.rmtree(data_dir, ignore_errors=True)
