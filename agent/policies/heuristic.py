@@ -1,0 +1,209 @@
+"""The heuristic policy: memory edits by rules a careful person would apply, no LLM.
+
+    from memupdate.agent.policies.heuristic import HeuristicPolicy
+    policy = HeuristicPolicy(store=store, seed=0)
+    run_episode(policy, fork, question="When did Caroline go to the support group?")
+
+It is a LangChain chat model, so it runs through the same graph, tools, events and budgets as an
+LLM: on its first turn it reads the bank named in the task message and plans, then emits the plan
+as tool calls, a few per turn. It is the baseline, the teacher for distillation, and the main job's
+default. The rules:
+1. with a target question: search for it; gather the memories vector search and word overlap find
+   for it, and consolidate the best of them (relative dates anchored) into one short memory that
+   retrieval will rank first for questions like it;
+2. anchor relative time ("yesterday", "two weekends ago") to absolute dates from the memory's date;
+3. merge near-duplicates (same content words), keeping the most informative wording;
+4. split memories that pack several unrelated facts.
+Within the operation budget, edits to memories relevant to the question come first.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections import Counter
+from collections.abc import Sequence
+from datetime import date
+from typing import Any
+
+from langchain_core.callbacks import CallbackManagerForLLMRun
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
+from langchain_core.outputs import ChatGeneration, ChatResult
+from pydantic import ConfigDict, Field, PrivateAttr
+
+from memupdate.agent.dates import anchor_relative_dates, has_relative_time
+from memupdate.agent.prompts import parse_task
+from memupdate.agent.text_strategies import content_words, jaccard, split_thematic
+from memupdate.settings import DEFAULT_MAX_OPERATIONS
+from memupdate.store import MemoryRecord, MemoryStore
+
+# A consolidated memory stays well inside the QA context budget (150 words) and the density limit (60).
+DIGEST_WORDS = 55
+DUPLICATE_JACCARD = 0.6
+QUESTION_WORDS = frozenset("what when where who whom whose which why how did does do is was were are has have had".split())
+
+ToolCall = tuple[str, dict[str, Any]]
+
+
+class HeuristicPolicy(BaseChatModel):
+    """Rule-based memory editor; `store` is any MemoryStore on the same database (the task names the bank)."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    store: MemoryStore
+    seed: int = 0
+    max_operations: int = DEFAULT_MAX_OPERATIONS
+    calls_per_turn: int = Field(6, ge=1)
+    _plans: dict[str, list[ToolCall]] = PrivateAttr(default_factory=dict)
+
+    @property
+    def _llm_type(self) -> str:
+        return "memupdate-heuristic"
+
+    def bind_tools(self, tools: Sequence[Any], **kwargs: Any) -> HeuristicPolicy:
+        return self  # it only ever calls memupdate's own six tools
+
+    def _generate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        task = str(next((m.content for m in messages if isinstance(m, HumanMessage)), ""))
+        namespace, question = parse_task(task)
+        if namespace is None:
+            return _reply(AIMessage("I need a task message naming the memory bank ('Memory bank: ...')."))
+        turn = sum(isinstance(m, AIMessage) for m in messages)
+        if turn == 0:  # plan once, on what the bank holds before any edit; the task text names the episode
+            self._plans[task] = self.plan(self.store.scoped(namespace), question)
+        now = self._plans.get(task, [])[turn * self.calls_per_turn : (turn + 1) * self.calls_per_turn]
+        if not now:
+            self._plans.pop(task, None)
+            return _reply(AIMessage("The memory bank is in good shape; no further edits."))
+        calls = [
+            {"name": name, "args": args, "id": f"call_{turn}_{i}", "type": "tool_call"} for i, (name, args) in enumerate(now)
+        ]
+        return _reply(AIMessage("", tool_calls=calls))
+
+    # -- planning ------------------------------------------------------------------------------
+
+    def plan(self, bank: MemoryStore, question: str | None) -> list[ToolCall]:
+        """Tool calls that improve `bank`, most valuable first, within the operation budget."""
+        memories = bank.list()
+        if not memories:
+            return []
+        budget = self.max_operations
+        calls: list[ToolCall] = []
+        touched: set[str] = set()
+        if question:
+            calls.append(("search_memory", {"query": question, "top_k": 5}))
+            digest = self._digest(bank, memories, question)
+            if digest:
+                keys, content = digest
+                calls.append(("merge_memory", {"memory_ids": keys, "content": content}))
+                touched.update(keys)
+            relevant = {hit.memory.key for hit in bank.search(question, 10)} | set(_lexical_top(memories, question, 10))
+            order = sorted(memories, key=lambda m: m.key not in relevant)  # question-relevant memories first
+        else:
+            calls.append(("sample_memory", {"strategy": "diverse", "k": 10}))
+            order = list(memories)
+            random.Random(self.seed).shuffle(order)  # seedable: which memories a small budget reaches
+            order.sort(key=lambda m: not has_relative_time(m.content))
+        calls += self._anchors(order, touched)
+        calls += self._merges(memories, touched)
+        calls += self._splits(order, touched)
+        return calls[:budget]
+
+    def _digest(self, bank: MemoryStore, memories: list[MemoryRecord], question: str) -> tuple[list[str], str] | None:
+        """Consolidate what vector search and word overlap find for the question into one memory."""
+        by_key = {m.key: m for m in memories}
+        vector = [hit.memory.key for hit in bank.search(question, 3)]
+        lexical = [k for k in _lexical_top(memories, question, 6) if k not in vector]
+        picked: list[MemoryRecord] = []
+        words = 0
+        for key in dict.fromkeys(vector[:2] + lexical + vector[2:]):
+            text = anchored(by_key[key])
+            if words + len(text.split()) > DIGEST_WORDS:
+                continue
+            picked.append(by_key[key])
+            words += len(text.split())
+        if len(picked) < 2:
+            return None
+        return [m.key for m in picked], " ".join(_sentence(anchored(m)) for m in picked)
+
+    def _anchors(self, memories: Sequence[MemoryRecord], touched: set[str]) -> list[ToolCall]:
+        calls = []
+        for memory in memories:
+            if memory.key in touched:
+                continue
+            text = anchored(memory)
+            if text != memory.content:
+                calls.append(("manage_memory", {"action": "update", "memory_id": memory.key, "content": text}))
+                touched.add(memory.key)
+        return calls
+
+    def _merges(self, memories: Sequence[MemoryRecord], touched: set[str]) -> list[ToolCall]:
+        calls = []
+        words = {m.key: content_words(m.content) for m in memories}
+        for i, a in enumerate(memories):
+            if a.key in touched:
+                continue
+            for b in memories[i + 1 :]:
+                if b.key not in touched and jaccard(words[a.key], words[b.key]) >= DUPLICATE_JACCARD:
+                    keep = max((a, b), key=lambda m: len(m.content))
+                    calls.append(("merge_memory", {"memory_ids": [a.key, b.key], "content": anchored(keep)}))
+                    touched.update((a.key, b.key))
+                    break
+        return calls
+
+    def _splits(self, memories: Sequence[MemoryRecord], touched: set[str]) -> list[ToolCall]:
+        calls = []
+        for memory in memories:
+            if memory.key in touched:
+                continue
+            parts = split_thematic(memory.content)
+            if len(parts) >= 2:
+                day = _day(memory)
+                parts = [anchor_relative_dates(p, day) if day else p for p in parts]
+                calls.append(("split_memory", {"memory_id": memory.key, "parts": parts}))
+                touched.add(memory.key)
+        return calls
+
+
+def anchored(memory: MemoryRecord) -> str:
+    """The memory's text with relative time anchored to its date (unchanged when it has no date)."""
+    day = _day(memory)
+    return anchor_relative_dates(memory.content, day) if day else memory.content
+
+
+def _day(memory: MemoryRecord) -> date | None:
+    value = memory.metadata.get("date")
+    try:
+        return date.fromisoformat(value) if value else None
+    except ValueError:
+        return None
+
+
+def _lexical_top(memories: Sequence[MemoryRecord], question: str, k: int) -> list[str]:
+    """Keys of the `k` memories sharing the most question words, weighted by rarity (idf)."""
+    wanted = content_words(question) - QUESTION_WORDS
+    if not wanted:
+        return []
+    bags = {m.key: content_words(m.content) for m in memories}
+    df = Counter(word for bag in bags.values() for word in bag & wanted)
+    idf = {word: math.log(1 + len(memories) / (1 + df[word])) for word in wanted}
+    scored = [(sum(idf[w] for w in bag & wanted), key) for key, bag in bags.items()]
+    return [key for score, key in sorted(scored, key=lambda s: (-s[0], s[1]))[:k] if score > 0]
+
+
+def _sentence(text: str) -> str:
+    text = text.strip()
+    return text if text[-1:] in ".!?" else text + "."
+
+
+def _reply(message: AIMessage) -> ChatResult:
+    return ChatResult(generations=[ChatGeneration(message=message)])
+
+

@@ -1,0 +1,319 @@
+"""The six memory tools: plain functions over a namespace-scoped `MemoryStore`.
+
+    from memupdate.agent.tools import run_tool
+    result = run_tool(store, "search_memory", {"query": "When did Caroline go hiking?"})
+    result.text        # "[f0012] 0.71 (2023-05-08) Caroline went hiking yesterday ..."
+    result.ok          # False when the arguments were bad; the store is then unchanged
+
+Each tool has a pydantic argument model; the OpenAI function schemas (`tool_schemas()`), the
+LangChain tools of the graph and verl's `BaseTool`s are all made from `MEMORY_TOOLS`, so there is
+one definition of every tool. Memories are shown by their key, a short handle such as `f0012`
+(ingested facts) or `m3fa9c1e0` (made by a tool). Results are compact text capped at
+`MAX_RESULT_CHARS`. Bad arguments come back as an `error: ...` result naming the fix; they count
+against the operation budget like any call, and change nothing.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field, ValidationError, field_validator
+
+from memupdate.agent import text_strategies
+from memupdate.store import MemoryNotFound, MemoryRecord, MemoryStore, MemupdateError, NewMemory
+from memupdate.store.models import MAX_CONTENT_CHARS
+
+MAX_RESULT_CHARS = 2000
+MAX_TOP_K = 20
+MemoryKind = Literal["episodic", "semantic", "procedural"]
+
+
+def new_key() -> str:
+    """A short handle for a memory a tool creates (32 random bits: collisions in a bank are negligible)."""
+    return "m" + uuid.uuid4().hex[:8]
+
+
+class ToolError(Exception):
+    """A bad call that the model can fix; its message becomes the tool result."""
+
+
+# -- argument models (their JSON schemas are what the model sees) --------------------------------
+
+
+class SearchMemoryArgs(BaseModel):
+    """Find the memories most similar to a query."""
+
+    query: str = Field(min_length=1, description="What to look for, in plain words.")
+    top_k: int = Field(5, ge=1, le=MAX_TOP_K, description="How many memories to return.")
+
+
+class ManageMemoryArgs(BaseModel):
+    """Create a new memory, or rewrite an existing one."""
+
+    action: Literal["create", "update"] = Field(description="`create` a new memory or `update` memory_id.")
+    content: str = Field(min_length=1, max_length=MAX_CONTENT_CHARS, description="The full text of the memory.")
+    memory_id: str | None = Field(None, description="The memory to update (required for update).")
+    kind: MemoryKind | None = Field(None, description="episodic (an event), semantic (a fact) or procedural.")
+
+
+class DeleteMemoryArgs(BaseModel):
+    """Delete a memory that is wrong, redundant or useless."""
+
+    memory_id: str = Field(min_length=1, description="The memory to delete.")
+    reason: str | None = Field(None, description="Why (kept in the event log).")
+
+
+class SampleMemoryArgs(BaseModel):
+    """Look at some memories to find what needs fixing."""
+
+    strategy: Literal["random", "diverse", "recent"] = Field(
+        "random", description="random, diverse (spread over topics) or recent (latest sessions first)."
+    )
+    k: int = Field(5, ge=1, le=MAX_TOP_K, description="How many memories to return.")
+
+
+class MergeMemoryArgs(BaseModel):
+    """Merge two or more memories into one (the sources are deleted)."""
+
+    memory_ids: list[str] = Field(description="The memories to merge, at least two.")
+    strategy: Literal["summarize", "concatenate", "extract_common"] = Field(
+        "concatenate", description="How to build the text when `content` is not given."
+    )
+    content: str | None = Field(None, max_length=MAX_CONTENT_CHARS, description="The merged text, written by you.")
+
+    @field_validator("memory_ids")
+    @classmethod
+    def _two_distinct(cls, ids: list[str]) -> list[str]:
+        if len(set(ids)) < 2:
+            raise ValueError("merge needs at least two different memory ids")
+        if len(set(ids)) != len(ids):
+            raise ValueError("memory_ids lists the same memory twice")
+        return ids
+
+
+class SplitMemoryArgs(BaseModel):
+    """Split a memory that packs several facts into one memory per fact (the source is deleted)."""
+
+    memory_id: str = Field(min_length=1, description="The memory to split.")
+    strategy: Literal["temporal", "thematic", "speaker"] = Field(
+        "thematic", description="Split by time expressions, by topic, or by speaker, when `parts` is not given."
+    )
+    parts: list[str] | None = Field(None, description="The new memories' texts, written by you (two or more).")
+
+    @field_validator("parts")
+    @classmethod
+    def _parts(cls, parts: list[str] | None) -> list[str] | None:
+        if parts is not None and (len(parts) < 2 or any(not p.strip() for p in parts)):
+            raise ValueError("parts must hold two or more non-empty texts")
+        return parts
+
+
+# -- rendering -------------------------------------------------------------------------------------
+
+
+def show(memory: MemoryRecord, score: float | None = None) -> str:
+    """One memory as the model sees it: `[handle] score (date) content`."""
+    date = memory.metadata.get("date")
+    parts = [f"[{memory.key}]"]
+    if score is not None:
+        parts.append(f"{score:.2f}")
+    if date:
+        parts.append(f"({date})")
+    parts.append(memory.content)
+    return " ".join(parts)
+
+
+def cap(text: str) -> str:
+    if len(text) <= MAX_RESULT_CHARS:
+        return text
+    return text[: MAX_RESULT_CHARS - 20].rstrip() + " ... [truncated]"
+
+
+# -- the tools ---------------------------------------------------------------------------------------
+
+
+def search_memory(store: MemoryStore, args: SearchMemoryArgs) -> str:
+    hits = store.search(args.query, args.top_k)
+    if not hits:
+        return "no memories in this bank"
+    return "\n".join(show(hit.memory, hit.score) for hit in hits)
+
+
+def manage_memory(store: MemoryStore, args: ManageMemoryArgs) -> str:
+    if args.action == "create":
+        if args.memory_id:
+            raise ToolError("create makes a new memory: leave memory_id out, or use action=update")
+        memory = store.create(args.content, kind=args.kind or "semantic", metadata={"source": "agent"}, key=new_key())
+        return f"created {show(memory)}"
+    if not args.memory_id:
+        raise ToolError("update needs memory_id: the handle of the memory to rewrite, e.g. f0012")
+    memory = store.update(_known(store, [args.memory_id])[0].key, content=args.content, kind=args.kind)
+    return f"updated {show(memory)}"
+
+
+def delete_memory(store: MemoryStore, args: DeleteMemoryArgs) -> str:
+    memory = _known(store, [args.memory_id])[0]
+    store.delete(memory.key)
+    return f"deleted [{memory.key}]"
+
+
+def sample_memory(store: MemoryStore, args: SampleMemoryArgs) -> str:
+    memories = store.sample(args.strategy, args.k)
+    if not memories:
+        return "no memories in this bank"
+    return "\n".join(show(m) for m in memories)
+
+
+def merge_memory(store: MemoryStore, args: MergeMemoryArgs) -> str:
+    sources = _known(store, args.memory_ids)
+    contents = [m.content for m in sources]
+    if args.content is not None:
+        content = args.content
+    elif args.strategy == "concatenate":
+        content = text_strategies.concatenate(contents)
+    elif args.strategy == "summarize":
+        content = text_strategies.summarize(contents)
+    else:
+        content = text_strategies.extract_common(contents)
+        if content is None:
+            raise ToolError("these memories share no fact: use strategy=concatenate or summarize, or give content")
+    if len(content) > MAX_CONTENT_CHARS:
+        raise ToolError(f"the merged text would have {len(content)} characters (limit {MAX_CONTENT_CHARS}): merge fewer")
+    merged = NewMemory(content, kind=sources[0].kind, metadata=merged_provenance(sources), key=new_key())
+    created = store.replace([m.key for m in sources], [merged])[0]
+    return f"merged {len(sources)} memories into {show(created)}"
+
+
+def split_memory(store: MemoryStore, args: SplitMemoryArgs) -> str:
+    source = _known(store, [args.memory_id])[0]
+    if args.parts is not None:
+        parts = args.parts
+    elif args.strategy == "temporal":
+        parts = text_strategies.split_temporal(source.content)
+    elif args.strategy == "speaker":
+        parts = text_strategies.split_speaker(source.content, _speakers(store, source))
+    else:
+        parts = text_strategies.split_thematic(source.content)
+    if len(parts) < 2:
+        raise ToolError(
+            f"[{source.key}] holds one {args.strategy} unit, nothing to split: try another strategy or give parts"
+        )
+    metadata = {**source.metadata, "source": "split", "split_from": source.key}
+    created = store.replace([source.key], [NewMemory(p, kind=source.kind, metadata=metadata, key=new_key()) for p in parts])
+    return f"split [{source.key}] into:\n" + "\n".join(show(m) for m in created)
+
+
+def merged_provenance(sources: Sequence[MemoryRecord]) -> dict[str, Any]:
+    """Provenance of a merge: dia_ids and sessions unioned in order, the latest date, the sources' keys."""
+    dia_ids = list(dict.fromkeys(d for m in sources for d in m.metadata.get("dia_ids", [])))
+    sessions = sorted({m.metadata["session"] for m in sources if m.metadata.get("session") is not None})
+    dates = sorted(m.metadata["date"] for m in sources if m.metadata.get("date"))
+    speakers = {m.metadata.get("speaker") for m in sources}
+    return {
+        "dia_ids": dia_ids,
+        "sessions": sessions,
+        "session": sessions[0] if sessions else None,
+        "date": dates[-1] if dates else None,
+        "speaker": speakers.pop() if len(speakers) == 1 else None,
+        "source": "merge",
+        "merged_from": [m.key for m in sources],
+    }
+
+
+def _known(store: MemoryStore, ids: Sequence[str]) -> list[MemoryRecord]:
+    try:
+        return store.get_many(list(ids))
+    except MemoryNotFound as exc:
+        raise ToolError(
+            f"unknown memory id {exc.key!r} in this bank: use a handle shown by search_memory or sample_memory"
+        ) from None
+
+
+def _speakers(store: MemoryStore, memory: MemoryRecord) -> list[str]:
+    names = {m.metadata.get("speaker") for m in store.sample("random", 50, seed=0)}
+    names.add(memory.metadata.get("speaker"))
+    return sorted(n for n in names if n)
+
+
+# -- registry ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MemoryTool:
+    name: str
+    args_model: type[BaseModel]
+    fn: Callable[[MemoryStore, Any], str]
+    writes: bool
+
+    @property
+    def description(self) -> str:
+        return (self.args_model.__doc__ or self.name).strip()
+
+    def schema(self) -> dict[str, Any]:
+        """The OpenAI function-calling schema of this tool."""
+        parameters = self.args_model.model_json_schema()
+        parameters.pop("title", None)
+        parameters.pop("description", None)
+        for prop in parameters.get("properties", {}).values():
+            prop.pop("title", None)
+            # `X | None` -> plain X (not required): the flat form verl's and most servers' parsers expect.
+            options = prop.pop("anyOf", None)
+            if options:
+                prop.update(next(o for o in options if o.get("type") != "null"))
+                if prop.get("default", ...) is None:
+                    del prop["default"]
+        return {"type": "function", "function": {"name": self.name, "description": self.description, "parameters": parameters}}
+
+
+MEMORY_TOOLS: dict[str, MemoryTool] = {
+    tool.name: tool
+    for tool in (
+        MemoryTool("search_memory", SearchMemoryArgs, search_memory, writes=False),
+        MemoryTool("manage_memory", ManageMemoryArgs, manage_memory, writes=True),
+        MemoryTool("delete_memory", DeleteMemoryArgs, delete_memory, writes=True),
+        MemoryTool("sample_memory", SampleMemoryArgs, sample_memory, writes=False),
+        MemoryTool("merge_memory", MergeMemoryArgs, merge_memory, writes=True),
+        MemoryTool("split_memory", SplitMemoryArgs, split_memory, writes=True),
+    )
+}
+
+
+def tool_schemas() -> list[dict[str, Any]]:
+    """The OpenAI function schemas of all six tools, in a fixed order."""
+    return [tool.schema() for tool in MEMORY_TOOLS.values()]
+
+
+@dataclass(frozen=True)
+class ToolResult:
+    text: str
+    ok: bool
+    name: str
+
+
+def run_tool(store: MemoryStore, name: str, arguments: dict[str, Any] | str | None) -> ToolResult:
+    """Validate `arguments` and run tool `name` on `store`; bad calls return `ok=False` and change nothing."""
+    tool = MEMORY_TOOLS.get(name)
+    if tool is None:
+        return ToolResult(f"error: unknown tool {name!r}; the tools are {', '.join(MEMORY_TOOLS)}", False, name)
+    try:
+        args = (
+            tool.args_model.model_validate_json(arguments)
+            if isinstance(arguments, str)
+            else tool.args_model.model_validate(arguments or {})
+        )
+        return ToolResult(cap(tool.fn(store, args)), True, name)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'arguments'}: {e['msg']}" for e in exc.errors())
+        return ToolResult(f"error: bad arguments for {name}: {problems}", False, name)
+    except (ToolError, MemupdateError) as exc:
+        return ToolResult(f"error: {exc}", False, name)
+
+
+async def arun_tool(store: MemoryStore, name: str, arguments: dict[str, Any] | str | None) -> ToolResult:
+    """Async twin of `run_tool` (verl's tools are async): runs on a worker thread."""
+    import asyncio
+
+    return await asyncio.to_thread(run_tool, store, name, arguments)
