@@ -117,16 +117,7 @@ def resolve_relative(expression: str, session_day: date, *, future: bool = False
         return _ago(m["num"].lower(), m["unit"].lower(), day)
     if m["wkend"]:
         which = " ".join((m["wkw"] or "").lower().split())
-        if which in ("last", "this past", "the past") or (m["wkon"] and not future):
-            sunday = day - timedelta(days=(day.weekday() - 6) % 7 or 7)  # last Sunday before today
-            saturday = sunday - timedelta(days=1)
-            if m["wkon"] and day.weekday() == 6:
-                saturday = day - timedelta(days=1)  # said on a Sunday, "over the weekend" is this one
-        elif which in ("next", "coming", "this coming"):
-            saturday = day + timedelta(days=(5 - day.weekday()) % 7 or 7)  # first Saturday after today
-        else:  # "this weekend" / "on the weekend" in plans: the current one, or the coming one on weekdays
-            saturday = day - timedelta(days=1) if day.weekday() == 6 else day + timedelta(days=(5 - day.weekday()) % 7)
-        return "the weekend of " + _weekend(saturday)
+        return "the weekend of " + _weekend(_weekend_saturday(which, bool(m["wkon"]), future, day))
     if m["span"]:
         step = _step(m["spw"])
         if m["spu"].lower() == "week":
@@ -184,6 +175,7 @@ def _is_future(text: str, start: int, end: int) -> bool:
 
 
 def _ago(num: str, unit: str, day: date) -> str:
+    """ "<num> <unit>s ago": a day, "around" a day or month, a weekend or a year; approximate counts say "around"."""
     num = " ".join(num.split())
     approximate = num in APPROXIMATE
     n = APPROXIMATE.get(num) or NUMBER_WORDS.get(num) or int(num)
@@ -193,11 +185,27 @@ def _ago(num: str, unit: str, day: date) -> str:
     if unit == "week":
         return "around " + format_day(day - timedelta(weeks=n))
     if unit == "weekend":
-        sunday = day - timedelta(days=(day.weekday() - 6) % 7 or 7)
-        return "the weekend of " + _weekend(sunday - timedelta(days=1 + 7 * (n - 1)))
+        return "the weekend of " + _weekend(_last_sunday(day) - timedelta(days=1 + 7 * (n - 1)))
     if unit == "month":
         return "around " + _month_name(*_add_months(day, -n))
     return around + str(day.year - n)
+
+
+def _last_sunday(day: date) -> date:
+    """The last Sunday before ``day``: the end of the last weekend wholly past."""
+    return day - timedelta(days=(day.weekday() - 6) % 7 or 7)
+
+
+def _weekend_saturday(which: str, loose: bool, future: bool, day: date) -> date:
+    """Saturday of the weekend meant by "<which> weekend" (or "on/over the weekend" when ``loose``)."""
+    ahead = (5 - day.weekday()) % 7  # days to the coming Saturday, 0 on a Saturday
+    if which in ("next", "coming", "this coming"):
+        return day + timedelta(days=ahead or 7)
+    if which == "this" or (loose and future):  # the current weekend, or the coming one on weekdays
+        return day - timedelta(days=1) if day.weekday() == 6 else day + timedelta(days=ahead)
+    if loose and day.weekday() == 6:
+        return day - timedelta(days=1)  # "over the weekend" said on a Sunday: this one
+    return _last_sunday(day) - timedelta(days=1)  # last / this past weekend
 
 
 def _step(which: str) -> int:
@@ -216,7 +224,7 @@ def _month_name(year: int, month: int) -> str:
 
 
 def _weekend(saturday: date) -> str:
-    """"29-30 April 2023", "30 September-1 October 2023" or "31 December 2022-1 January 2023"."""
+    """ "29-30 April 2023", "30 September-1 October 2023" or "31 December 2022-1 January 2023"."""
     sunday = saturday + timedelta(days=1)
     if saturday.year != sunday.year:
         return f"{format_day(saturday)}-{format_day(sunday)}"

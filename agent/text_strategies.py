@@ -68,7 +68,8 @@ _REGULAR = """love like enjoy want plan hope need try start finish join attend a
     encourage appreciate celebrate describe explain mention ask offer suggest recommend show include remind own
     live stay call collect cook bake watch learn sign move value believe listen talk walk explore open organize
     return enter pass miss plant prepare dance perform post change improve raise save train compete check wish
-    hate prefer sprain injure marry graduate study apply struggle manage host design launch earn expect""".split()
+    hate prefer sprain injure marry graduate study apply struggle manage host design launch earn expect hide
+    nap sail relax rescue""".split()
 _IRREGULAR = """goes went runs ran gets got makes made takes took finds found buys bought gives gave sees saw meets
     met feels felt begins began keeps kept holds held wins won loses lost spends spent thinks thought brings
     brought teaches taught tells told says said sells sold grows grew builds built wears wore writes wrote breaks
@@ -80,12 +81,15 @@ FINITE_VERBS = frozenset(
     + [base[:-1] + end for base in _REGULAR if base.endswith("y") for end in ("ies", "ied")]
 )
 _SUBJECT_PRONOUNS = frozenset("he she i we you".split())  # not they/it: they rarely mean the named person
+_PRONOUNS = _SUBJECT_PRONOUNS | frozenset("they it his her their its".split())
 _DETERMINERS = frozenset("his her their my our its the a an this".split())
 _OBJECT_STARTS = _DETERMINERS | frozenset("him them it".split())  # "adopted a dog" but not "excited to"
 _DANGLING = frozenset("he she they we i and but or".split())
 _BASE_FORMS = frozenset("do have be been being".split())  # "... to get attention and do more ads"
 _SUBORDINATORS = frozenset("who whom whose which that where when because if while since".split())
-_NOT_NAMES = STOPWORDS | {w.lower() for w in MONTHS + WEEKDAYS} | {"yesterday", "today", "tonight", "last", "next"}
+_NOT_NAMES = (
+    STOPWORDS | {w.lower() for w in MONTHS + WEEKDAYS} | {"yesterday", "today", "tonight", "last", "next"}
+)
 
 _WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
 _BOUNDARY = re.compile(r"[.!?]+[\"'”’)\]]*\s+|\s*\n\s*")
@@ -94,7 +98,8 @@ _CLAUSE_SEP = re.compile(
     r";\s+|,?\s+and\s+also\s+|,\s+and\s+|,?\s+but\s+|,\s+while\s+|,\s+whereas\s+|\s+and\s+", re.IGNORECASE
 )
 
-Unit = tuple[str, str, tuple[str | None, str] | None]  # (separator before it, clause, (name, phrase) of its sentence)
+# A clause: (separator before it, its text, (name, phrase) of the subject of its sentence or None).
+Unit = tuple[str, str, tuple[str | None, str] | None]
 
 
 def content_words(text: str) -> set[str]:
@@ -149,7 +154,12 @@ def extract_common(contents: Sequence[str]) -> str | None:
         (s, words)
         for i, memory in enumerate(memories)
         for s, words in memory
-        if any(jaccard(words, w) >= COMMON_JACCARD for j, other in enumerate(memories) if j != i for _, w in other)
+        if any(
+            jaccard(words, w) >= COMMON_JACCARD
+            for j, other in enumerate(memories)
+            if j != i
+            for _, w in other
+        )
     ]
     kept = _collapse(common, COMMON_JACCARD)
     return " ".join(_terminated(s) for s, _ in kept) or None
@@ -188,11 +198,11 @@ def split_thematic(content: str) -> list[str]:
     from their sentence's first name ("is allergic ..." -> "Nadia is allergic ...", "his band" -> "Owen's
     band") and end with a period. Every content word of ``content`` is in some part.
     """
-    units = _units(content)
     groups: list[list[Unit]] = []
-    for unit in units:
-        names = content_words(unit[2][0] or "" if unit[2] else "")
-        if groups and jaccard(content_words(groups[-1][-1][1]) - names, content_words(unit[1]) - names) >= TOPIC_JACCARD:
+    for unit in _units(content):
+        names = content_words(unit[2][0] or "") if unit[2] else set()  # the shared subject says nothing
+        previous = content_words(groups[-1][-1][1]) - names if groups else set()
+        if groups and jaccard(previous, content_words(unit[1]) - names) >= TOPIC_JACCARD:
             groups[-1].append(unit)
         else:
             groups.append([unit])
@@ -233,7 +243,9 @@ def split_speaker(content: str, speakers: Sequence[str]) -> list[str]:
     for i in range(1, len(units) + 1):
         if i == len(units) or owners[i] != owners[start]:
             subject = (owners[start], owners[start]) if owners[start] else None
-            runs.setdefault(owners[start], []).append(_finish(_joined(units[start:i]), subject, repair=start > 0))
+            runs.setdefault(owners[start], []).append(
+                _finish(_joined(units[start:i]), subject, repair=start > 0)
+            )
             start = i
     return [" ".join(texts) for texts in runs.values()]
 
@@ -348,7 +360,10 @@ def _units(content: str) -> list[Unit]:
                 clauses.append((sep, left))
                 sep, start = m.group(), m.end()
         clauses.append((sep, sentence[start:]))
-        subject = _subject(clauses[0][1]) or fallback
+        opening = clauses[0][1].split()[0].lower()
+        # a sentence opening with a pronoun ("She withdrew from the Riverside Half Marathon") is about the
+        # memory's first subject, usually its speaker
+        subject = (None if opening in _PRONOUNS else _subject(clauses[0][1])) or fallback
         fallback = fallback or subject
         units += [(s, text, subject) for s, text in clauses]
     return units

@@ -6,9 +6,10 @@ import datetime
 import json
 from pathlib import Path
 
-import memupdate.rl
 import pytest
 from locomo_fixtures import locomo_dev_file_fixture, locomo_dev_path  # noqa: F401  (fixture `locomo_dev_file`)
+
+import memupdate.rl
 from memupdate.rl.locomo import (
     ADVERSARIAL,
     CATEGORY_NAMES,

@@ -15,10 +15,11 @@ import pytest
 import torch
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
 from langchain_core.tools import tool
+from tiny_checkpoint import build_tiny_checkpoint
+
 from memupdate.agent.policies import hermes
 from memupdate.agent.policies.hermes import parse_tool_calls
 from memupdate.agent.policies.hf import HuggingFaceChatModel
-from tiny_checkpoint import build_tiny_checkpoint
 
 
 @pytest.fixture(scope="session")
