@@ -361,7 +361,9 @@ def tools_schema(as_yaml: bool = typer.Option(False, "--yaml", help="Print verl'
 def demo(
     locomo: Path | None = typer.Option(None, "--locomo", help="Use this LoCoMo file instead of the shipped sample."),
     conversations: str | None = CONVERSATIONS_OPTION,
-    questions: int = typer.Option(8, "--questions", help="Questions per conversation."),
+    questions: int | None = typer.Option(
+        None, "--questions", help="Questions per conversation (default: all of the sample, 8 of a LoCoMo file)."
+    ),
     url: str | None = URL_OPTION,
 ) -> None:
     """The main job: start the embedded database, migrate, load a conversation, let the heuristic
@@ -371,8 +373,9 @@ def demo(
     from memupdate.rl.locomo import load_sample
 
     chosen = load_conversations(locomo, conversations) if locomo else load_sample()
-    if locomo and not conversations:
-        chosen = chosen[:1]
+    if locomo:
+        chosen = chosen if conversations else chosen[:1]
+        questions = questions or 8
     store = open_store(url)
     console.print(f"database: {store.engine.url.render_as_string(hide_password=True)}")
     policy = make_policy("heuristic", store)

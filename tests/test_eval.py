@@ -7,6 +7,7 @@ import json
 
 import pyarrow.parquet as pq
 import pytest
+from locomo_fixtures import locomo_dev_file_fixture  # noqa: F401  (fixture `locomo_dev_file`)
 from typer.testing import CliRunner
 
 from memupdate.agent.policies.heuristic import HeuristicPolicy
@@ -16,7 +17,6 @@ from memupdate.rl.ingest import ingest_conversation
 from memupdate.rl.locomo import load_locomo, load_sample
 from memupdate.rl.preprocess import preprocess
 from memupdate.store import MemoryStore
-from locomo_fixtures import locomo_dev_file_fixture  # noqa: F401  (fixture `locomo_dev_file`)
 
 runner = CliRunner()
 REPORT_KEYS = {"policy", "mode", "conversations", "questions", "before", "after", "reward_mean", "memories"}
