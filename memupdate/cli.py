@@ -288,6 +288,9 @@ def agent_run(
     base_url: str | None = BASE_URL_OPTION,
     api_key: str | None = API_KEY_OPTION,
     fork: bool = typer.Option(True, "--fork/--in-place", help="Edit a fork (kept for inspection) or the bank itself."),
+    checkpoint: bool = typer.Option(
+        False, "--checkpoint", help="Keep the graph's state in LangGraph's Postgres checkpointer (same database)."
+    ),
     seed: int = typer.Option(0, "--seed"),
     url: str | None = URL_OPTION,
 ) -> None:
@@ -311,7 +314,16 @@ def agent_run(
     probe = [_Probe(question, answer)] if question and answer else []
     before = score_questions(bank, probe)[0].qa_score if probe else None
     count_before = target.count()
-    result = run_episode(chat_model, target, question)
+    if checkpoint:
+        from langgraph.checkpoint.postgres import PostgresSaver
+
+        conninfo = root.engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
+        with PostgresSaver.from_conn_string(conninfo) as saver:
+            saver.setup()
+            result = run_episode(chat_model, target, question, checkpointer=saver, thread_id=target.path)
+        console.print(f"graph state checkpointed under thread_id {target.path!r}")
+    else:
+        result = run_episode(chat_model, target, question)
     for message in result.messages[2:]:
         if isinstance(message, AIMessage):
             for call in message.tool_calls:

@@ -162,3 +162,17 @@ def test_eval_and_agent_commands(root: MemoryStore, database_url, tmp_path) -> N
     assert "> search_memory" in run.output and "QA proxy for the question:" in run.output
     missing = runner.invoke(app, ["agent", "run", "--namespace", "locomo/nothing-here", "--url", database_url])
     assert missing.exit_code == 2 and "holds no memories" in missing.output
+
+
+def test_agent_run_can_checkpoint_the_graph_in_postgres(root: MemoryStore, database_url) -> None:
+    from langgraph.checkpoint.postgres import PostgresSaver
+    from sqlalchemy.engine import make_url
+
+    result = runner.invoke(app, ["agent", "run", "--namespace", "locomo/sample-1", "--url", database_url,
+                                 "--question", "Where does Owen teach?", "--checkpoint"])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    thread = result.output.split("thread_id '")[1].split("'")[0]
+    conninfo = make_url(database_url).set(drivername="postgresql").render_as_string(hide_password=False)
+    with PostgresSaver.from_conn_string(conninfo) as saver:
+        state = saver.get_tuple({"configurable": {"thread_id": thread}})
+    assert state is not None and state.checkpoint["channel_values"]["namespace"] == thread
