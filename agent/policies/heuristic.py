@@ -14,7 +14,8 @@ default. The rules:
 2. anchor relative time ("yesterday", "two weekends ago") to absolute dates from the memory's date;
 3. merge near-duplicates (same content words), keeping the most informative wording;
 4. split memories that pack several unrelated facts.
-Within the operation budget, edits to memories relevant to the question come first.
+With a target question, only memories retrieval could bring to it are edited (each edit costs
+memory efficiency); without one, the budget goes first to memories with relative time.
 """
 
 from __future__ import annotations
@@ -104,15 +105,16 @@ class HeuristicPolicy(BaseChatModel):
                 keys, content = digest
                 calls.append(("merge_memory", {"memory_ids": keys, "content": content}))
                 touched.update(keys)
+            # Only memories retrieval could bring to this question: every further edit costs efficiency.
             relevant = {hit.memory.key for hit in bank.search(question, 10)} | set(_lexical_top(memories, question, 10))
-            order = sorted(memories, key=lambda m: m.key not in relevant)  # question-relevant memories first
+            order = [m for m in memories if m.key in relevant]
         else:
             calls.append(("sample_memory", {"strategy": "diverse", "k": 10}))
             order = list(memories)
             random.Random(self.seed).shuffle(order)  # seedable: which memories a small budget reaches
             order.sort(key=lambda m: not has_relative_time(m.content))
         calls += self._anchors(order, touched)
-        calls += self._merges(memories, touched)
+        calls += self._merges(order, touched)
         calls += self._splits(order, touched)
         return calls[:budget]
 
