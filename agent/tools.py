@@ -312,6 +312,25 @@ def run_tool(store: MemoryStore, name: str, arguments: dict[str, Any] | str | No
         return ToolResult(f"error: {exc}", False, name)
 
 
+def langchain_tools(store: MemoryStore) -> list:
+    """The six tools as LangChain `StructuredTool`s bound to `store` (for `create_react_agent` or any
+    LangChain agent); same argument models, same functions, same error results as `run_tool`."""
+    from langchain_core.tools import StructuredTool
+
+    def make(tool: MemoryTool) -> StructuredTool:
+        def call(**arguments: Any) -> str:
+            return run_tool(store, tool.name, arguments).text
+
+        async def acall(**arguments: Any) -> str:
+            return (await arun_tool(store, tool.name, arguments)).text
+
+        return StructuredTool.from_function(
+            func=call, coroutine=acall, name=tool.name, description=tool.description, args_schema=tool.args_model
+        )
+
+    return [make(tool) for tool in MEMORY_TOOLS.values()]
+
+
 async def arun_tool(store: MemoryStore, name: str, arguments: dict[str, Any] | str | None) -> ToolResult:
     """Async twin of `run_tool` (verl's tools are async): runs on a worker thread."""
     import asyncio

@@ -215,6 +215,9 @@ def eval_command(
     max_questions: int | None = typer.Option(None, "--max-questions", help="Per conversation, for quick runs."),
     max_operations: int | None = typer.Option(None, "--max-operations", help="Tool calls per episode (default 30)."),
     include_adversarial: bool = typer.Option(False, "--include-adversarial", help="Score category 5 too."),
+    generalization: int = typer.Option(
+        0, "--generalization", help="Targeted: also reward N other questions of the conversation."
+    ),
     seed: int = typer.Option(0, "--seed"),
     json_out: Path | None = typer.Option(None, "--json", help="Write the report as JSON here."),
     plot: Path | None = typer.Option(None, "--plot", help="Write before/after bars per category (PNG)."),
@@ -232,7 +235,11 @@ def eval_command(
         policy, store, model=model, base_url=base_url, api_key=api_key, seed=seed, max_operations=max_operations
     )
     config = EvalConfig(
-        mode=mode, include_adversarial=include_adversarial, max_questions=max_questions, max_operations=max_operations
+        mode=mode,
+        include_adversarial=include_adversarial,
+        max_questions=max_questions,
+        max_operations=max_operations,
+        generalization=generalization,
     )
     with progress_bar(f"eval {policy} ({mode})") as bar:
         task = bar.add_task("eval", total=None)

@@ -14,6 +14,7 @@ The base namespace is never written; each conversation is ingested first if it i
 
 from __future__ import annotations
 
+import random
 import time
 import uuid
 from collections import Counter, defaultdict
@@ -27,7 +28,7 @@ from memupdate.agent.graph import run_episode
 from memupdate.rl.ingest import base_namespace, ingest_conversation
 from memupdate.rl.locomo import ADVERSARIAL, CATEGORY_NAMES, Conversation, QAItem
 from memupdate.rl.qa_proxy import QAScore, score_questions
-from memupdate.rl.reward import RewardConfig, combine, memory_efficiency
+from memupdate.rl.reward import RewardConfig, combine, mean_qa, memory_efficiency
 from memupdate.store import MemoryStore
 
 Mode = Literal["targeted", "blind"]
@@ -42,6 +43,9 @@ class EvalConfig:
     max_turns: int | None = None
     max_operations: int | None = None
     keep_forks: bool = False
+    # Targeted mode: also score N other questions of the conversation in the reward, so memory that
+    # helps future questions is rewarded, not only memory for the question the policy saw.
+    generalization: int = 0
 
 
 def trajectory_id(sample_id: str, qa_index: int | str) -> str:
@@ -96,9 +100,12 @@ def evaluate(
             if progress:
                 progress(done, total)
             continue
-        for qa, score in zip(questions, before, strict=True):
+        for index, (qa, score) in enumerate(zip(questions, before, strict=True)):
+            others = [i for i in range(len(questions)) if i != index]
+            held = random.Random(qa.index).sample(others, min(config.generalization, len(others)))
+            extra = [(questions[i], before[i]) for i in held]
             try:
-                rows.append(_targeted(base, conversation, qa, score, policy, config, tool_counts))
+                rows.append(_targeted(base, conversation, qa, score, extra, policy, config, tool_counts))
             except Exception as exc:  # one bad question must not end a long evaluation
                 errors.append({"sample_id": conversation.sample_id, "qa_index": qa.index, "error": f"{type(exc).__name__}: {exc}"})
             done += 1
@@ -112,10 +119,12 @@ def _targeted(
     conversation: Conversation,
     qa: QAItem,
     before: QAScore,
+    extra: list[tuple[QAItem, QAScore]],
     policy: BaseChatModel | None,
     config: EvalConfig,
     tool_counts: Counter,
 ) -> dict[str, Any]:
+    """One question: fork, edit with the question visible, score it (and the `extra` questions), drop."""
     trajectory = trajectory_id(conversation.sample_id, qa.index)
     fork = base.fork(trajectory_namespace(conversation.sample_id, trajectory), episode=trajectory)
     try:
@@ -124,12 +133,17 @@ def _targeted(
                 policy, fork, qa.question, max_turns=config.max_turns, max_operations=config.max_operations
             )
             tool_counts.update(episode.tool_counts)
-        after = score_questions(fork, [qa], top_k=config.reward.top_k, word_budget=config.reward.word_budget)[0]
+        scored = [qa] + [q for q, _ in extra]
+        after = score_questions(fork, scored, top_k=config.reward.top_k, word_budget=config.reward.word_budget)
         efficiency = memory_efficiency(base.snapshot(), fork.snapshot(), config.reward)
     finally:
         if not config.keep_forks:
             fork.drop()
-    return _row(conversation, qa, before, after, efficiency)
+    row = _row(conversation, qa, before, after[0], efficiency)
+    if extra:
+        delta = mean_qa(after) - mean_qa([before] + [score for _, score in extra])
+        row["reward"] = combine(delta, efficiency.value)
+    return row
 
 
 def _blind(

@@ -176,3 +176,17 @@ def test_agent_run_can_checkpoint_the_graph_in_postgres(root: MemoryStore, datab
     with PostgresSaver.from_conn_string(conninfo) as saver:
         state = saver.get_tuple({"configurable": {"thread_id": thread}})
     assert state is not None and state.checkpoint["channel_values"]["namespace"] == thread
+
+
+def test_generalization_rewards_other_questions_too(root: MemoryStore, sample) -> None:
+    """With N other questions in the reward, a no-op still scores 0 and the heuristic's reward changes."""
+    try:
+        none = evaluate(root, [sample], None, EvalConfig(generalization=3))
+        assert none["reward_mean"] == 0.0
+        policy = HeuristicPolicy(store=root)
+        alone = evaluate(root, [sample], policy, EvalConfig(max_questions=6))
+        wider = evaluate(root, [sample], policy, EvalConfig(max_questions=6, generalization=3))
+        assert wider["after"] == alone["after"], "the per-question scores are the target question's"
+        assert wider["reward_mean"] != alone["reward_mean"]
+    finally:
+        drop_base(root, sample.sample_id)

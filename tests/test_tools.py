@@ -183,3 +183,13 @@ def test_tool_yaml_matches_the_argument_models() -> None:
     schemas = [tool["tool_schema"] for tool in config["tools"]]
     assert schemas == tool_schemas()
     assert [s["function"]["name"] for s in schemas] == list(MEMORY_TOOLS)
+
+
+async def test_langchain_tools_wrap_the_same_functions(bank: MemoryStore) -> None:
+    from memupdate.agent.tools import langchain_tools
+
+    tools = {tool.name: tool for tool in langchain_tools(bank)}
+    assert list(tools) == list(MEMORY_TOOLS)
+    assert tools["search_memory"].invoke({"query": "sailboat", "top_k": 1}).startswith("[f0002]")
+    assert tools["delete_memory"].invoke({"memory_id": "nope"}).startswith("error: unknown memory id")
+    assert (await tools["sample_memory"].ainvoke({"k": 2})).count("\n") == 1
