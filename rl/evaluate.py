@@ -29,7 +29,7 @@ from memupdate.rl.ingest import base_namespace, ingest_conversation
 from memupdate.rl.locomo import ADVERSARIAL, CATEGORY_NAMES, Conversation, QAItem
 from memupdate.rl.qa_proxy import QAScore, score_questions
 from memupdate.rl.reward import RewardConfig, combine, mean_qa, memory_efficiency
-from memupdate.store import MemoryStore
+from memupdate.store import MemoryRecord, MemoryStore
 
 Mode = Literal["targeted", "blind"]
 
@@ -94,8 +94,9 @@ def evaluate(
             errors.append({"sample_id": conversation.sample_id, "error": "conversation has no facts to remember"})
             continue
         before = score_questions(base, questions, top_k=config.reward.top_k, word_budget=config.reward.word_budget)
+        base_snapshot = base.snapshot()  # the base is never written, so once per conversation
         if config.mode == "blind":
-            rows += _blind(base, conversation, questions, before, policy, config, tool_counts, errors)
+            rows += _blind(base, base_snapshot, conversation, questions, before, policy, config, tool_counts, errors)
             done += len(questions)
             if progress:
                 progress(done, total)
@@ -105,7 +106,7 @@ def evaluate(
             held = random.Random(qa.index).sample(others, min(config.generalization, len(others)))
             extra = [(questions[i], before[i]) for i in held]
             try:
-                rows.append(_targeted(base, conversation, qa, score, extra, policy, config, tool_counts))
+                rows.append(_targeted(base, base_snapshot, conversation, qa, score, extra, policy, config, tool_counts))
             except Exception as exc:  # one bad question must not end a long evaluation
                 errors.append({"sample_id": conversation.sample_id, "qa_index": qa.index, "error": f"{type(exc).__name__}: {exc}"})
             done += 1
@@ -116,6 +117,7 @@ def evaluate(
 
 def _targeted(
     base: MemoryStore,
+    base_snapshot: dict[str, MemoryRecord],
     conversation: Conversation,
     qa: QAItem,
     before: QAScore,
@@ -135,7 +137,7 @@ def _targeted(
             tool_counts.update(episode.tool_counts)
         scored = [qa] + [q for q, _ in extra]
         after = score_questions(fork, scored, top_k=config.reward.top_k, word_budget=config.reward.word_budget)
-        efficiency = memory_efficiency(base.snapshot(), fork.snapshot(), config.reward)
+        efficiency = memory_efficiency(base_snapshot, fork.snapshot(), config.reward)
     finally:
         if not config.keep_forks:
             fork.drop()
@@ -148,6 +150,7 @@ def _targeted(
 
 def _blind(
     base: MemoryStore,
+    base_snapshot: dict[str, MemoryRecord],
     conversation: Conversation,
     questions: list[QAItem],
     before: list[QAScore],
@@ -166,7 +169,7 @@ def _blind(
             except Exception as exc:  # score what the policy managed before it failed
                 errors.append({"sample_id": conversation.sample_id, "error": f"episode failed: {type(exc).__name__}: {exc}"})
         after = score_questions(fork, questions, top_k=config.reward.top_k, word_budget=config.reward.word_budget)
-        efficiency = memory_efficiency(base.snapshot(), fork.snapshot(), config.reward)
+        efficiency = memory_efficiency(base_snapshot, fork.snapshot(), config.reward)
     finally:
         if not config.keep_forks:
             fork.drop()

@@ -117,10 +117,12 @@ def compute_reward(
     config: RewardConfig = RewardConfig(),
     *,
     base_scores: Sequence[QAScore] | None = None,
+    base_snapshot: dict[str, MemoryRecord] | None = None,
 ) -> RewardBreakdown:
     """Score the edited `fork` against the untouched `base` on `questions`.
 
-    Pass `base_scores` (from `score_questions(base, questions)`) when scoring many forks of one base.
+    When scoring many forks of one base, pass `base_scores` (`score_questions(base, questions)`) and
+    `base_snapshot` (`base.snapshot()`), computed once: the base is never written during an episode.
     """
     if not questions:
         raise ValueError("compute_reward needs at least one question with an answer")
@@ -129,7 +131,7 @@ def compute_reward(
     fork_scores = score_questions(fork, questions, top_k=config.top_k, word_budget=config.word_budget)
     qa_before, qa_after = mean_qa(base_scores), mean_qa(fork_scores)
     delta = qa_after - qa_before
-    efficiency = memory_efficiency(base.snapshot(), fork.snapshot(), config)
+    efficiency = memory_efficiency(base_snapshot or base.snapshot(), fork.snapshot(), config)
     return RewardBreakdown(
         reward=combine(delta, efficiency.value),
         performance_delta=delta,

@@ -257,14 +257,16 @@ class MemoryStore:
                     .limit(k)
                 )
                 return [self._record(row) for row in rows]
-            columns = (*RECORD_COLUMNS, memories.c.embedding) if strategy == "diverse" else RECORD_COLUMNS
+            # vector_send: pgvector's binary form, ~10x cheaper to read than the text form of 200 vectors.
+            vectors = func.vector_send(memories.c.embedding).label("vector")
+            columns = (*RECORD_COLUMNS, vectors) if strategy == "diverse" else RECORD_COLUMNS
             rows = conn.execute(select(*columns).where(where).order_by(memories.c.key)).all()
         rng = random.Random(seed)
         if strategy == "random" or len(rows) <= k:
             picked = rng.sample(range(len(rows)), min(k, len(rows)))
         else:
-            vectors = [np.zeros(self.column_dims) if row.embedding is None else row.embedding for row in rows]
-            picked = _farthest_points(np.asarray(vectors, dtype=np.float32), k, rng.randrange(len(rows)))
+            matrix = np.stack([_from_vector_send(row.vector, self.column_dims) for row in rows])
+            picked = _farthest_points(matrix, k, rng.randrange(len(rows)))
         return [self._record(rows[i]) for i in picked]
 
     def snapshot(self) -> dict[str, MemoryRecord]:
@@ -507,6 +509,13 @@ def _check_content(content: str) -> None:
 def _check_kind(kind: str) -> None:
     if kind not in MEMORY_KINDS:
         raise InvalidMemory(f"memory kind {kind!r} is not one of {', '.join(MEMORY_KINDS)}")
+
+
+def _from_vector_send(data: bytes | None, dims: int) -> np.ndarray:
+    """Decode pgvector's binary form (int16 dims, int16 unused, then big-endian float4s)."""
+    if data is None:
+        return np.zeros(dims, dtype=np.float32)
+    return np.frombuffer(data, dtype=">f4", offset=4).astype(np.float32)
 
 
 def _farthest_points(matrix: np.ndarray, k: int, start: int) -> list[int]:

@@ -210,3 +210,12 @@ async def test_async_api(store: MemoryStore) -> None:
     await fork.adrop()
     with pytest.raises(MemoryNotFound):
         await store.aget("missing")
+
+
+def test_diverse_sample_spreads_over_topics(store: MemoryStore) -> None:
+    dog = ["Caroline walks her dog every morning", "Caroline's dog loves morning walks",
+           "Every morning Caroline takes her dog for a walk", "Caroline and her dog walk each morning"]  # fmt: skip
+    store.create_many([NewMemory(t) for t in [*dog, "Melanie ran a marathon in Boston", "The stock market fell sharply"]])
+    for seed in range(4):
+        picked = [m.content for m in store.sample("diverse", 3, seed=seed)]
+        assert sum(p in dog for p in picked) == 1, picked
