@@ -1,0 +1,58 @@
+"""The heuristic policy's plans on the shipped sample conversation (real database and embeddings)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from memupdate.agent.graph import run_episode
+from memupdate.agent.policies.heuristic import HeuristicPolicy, anchored
+from memupdate.rl.ingest import ingest_conversation
+from memupdate.rl.locomo import load_sample
+from memupdate.store import MemoryStore
+
+
+@pytest.fixture
+def base(store: MemoryStore):
+    conversation = replace(load_sample()[0], sample_id=f"sample-{store.namespace[-1]}")
+    base = ingest_conversation(store, conversation)
+    yield base
+    for ns in store.list_namespaces(prefix=base.namespace):
+        store.scoped(ns).drop()
+
+
+def test_targeted_plan_searches_consolidates_and_anchors(base: MemoryStore) -> None:
+    plan = HeuristicPolicy(store=base).plan(base, "When did Nadia run the half marathon?")
+    names = [name for name, _ in plan]
+    assert names[0] == "search_memory" and "merge_memory" in names and "manage_memory" in names
+    assert "split_memory" not in names, "splitting is off by default"
+    assert len(plan) <= 30
+    touched = [k for name, args in plan for k in args.get("memory_ids", [args.get("memory_id")]) if k]
+    assert len(touched) == len(set(touched)), "no step touches a memory an earlier step changed"
+
+
+def test_blind_plan_is_seedable_and_anchors_first(base: MemoryStore) -> None:
+    policy = HeuristicPolicy(store=base, max_operations=6, seed=1)
+    plan = policy.plan(base, None)
+    assert plan == HeuristicPolicy(store=base, max_operations=6, seed=1).plan(base, None)
+    assert len(plan) == 6 and plan[0][0] == "sample_memory"
+    for name, args in plan[1:]:
+        assert name == "manage_memory" and "(" in args["content"], "relative dates anchored first"
+
+
+def test_split_packed_splits_through_the_tool(base: MemoryStore) -> None:
+    policy = HeuristicPolicy(store=base, split_packed=True, max_operations=60)
+    splits = [args for name, args in policy.plan(base, None) if name == "split_memory"]
+    assert splits and all(len(args["parts"]) >= 2 for args in splits)
+    fork = base.fork((*base.namespace, "traj", "split"))
+    result = run_episode(policy, fork, max_operations=60)
+    assert result.tool_counts["split_memory"] == len(splits) and result.failed_calls == 0
+    assert fork.count() > base.count() - result.tool_counts["merge_memory"]
+
+
+def test_anchored_uses_the_memory_date(base: MemoryStore) -> None:
+    relative = next(m for m in base.list() if "yesterday" in m.content.lower())
+    text = anchored(relative)
+    assert text != relative.content and "2024" in text
+    assert anchored(replace(relative, metadata={})) == relative.content
