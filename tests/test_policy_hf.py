@@ -215,3 +215,20 @@ def test_invalid_calls_become_invalid_tool_call_dicts():
 def test_format_round_trips():
     text, calls, _ = parse_tool_calls(hermes.format_tool_call("delete_memory", {"memory_id": 1, "why": "é"}))
     assert [(c["name"], c["args"]) for c in calls] == [("delete_memory", {"memory_id": 1, "why": "é"})]
+
+
+def test_checkpoint_drives_the_memory_graph(policy, store, monkeypatch):
+    """A loaded checkpoint runs in the graph against a live bank: here its (scripted) Hermes output
+    calls a real tool, then stops; the random-weight model itself cannot be expected to call one."""
+    from memupdate.agent.graph import run_episode
+
+    store.create("Ann moved to Berlin in 2021.", key="f0000")
+    replies = iter(['<tool_call>{"name": "search_memory", "arguments": {"query": "Berlin"}}</tool_call>', "Done."])
+    monkeypatch.setattr(policy.tokenizer, "decode", lambda *a, **k: next(replies))
+    result = run_episode(policy, store, question="Where does Ann live?")
+    assert result.stop_reason == "model_stopped" and result.tool_counts == {"search_memory": 1}
+    assert "[f0000]" in result.messages[3].content
+    from memupdate.agent.tools import MEMORY_TOOLS, tool_schemas
+
+    prompt = policy.bind_tools(tool_schemas()).render_prompt(result.messages[:2])
+    assert all(f'"{name}"' in prompt for name in MEMORY_TOOLS), "the six tools are in the model's prompt"
