@@ -138,10 +138,8 @@ def run_episode(
     thread_id: str | None = None,
 ) -> EpisodeResult:
     """Run one editing episode on `store`'s namespace (edit a fork, not a base you want to keep)."""
-    graph = build_memory_graph(policy, store, max_turns=max_turns, max_operations=max_operations, checkpointer=checkpointer)
-    state = initial_state(store, question, max_turns=max_turns, max_operations=max_operations)
-    final = graph.invoke(state, _config(thread_id, max_turns))
-    return _result(final)
+    graph, state, config = _prepare(policy, store, question, max_turns, max_operations, checkpointer, thread_id)
+    return _result(graph.invoke(state, config))
 
 
 async def arun_episode(
@@ -155,10 +153,15 @@ async def arun_episode(
     thread_id: str | None = None,
 ) -> EpisodeResult:
     """Async twin of `run_episode`."""
+    graph, state, config = _prepare(policy, store, question, max_turns, max_operations, checkpointer, thread_id)
+    return _result(await graph.ainvoke(state, config))
+
+
+def _prepare(policy, store, question, max_turns, max_operations, checkpointer, thread_id):  # noqa: ANN001, ANN202
+    """The compiled graph, its first state and its run config."""
     graph = build_memory_graph(policy, store, max_turns=max_turns, max_operations=max_operations, checkpointer=checkpointer)
     state = initial_state(store, question, max_turns=max_turns, max_operations=max_operations)
-    final = await graph.ainvoke(state, _config(thread_id, max_turns))
-    return _result(final)
+    return graph, state, _config(thread_id, max_turns)
 
 
 def _config(thread_id: str | None, max_turns: int | None) -> dict:
