@@ -28,25 +28,19 @@ dir (when --data-dir is not given) is removed after the embedded server stops.
 from __future__ import annotations
 
 import argparse
-import atexit
 import gc
-import json
-import os
 import random
-import shutil
 import statistics
-import sys
-import tempfile
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
-from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+
+from bench.common import console, open_engine, parse_args, percentile, write_json
 
 TARGET_SEARCH_P50_MS = 2.0  # at 200 memories
 TARGET_FORK_MS = 20.0  # fork of 200 memories
@@ -54,9 +48,6 @@ TARGET_SIZE = 200
 TOP_K = 5
 WARMUP_CALLS = 10
 WARMUP_TEXTS = 300
-
-# Wide enough for the table when stdout is not a terminal (rich would wrap at 80 columns).
-console = Console(width=None if sys.stdout.isatty() else 120)
 
 # -- synthetic memories ---------------------------------------------------------------------------
 
@@ -176,10 +167,6 @@ class PrecomputedEmbedder:
         return np.stack([self.vectors[t] for t in texts]) if texts else np.empty((0, self.dims), np.float32)
 
 
-def percentile(values: Sequence[float], q: float) -> float:
-    return float(np.percentile(np.asarray(values, dtype=np.float64), q))
-
-
 def time_each(fn: Callable[[Any], Any], args: Sequence[Any], warmup: int = WARMUP_CALLS) -> list[float]:
     """Milliseconds of `fn(arg)` for each arg, after `warmup` untimed calls (caches, prepared statements)."""
     for arg in args[:warmup]:
@@ -213,28 +200,6 @@ def insert_batches(store, texts: Sequence[str], batch: int, progress: Progress, 
         elapsed += time.perf_counter() - began
         progress.advance(task, len(items))
     return elapsed
-
-
-def open_engine(args: argparse.Namespace):  # noqa: ANN201
-    """The engine to benchmark on, migrated: `--url`, else the embedded server in `--data-dir` or a temp dir."""
-    from memupdate.store.database import get_engine, start_embedded_server
-    from memupdate.store.migrate import upgrade
-
-    if args.url:
-        engine = get_engine(args.url)
-    else:
-        if args.data_dir:
-            data_dir = Path(args.data_dir)
-        else:
-            # World-traversable (the server runs as user `pgserver` under root). Registered BEFORE the
-            # server starts, so atexit (last in, first out) removes it after pgserver's own stop.
-            data_dir = Path(tempfile.mkdtemp(prefix="memupdate-bench-"))
-            data_dir.chmod(0o755)
-            atexit.register(shutil.rmtree, data_dir, ignore_errors=True)
-        with console.status(f"starting the embedded PostgreSQL in {data_dir} ..."):
-            engine = get_engine(start_embedded_server(data_dir))
-    upgrade(engine)
-    return engine
 
 
 # -- the benchmark --------------------------------------------------------------------------------
@@ -470,23 +435,14 @@ def main(argv: Sequence[str] | None = None) -> None:
         "--sizes", default="200,5000", help="namespace sizes, comma-separated (default 200,5000)"
     )
     parser.add_argument("--queries", type=int, default=200, help="search queries per size (default 200)")
-    parser.add_argument(
-        "--data-dir", help="embedded server data dir (default: a fresh temp dir, removed at exit)"
-    )
-    parser.add_argument("--url", help="postgresql://... of an external server instead of the embedded one")
-    parser.add_argument("--json", metavar="OUT", help="also write the results as JSON to OUT")
     parser.add_argument("--batch", type=int, default=100, help="memories per create_many call (default 100)")
     parser.add_argument("--fork-reps", type=int, default=10, help="forks (+ drops) per size (default 10)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the synthetic memories and queries")
-    args = parser.parse_args(argv)
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # no "Loading weights" bar amid ours
+    args = parse_args(parser, argv)  # adds --url, --data-dir, --json
 
     summary = run(args)
     report(summary)
-    if args.json:
-        Path(args.json).write_text(json.dumps(summary, indent=2, default=str) + "\n")
-        console.print(f"wrote {args.json}")
+    write_json(args.json, summary)
 
 
 if __name__ == "__main__":
