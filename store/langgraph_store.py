@@ -67,6 +67,7 @@ from memupdate.store.database import get_engine
 from memupdate.store.embeddings import Embedder, get_embedder
 from memupdate.store.errors import InvalidMemory
 from memupdate.store.memory_store import (
+    RECORD_COLUMNS,
     SEPARATOR,
     MemoryStore,
     Namespace,
@@ -244,19 +245,19 @@ class PostgresMemoryStore(BaseStore):
         return [_item(row, None if row.distance is None else 1.0 - float(row.distance)) for row in rows]
 
     def _put(self, conn: Connection, op: PutOp, row: dict[str, Any], vector: Any) -> None:
-        before = conn.execute(select(memories).where(*_at(op.namespace, op.key)).with_for_update()).first()
+        before = conn.execute(select(*RECORD_COLUMNS).where(*_at(op.namespace, op.key)).with_for_update()).first()
         values = {k: row[k] for k in ("content", "kind", "metadata")} | {"embedding": vector}
         stmt = insert(memories).values(namespace=namespace_path(op.namespace), key=op.key, **values)
         stmt = stmt.on_conflict_do_update(
             index_elements=[memories.c.namespace, memories.c.key],
-            set_={**{k: stmt.excluded[k] for k in values}, "updated_at": func.now()},
+            set_={**{k: stmt.excluded[k] for k in values}, "updated_at": func.clock_timestamp()},
         )
-        after = conn.execute(stmt.returning(*memories.c)).one()
+        after = conn.execute(stmt.returning(*RECORD_COLUMNS)).one()
         op_name = "update" if before else "create"
         self._log(conn, op.namespace, op_name, op.key, _event(before) if before else None, _event(after))
 
     def _delete(self, conn: Connection, op: PutOp) -> None:
-        removed = conn.execute(delete(memories).where(*_at(op.namespace, op.key)).returning(*memories.c)).first()
+        removed = conn.execute(delete(memories).where(*_at(op.namespace, op.key)).returning(*RECORD_COLUMNS)).first()
         if removed:
             self._log(conn, op.namespace, "delete", op.key, _event(removed), None)
 
