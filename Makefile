@@ -23,6 +23,8 @@ test: install
 
 bench: install
 	$(BIN)/python -m bench.store
+	$(BIN)/python -m bench.reward
+	$(BIN)/python -m bench.tools
 
 lint: install
 	$(BIN)/ruff check .
