@@ -209,11 +209,11 @@ class MemoryStore:
         return [found[key] for key in keys]
 
     def list(self, limit: int | None = None, offset: int = 0) -> list[MemoryRecord]:
-        """Memories in creation order (then key), for paging through a namespace."""
+        """Memories in insertion order (a fork keeps its base's order), for paging through a namespace."""
         query = (
             select(*RECORD_COLUMNS)
             .where(memories.c.namespace == self.path)
-            .order_by(memories.c.created_at, memories.c.key)
+            .order_by(memories.c.seq)
             .offset(offset)
             .limit(limit)
         )
@@ -414,7 +414,7 @@ class MemoryStore:
             memories.c.embedding,
             memories.c.created_at,
             memories.c.updated_at,
-        ).where(memories.c.namespace == self.path)
+        ).where(memories.c.namespace == self.path).order_by(memories.c.seq)
         with self.engine.begin() as conn:
             if conn.execute(select(memories.c.id).where(memories.c.namespace == fork.path).limit(1)).first():
                 raise InvalidNamespace(f"namespace {fork.path!r} already has memories: drop it or fork to a new name")

@@ -12,7 +12,7 @@ from datetime import datetime
 from typing import Any
 
 from pgvector.sqlalchemy import Vector
-from sqlalchemy import BigInteger, CheckConstraint, DateTime, Index, String, Text, UniqueConstraint, func
+from sqlalchemy import BigInteger, CheckConstraint, DateTime, Identity, Index, String, Text, UniqueConstraint, func
 from sqlalchemy.dialects.postgresql import JSONB, UUID
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -46,9 +46,10 @@ class Memory(Base):
     # Provenance: dia_ids, session, session_date, speaker, source (and whatever a LangGraph app stores).
     meta: Mapped[dict[str, Any]] = mapped_column("metadata", JSONB, server_default="{}")
     embedding: Mapped[list[float] | None] = mapped_column(Vector(get_settings().embedding_dims), nullable=True)
-    # clock_timestamp(), not now(): rows inserted in one statement keep their order.
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.clock_timestamp())
-    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.clock_timestamp())
+    # Insertion order: timestamps tie within a transaction, and `list()` and forks keep this order.
+    seq: Mapped[int] = mapped_column(BigInteger, Identity())
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
 
 
 class MemoryEvent(Base):
