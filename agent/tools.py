@@ -233,8 +233,8 @@ def _known(store: MemoryStore, ids: Sequence[str]) -> list[MemoryRecord]:
 
 
 def _speakers(store: MemoryStore, memory: MemoryRecord) -> list[str]:
-    names = {m.metadata.get("speaker") for m in store.sample("random", 50, seed=0)}
-    names.add(memory.metadata.get("speaker"))
+    """Every speaker named in the bank's provenance (a bank holds a few hundred memories)."""
+    names = {m.metadata.get("speaker") for m in store.list()} | {memory.metadata.get("speaker")}
     return sorted(n for n in names if n)
 
 

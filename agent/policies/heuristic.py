@@ -104,13 +104,14 @@ class HeuristicPolicy(BaseChatModel):
         touched: set[str] = set()
         if question:
             calls.append(("search_memory", {"query": question, "top_k": 5}))
-            digest = self._digest(bank, memories, question)
+            nearest = [hit.memory.key for hit in bank.search(question, 10)]
+            digest = self._digest(memories, question, nearest[:3])
             if digest:
                 keys, content = digest
                 calls.append(("merge_memory", {"memory_ids": keys, "content": content}))
                 touched.update(keys)
             # Only memories retrieval could bring to this question: every further edit costs efficiency.
-            relevant = {hit.memory.key for hit in bank.search(question, 10)} | set(_lexical_top(memories, question, 10))
+            relevant = set(nearest) | set(_lexical_top(memories, question, 10))
             order = [m for m in memories if m.key in relevant]
         else:
             calls.append(("sample_memory", {"strategy": "diverse", "k": 10}))
@@ -123,10 +124,10 @@ class HeuristicPolicy(BaseChatModel):
             calls += self._splits(order, touched)
         return calls[:budget]
 
-    def _digest(self, bank: MemoryStore, memories: list[MemoryRecord], question: str) -> tuple[list[str], str] | None:
-        """Consolidate what vector search and word overlap find for the question into one memory."""
+    def _digest(self, memories: list[MemoryRecord], question: str, vector: list[str]) -> tuple[list[str], str] | None:
+        """Consolidate what vector search (`vector`: the top keys) and word overlap find for the question
+        into one memory."""
         by_key = {m.key: m for m in memories}
-        vector = [hit.memory.key for hit in bank.search(question, 3)]
         lexical = [k for k in _lexical_top(memories, question, 6) if k not in vector]
         picked: list[MemoryRecord] = []
         words = 0
