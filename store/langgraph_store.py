@@ -73,7 +73,7 @@ from memupdate.store.memory_store import (
     Namespace,
     check_schema,
     events,
-    like_prefix,
+    in_subtree,
     memories,
     namespace_path,
     to_namespace,
@@ -231,7 +231,7 @@ class PostgresMemoryStore(BaseStore):
         query = select(*_item_columns).where(*_filter_clauses(op.filter))
         if op.namespace_prefix:
             path = namespace_path(op.namespace_prefix)
-            query = query.where((memories.c.namespace == path) | memories.c.namespace.like(like_prefix(path)))
+            query = query.where(in_subtree(path))
         if vector is None:
             query = query.order_by(memories.c.updated_at.desc(), memories.c.namespace, memories.c.key)
         else:
@@ -316,7 +316,7 @@ def _list_namespaces(conn: Connection, op: ListNamespacesOp) -> list[Namespace]:
         # Narrow in SQL by the literal head of a prefix; wildcards and suffixes are matched below.
         if condition.match_type == "prefix" and head:
             path = SEPARATOR.join(head)
-            query = query.where((memories.c.namespace == path) | memories.c.namespace.like(like_prefix(path)))
+            query = query.where(in_subtree(path))
     found = [tuple(path.split(SEPARATOR)) for path in conn.execute(query).scalars()]
     found = [ns[: op.max_depth] for ns in found if all(_matches(c, ns) for c in conditions)]
     return sorted(set(found))[op.offset : op.offset + op.limit]

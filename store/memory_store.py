@@ -28,7 +28,19 @@ from datetime import datetime
 from typing import Any, Literal
 
 import numpy as np
-from sqlalchemy import Engine, Row, bindparam, delete, func, insert, literal, select, text, update
+from sqlalchemy import (
+    ColumnElement,
+    Engine,
+    Row,
+    bindparam,
+    delete,
+    func,
+    insert,
+    literal,
+    select,
+    text,
+    update,
+)
 from sqlalchemy.exc import IntegrityError, ProgrammingError
 
 from memupdate.store.database import get_engine
@@ -95,9 +107,10 @@ def namespace_path(namespace: Namespace) -> str:
     return SEPARATOR.join(namespace)
 
 
-def like_prefix(path: str) -> str:
-    """A LIKE pattern matching every namespace below `path`."""
-    return path.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + SEPARATOR + "%"
+def in_subtree(path: str) -> ColumnElement[bool]:
+    """SQL for "the namespace is `path` or below it" (a prefix LIKE the namespace index serves)."""
+    pattern = path.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + SEPARATOR + "%"
+    return (memories.c.namespace == path) | memories.c.namespace.like(pattern)
 
 
 @dataclass(frozen=True)
@@ -201,12 +214,7 @@ class MemoryStore:
     def get_many(self, keys: Sequence[str]) -> list[MemoryRecord]:
         """The memories `keys`, in that order; MemoryNotFound naming the first key that is missing."""
         with self.engine.connect() as conn:
-            rows = conn.execute(select(*RECORD_COLUMNS).where(memories.c.namespace == self.path, memories.c.key.in_(keys)))
-            found = {row.key: self._record(row) for row in rows}
-        for key in keys:
-            if key not in found:
-                raise MemoryNotFound(key, self.path)
-        return [found[key] for key in keys]
+            return self._fetch(conn, keys)
 
     def list(self, limit: int | None = None, offset: int = 0) -> list[MemoryRecord]:
         """Memories in insertion order (a fork keeps its base's order), for paging through a namespace."""
@@ -299,7 +307,7 @@ class MemoryStore:
         query = select(memories.c.namespace, func.count()).group_by(memories.c.namespace).order_by(memories.c.namespace)
         if prefix:
             path = namespace_path(to_namespace(prefix))
-            query = query.where((memories.c.namespace == path) | memories.c.namespace.like(like_prefix(path)))
+            query = query.where(in_subtree(path))
         with self.engine.connect() as conn:
             counts = {tuple(row[0].split(SEPARATOR)): row[1] for row in conn.execute(query)}
         return counts if with_counts else list(counts)
@@ -331,7 +339,7 @@ class MemoryStore:
             _check_kind(kind)
         vector = self.embedder.embed([content])[0] if content is not None else None
         with self.engine.begin() as conn:
-            before = self._locked(conn, [key])[0]
+            before = self._fetch(conn, [key], lock=True)[0]
             values: dict[str, Any] = {"updated_at": func.clock_timestamp()}
             if content is not None:
                 values |= {"content": content, "embedding": vector}
@@ -367,7 +375,7 @@ class MemoryStore:
             raise InvalidMemory(f"memory ids {list(delete_keys)!r} name the same memory twice")
         vectors = self.embedder.embed([item.content for item in items]) if items else []
         with self.engine.begin() as conn:
-            removed = self._locked(conn, delete_keys) if delete_keys else []
+            removed = self._fetch(conn, delete_keys, lock=True) if delete_keys else []
             if delete_keys:
                 conn.execute(delete(memories).where(memories.c.namespace == self.path, memories.c.key.in_(delete_keys)))
             created: list[MemoryRecord] = []
@@ -445,12 +453,10 @@ class MemoryStore:
             updated_at=row.updated_at,
         )
 
-    def _locked(self, conn, keys: Sequence[str]) -> list[MemoryRecord]:  # noqa: ANN001
-        """Lock and return the rows `keys` for this transaction; MemoryNotFound if any is missing."""
-        rows = conn.execute(
-            select(*RECORD_COLUMNS).where(memories.c.namespace == self.path, memories.c.key.in_(keys)).with_for_update()
-        )
-        found = {row.key: self._record(row) for row in rows}
+    def _fetch(self, conn, keys: Sequence[str], *, lock: bool = False) -> list[MemoryRecord]:  # noqa: ANN001
+        """The rows `keys` in that order (locked for this transaction if asked); MemoryNotFound if any is missing."""
+        query = select(*RECORD_COLUMNS).where(memories.c.namespace == self.path, memories.c.key.in_(keys))
+        found = {row.key: self._record(row) for row in conn.execute(query.with_for_update() if lock else query)}
         for key in keys:
             if key not in found:
                 raise MemoryNotFound(key, self.path)
