@@ -28,7 +28,7 @@ from memupdate.agent.graph import run_episode
 from memupdate.rl.ingest import base_namespace, ingest_conversation
 from memupdate.rl.locomo import ADVERSARIAL, CATEGORY_NAMES, Conversation, QAItem
 from memupdate.rl.qa_proxy import QAScore, score_questions
-from memupdate.rl.reward import RewardConfig, combine, mean_qa, memory_efficiency
+from memupdate.rl.reward import Efficiency, RewardConfig, combine, mean_qa, memory_efficiency
 from memupdate.store import MemoryRecord, MemoryStore
 
 Mode = Literal["targeted", "blind"]
@@ -127,20 +127,10 @@ def _targeted(
     tool_counts: Counter,
 ) -> dict[str, Any]:
     """One question: fork, edit with the question visible, score it (and the `extra` questions), drop."""
-    trajectory = trajectory_id(conversation.sample_id, qa.index)
-    fork = base.fork(trajectory_namespace(conversation.sample_id, trajectory), episode=trajectory)
-    try:
-        if policy is not None:
-            episode = run_episode(
-                policy, fork, qa.question, max_turns=config.max_turns, max_operations=config.max_operations
-            )
-            tool_counts.update(episode.tool_counts)
-        scored = [qa] + [q for q, _ in extra]
-        after = score_questions(fork, scored, top_k=config.reward.top_k, word_budget=config.reward.word_budget)
-        efficiency = memory_efficiency(base_snapshot, fork.snapshot(), config.reward)
-    finally:
-        if not config.keep_forks:
-            fork.drop()
+    scored = [qa] + [q for q, _ in extra]
+    after, efficiency, _ = _edit_and_score(
+        base, base_snapshot, conversation, qa.index, qa.question, scored, policy, config, tool_counts
+    )
     row = _row(conversation, qa, before, after[0], efficiency)
     if extra:
         delta = mean_qa(after) - mean_qa([before] + [score for _, score in extra])
@@ -159,21 +149,50 @@ def _blind(
     tool_counts: Counter,
     errors: list[dict[str, Any]],
 ) -> list[dict[str, Any]]:
-    trajectory = trajectory_id(conversation.sample_id, "all")
+    """One episode per conversation with no question visible, then every question scored."""
+    after, efficiency, failure = _edit_and_score(
+        base, base_snapshot, conversation, "all", None, questions, policy, config, tool_counts, keep_going=True
+    )
+    if failure:  # the questions were still scored on what the policy managed before it failed
+        errors.append({"sample_id": conversation.sample_id, "error": f"episode failed: {failure}"})
+    return [_row(conversation, qa, b, a, efficiency) for qa, b, a in zip(questions, before, after, strict=True)]
+
+
+def _edit_and_score(
+    base: MemoryStore,
+    base_snapshot: dict[str, MemoryRecord],
+    conversation: Conversation,
+    qa_index: int | str,
+    question: str | None,
+    scored: list[QAItem],
+    policy: BaseChatModel | None,
+    config: EvalConfig,
+    tool_counts: Counter,
+    *,
+    keep_going: bool = False,
+) -> tuple[list[QAScore], Efficiency, str | None]:
+    """Fork the base, let the policy edit the fork, score `scored` on it and its efficiency, drop it.
+
+    With `keep_going`, a policy that raises is reported in the third value instead of raising.
+    """
+    trajectory = trajectory_id(conversation.sample_id, qa_index)
     fork = base.fork(trajectory_namespace(conversation.sample_id, trajectory), episode=trajectory)
+    failure = None
     try:
         if policy is not None:
             try:
-                episode = run_episode(policy, fork, None, max_turns=config.max_turns, max_operations=config.max_operations)
+                episode = run_episode(policy, fork, question, max_turns=config.max_turns, max_operations=config.max_operations)
                 tool_counts.update(episode.tool_counts)
-            except Exception as exc:  # score what the policy managed before it failed
-                errors.append({"sample_id": conversation.sample_id, "error": f"episode failed: {type(exc).__name__}: {exc}"})
-        after = score_questions(fork, questions, top_k=config.reward.top_k, word_budget=config.reward.word_budget)
+            except Exception as exc:
+                if not keep_going:
+                    raise
+                failure = f"{type(exc).__name__}: {exc}"
+        after = score_questions(fork, scored, top_k=config.reward.top_k, word_budget=config.reward.word_budget)
         efficiency = memory_efficiency(base_snapshot, fork.snapshot(), config.reward)
     finally:
         if not config.keep_forks:
             fork.drop()
-    return [_row(conversation, qa, b, a, efficiency) for qa, b, a in zip(questions, before, after, strict=True)]
+    return after, efficiency, failure
 
 
 def _row(conversation: Conversation, qa: QAItem, before: QAScore, after: QAScore, efficiency) -> dict[str, Any]:  # noqa: ANN001
