@@ -225,7 +225,7 @@ def eval_command(
 ) -> None:
     """Score a policy's edits with the QA proxy, before -> after, per category."""
     from memupdate.agent.policies import make_policy
-    from memupdate.rl.evaluate import EvalConfig, evaluate, plot_report
+    from memupdate.rl.evaluate import EvalConfig, plot_report
 
     if mode not in ("targeted", "blind"):
         raise MemupdateError(f"--mode {mode!r} is not targeted or blind")
@@ -241,12 +241,7 @@ def eval_command(
         max_operations=max_operations,
         generalization=generalization,
     )
-    with progress_bar(f"eval {policy} ({mode})") as bar:
-        task = bar.add_task("eval", total=None)
-        report = evaluate(
-            store, chosen, chat_model, config, policy_name=policy,
-            progress=lambda done, total: bar.update(task, completed=done, total=total),
-        )  # fmt: skip
+    report = evaluate_with_progress(f"eval {policy} ({mode})", store, chosen, chat_model, config, policy)
     print_report(report)
     if json_out:
         json_out.write_text(json.dumps(report, indent=2))
@@ -254,6 +249,18 @@ def eval_command(
     if plot:
         plot_report(report, str(plot))
         console.print(f"plot written to {plot}")
+
+
+def evaluate_with_progress(description: str, store, conversations, policy, config, policy_name: str) -> dict[str, Any]:  # noqa: ANN001
+    """`evaluate` under a progress bar of questions done."""
+    from memupdate.rl.evaluate import evaluate
+
+    with progress_bar(description) as bar:
+        task = bar.add_task(description, total=None)
+        return evaluate(
+            store, conversations, policy, config, policy_name=policy_name,
+            progress=lambda done, total: bar.update(task, completed=done, total=total),
+        )  # fmt: skip
 
 
 def print_report(report: dict[str, Any]) -> None:
@@ -388,7 +395,7 @@ def demo(
     """The main job: start the embedded database, migrate, load a conversation, let the heuristic
     policy edit the memory for a few questions, and print QA before -> after."""
     from memupdate.agent.policies import make_policy
-    from memupdate.rl.evaluate import EvalConfig, evaluate
+    from memupdate.rl.evaluate import EvalConfig
     from memupdate.rl.locomo import load_sample
 
     chosen = load_conversations(locomo, conversations) if locomo else load_sample()
@@ -398,13 +405,8 @@ def demo(
     store = open_store(url)
     console.print(f"database: {store.engine.url.render_as_string(hide_password=True)}")
     policy = make_policy("heuristic", store)
-    with progress_bar("demo: heuristic policy, targeted") as bar:
-        task = bar.add_task("demo", total=None)
-        report = evaluate(
-            store, chosen, policy, EvalConfig(mode="targeted", max_questions=questions), policy_name="heuristic",
-            progress=lambda done, total: bar.update(task, completed=done, total=total),
-        )  # fmt: skip
-    print_report(report)
+    config = EvalConfig(mode="targeted", max_questions=questions)
+    print_report(evaluate_with_progress("demo: heuristic policy, targeted", store, chosen, policy, config, "heuristic"))
 
 
 if __name__ == "__main__":
