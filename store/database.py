@@ -45,7 +45,9 @@ def normalize_url(url: str) -> URL:
 def start_embedded_server(data_dir: Path | None = None) -> URL:
     """Start (or reuse) the embedded PostgreSQL under `data_dir/pg`; return its URL."""
     data_dir = Path(data_dir or get_settings().data_dir)
-    data_dir.mkdir(parents=True, exist_ok=True)
+    # pgserver creates `pg` with exist_ok=False before taking its lock, so two processes starting a fresh
+    # data dir together race there (FileExistsError); creating it first, idempotently, closes the race.
+    (data_dir / "pg").mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("XDG_RUNTIME_DIR", str(Path("/tmp") / f"runtime-{os.getuid()}"))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
