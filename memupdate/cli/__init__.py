@@ -1,0 +1,28 @@
+"""The `memupdate` command line: one module per command group, each a thin layer over the packages.
+Every command has `--help`.
+
+    memupdate demo                                   # the main job: embedded DB, sample conversation, heuristic
+    memupdate db upgrade && memupdate db status      # migrate the configured (or embedded) database
+    memupdate data load --locomo locomo10.json       # facts -> base namespaces ("locomo", conv-id)
+    memupdate eval --locomo locomo10.json --conversations conv-48 --policy heuristic --json out.json
+    memupdate agent run --namespace locomo/conv-26 --question "When did ...?" --policy heuristic
+    memupdate tools schema                           # the six tools' OpenAI function schemas
+"""
+
+from __future__ import annotations
+
+import typer
+
+from memupdate.cli import agent, data, db, evaluate, rl, tools
+
+app = typer.Typer(help="Train and run an agent that edits a long-term memory database.", no_args_is_help=True)
+app.add_typer(db.app, name="db")
+app.add_typer(data.app, name="data")
+app.add_typer(agent.app, name="agent")
+app.add_typer(tools.app, name="tools")
+app.add_typer(rl.app, name="rl")
+app.command("eval")(evaluate.eval_command)
+app.command("demo")(evaluate.demo)
+
+if __name__ == "__main__":
+    app()

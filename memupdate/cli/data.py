@@ -1,0 +1,85 @@
+"""`memupdate data`: load LoCoMo, print its statistics, and write verl's parquet files."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+from rich.table import Table
+
+from memupdate.cli.common import (
+    CONVERSATIONS_OPTION,
+    LOCOMO_OPTION,
+    URL_OPTION,
+    console,
+    load_conversations,
+    open_store,
+    progress_bar,
+    user_errors,
+)
+
+app = typer.Typer(help="Load LoCoMo, print its statistics, and write verl's parquet files.", no_args_is_help=True)
+
+
+
+@app.command("stats")
+@user_errors
+def data_stats(
+    locomo: Path | None = LOCOMO_OPTION,
+    conversations: str | None = CONVERSATIONS_OPTION,
+    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of tables."),
+) -> None:
+    """Count conversations, sessions, turns, facts and QA per category."""
+    from memupdate.rl.locomo import locomo_stats
+
+    stats = locomo_stats(load_conversations(locomo, conversations))
+    if as_json:
+        console.print_json(json.dumps(stats))
+        return
+    table = Table("conversation", "sessions", "turns", "facts", "qa")
+    for row in stats["per_conversation"]:
+        table.add_row(row["sample_id"], *(str(row[k]) for k in ("sessions", "turns", "facts", "qa")))
+    table.add_row("all", *(f"[bold]{stats[k]}[/]" for k in ("sessions", "turns", "facts", "qa")))
+    console.print(table)
+    console.print("QA per category: " + ", ".join(f"{k} {v}" for k, v in stats["qa_by_category"].items()))
+
+
+@app.command("load")
+@user_errors
+def data_load(
+    locomo: Path | None = LOCOMO_OPTION,
+    conversations: str | None = CONVERSATIONS_OPTION,
+    url: str | None = URL_OPTION,
+) -> None:
+    """Put each conversation's observation facts into its base namespace ("locomo", id). Idempotent."""
+    from memupdate.rl.ingest import ingest_conversation
+
+    chosen = load_conversations(locomo, conversations)
+    store = open_store(url)
+    with progress_bar("loading") as bar:
+        task = bar.add_task("load", total=len(chosen))
+        for conversation in chosen:
+            base = ingest_conversation(store, conversation)
+            bar.advance(task)
+            console.print(f"{base.path}: {base.count()} memories")
+
+
+@app.command("preprocess")
+@user_errors
+def data_preprocess(
+    out: Path = typer.Option(..., "--out", help="Folder for train.parquet and test.parquet."),
+    locomo: Path | None = LOCOMO_OPTION,
+    conversations: str | None = CONVERSATIONS_OPTION,
+    n_train: int = typer.Option(7, "--n-train", help="The first N conversations train, the rest test."),
+    include_adversarial: bool = typer.Option(False, "--include-adversarial", help="Keep category 5 items."),
+) -> None:
+    """Write verl's RL dataset (one row per QA pair, unique trajectory ids)."""
+    from memupdate.rl.preprocess import preprocess
+
+    counts = preprocess(
+        load_conversations(locomo, conversations), out, n_train=n_train, include_adversarial=include_adversarial
+    )
+    console.print(f"wrote {out}/train.parquet ({counts['train']} rows) and {out}/test.parquet ({counts['test']} rows)")
+
+

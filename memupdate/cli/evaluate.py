@@ -1,0 +1,140 @@
+"""`memupdate eval` and `memupdate demo`: score a policy's edits, before -> after, per category."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.table import Table
+
+from memupdate.cli.common import (
+    API_KEY_OPTION,
+    BASE_URL_OPTION,
+    CONVERSATIONS_OPTION,
+    LOCOMO_OPTION,
+    MODEL_OPTION,
+    POLICY_OPTION,
+    URL_OPTION,
+    console,
+    load_conversations,
+    open_store,
+    progress_bar,
+    user_errors,
+)
+from memupdate.store.errors import MemupdateError
+
+
+@user_errors
+def eval_command(
+    locomo: Path | None = LOCOMO_OPTION,
+    conversations: str | None = CONVERSATIONS_OPTION,
+    policy: str = POLICY_OPTION,
+    mode: str = typer.Option("targeted", "--mode", help="targeted (question visible) | blind (once per conversation)"),
+    model: str | None = MODEL_OPTION,
+    base_url: str | None = BASE_URL_OPTION,
+    api_key: str | None = API_KEY_OPTION,
+    max_questions: int | None = typer.Option(None, "--max-questions", help="Per conversation, for quick runs."),
+    max_operations: int | None = typer.Option(None, "--max-operations", help="Tool calls per episode (default 30)."),
+    include_adversarial: bool = typer.Option(False, "--include-adversarial", help="Score category 5 too."),
+    generalization: int = typer.Option(
+        0, "--generalization", help="Targeted: also reward N other questions of the conversation."
+    ),
+    seed: int = typer.Option(0, "--seed"),
+    json_out: Path | None = typer.Option(None, "--json", help="Write the report as JSON here."),
+    plot: Path | None = typer.Option(None, "--plot", help="Write before/after bars per category (PNG)."),
+    url: str | None = URL_OPTION,
+) -> None:
+    """Score a policy's edits with the QA proxy, before -> after, per category."""
+    from memupdate.agent.policies import make_policy
+    from memupdate.rl.evaluate import EvalConfig, plot_report
+
+    if mode not in ("targeted", "blind"):
+        raise MemupdateError(f"--mode {mode!r} is not targeted or blind")
+    chosen = load_conversations(locomo, conversations)
+    store = open_store(url)
+    chat_model = make_policy(
+        policy, store, model=model, base_url=base_url, api_key=api_key, seed=seed, max_operations=max_operations
+    )
+    config = EvalConfig(
+        mode=mode,
+        include_adversarial=include_adversarial,
+        max_questions=max_questions,
+        max_operations=max_operations,
+        generalization=generalization,
+    )
+    report = evaluate_with_progress(f"eval {policy} ({mode})", store, chosen, chat_model, config, policy)
+    print_report(report)
+    if json_out:
+        json_out.write_text(json.dumps(report, indent=2))
+        console.print(f"report written to {json_out}")
+    if plot:
+        plot_report(report, str(plot))
+        console.print(f"plot written to {plot}")
+
+
+def evaluate_with_progress(description: str, store, conversations, policy, config, policy_name: str) -> dict[str, Any]:  # noqa: ANN001
+    """`evaluate` under a progress bar of questions done."""
+    from memupdate.rl.evaluate import evaluate
+
+    with progress_bar(description) as bar:
+        task = bar.add_task(description, total=None)
+        return evaluate(
+            store, conversations, policy, config, policy_name=policy_name,
+            progress=lambda done, total: bar.update(task, completed=done, total=total),
+        )  # fmt: skip
+
+
+def print_report(report: dict[str, Any]) -> None:
+    table = Table(title=f"{report['policy']} policy, {report['mode']} mode, {report['questions']} questions")
+    for column in ("category", "questions", "QA before", "QA after", "recall before", "recall after"):
+        table.add_column(column, justify="right")
+    before, after = report["before"], report["after"]
+    for name, b in before["by_category"].items():
+        a = after["by_category"][name]
+        table.add_row(
+            name, str(b["questions"]), f"{b['qa_score']:.3f}", f"{a['qa_score']:.3f}",
+            f"{b['evidence_recall']:.3f}", f"{a['evidence_recall']:.3f}",
+        )  # fmt: skip
+    table.add_row(
+        "[bold]all[/]", str(report["questions"]), f"[bold]{before['qa_score']:.3f}[/]", f"[bold]{after['qa_score']:.3f}[/]",
+        f"{before['evidence_recall']:.3f}", f"{after['evidence_recall']:.3f}",
+    )  # fmt: skip
+    console.print(table)
+    console.print(
+        f"reward mean {report['reward_mean']:+.4f} | memories {report['memories']['before']:.1f} -> "
+        f"{report['memories']['after']:.1f} | context words {before['context_words']:.1f} -> "
+        f"{after['context_words']:.1f} | tool calls {report['tool_calls'] or '-'} | {report['seconds']} s"
+    )
+    if report["errors"]:
+        console.print(f"[yellow]{len(report['errors'])} questions skipped or failed[/] (see the JSON report)")
+
+
+
+@user_errors
+def demo(
+    locomo: Path | None = typer.Option(None, "--locomo", help="Use this LoCoMo file instead of the shipped sample."),
+    conversations: str | None = CONVERSATIONS_OPTION,
+    questions: int | None = typer.Option(
+        None, "--questions", help="Questions per conversation (default: all of the sample, 8 of a LoCoMo file)."
+    ),
+    url: str | None = URL_OPTION,
+) -> None:
+    """The main job: start the embedded database, migrate, load a conversation, let the heuristic
+    policy edit the memory for a few questions, and print QA before -> after."""
+    from memupdate.agent.policies import make_policy
+    from memupdate.rl.evaluate import EvalConfig
+    from memupdate.rl.locomo import load_sample
+
+    chosen = load_conversations(locomo, conversations) if locomo else load_sample()
+    if locomo:
+        chosen = chosen if conversations else chosen[:1]
+        questions = questions or 8
+    store = open_store(url)
+    console.print(f"database: {store.engine.url.render_as_string(hide_password=True)}")
+    policy = make_policy("heuristic", store)
+    config = EvalConfig(mode="targeted", max_questions=questions)
+    print_report(evaluate_with_progress("demo: heuristic policy, targeted", store, chosen, policy, config, "heuristic"))
+
+
