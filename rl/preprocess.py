@@ -5,7 +5,7 @@
 Each row follows verl's RLHF dataset format: `data_source`, `prompt` (chat messages: the system
 prompt and the task naming the trajectory's bank and target question), `ability`,
 `reward_model.ground_truth` (the answer) and `extra_info` (sample_id, qa index, category, evidence,
-the unique trajectory id, the base and trajectory namespaces, and `tools_kwargs`: the per-tool
+`collateral`: other questions of the conversation the reward also scores, the unique trajectory id, the base and trajectory namespaces, and `tools_kwargs`: the per-tool
 `create_kwargs` verl hands to each tool's `create`, which forks the base into the trajectory bank).
 """
 
@@ -20,6 +20,7 @@ from memupdate.agent.tools import MEMORY_TOOLS
 from memupdate.rl.evaluate import EvalConfig, eval_questions, trajectory_id, trajectory_namespace
 from memupdate.rl.ingest import base_namespace
 from memupdate.rl.locomo import Conversation, split_conversations
+from memupdate.rl.reward import RewardConfig, collateral_sample
 from memupdate.store.memory_store import namespace_path
 
 DATA_SOURCE = "locomo"
@@ -51,6 +52,12 @@ def qa_rows(conversation: Conversation, split: str, include_adversarial: bool = 
                     "question": qa.question,
                     "answer": qa.answer,
                     "evidence": list(qa.evidence),
+                    # Other questions of the conversation, scored with the target for collateral damage.
+                    "collateral": [
+                        {"qa_index": o.index, "question": o.question, "answer": o.answer, "category": o.category,
+                         "evidence": list(o.evidence)}
+                        for o in collateral_sample(questions, qa.index, RewardConfig.collateral_questions)
+                    ],
                     "trajectory_id": trajectory,
                     "base_namespace": base,
                     "namespace": bank,

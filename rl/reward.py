@@ -42,6 +42,8 @@ class RewardConfig:
     max_memory_words: int = 60
     change_penalty: float = 1.0
     free_edits: int = 10
+    # Targeted episodes also score this many other questions of the conversation (collateral damage).
+    collateral_questions: int = 8
 
 
 @dataclass(frozen=True)
@@ -139,3 +141,30 @@ def compute_reward(
         qa_after=qa_after,
         efficiency=efficiency,
     )
+
+
+def collateral_sample(questions: Sequence[Question], target_index: int, k: int) -> list[Question]:
+    """`k` questions other than the target (the one whose `.index` is `target_index`), the same sample
+    for every rollout of that target: seeded by its index, so base and forks are scored alike."""
+    import random
+
+    others = [q for q in questions if getattr(q, "index", None) != target_index]
+    return random.Random(target_index).sample(others, min(k, len(others)))
+
+
+def questions_from_extra_info(extra_info: dict[str, Any]) -> list[Question]:
+    """The scored questions of a preprocessed verl row: the target first, then `extra_info["collateral"]`
+    (written by `memupdate data preprocess`); the shape `compute_reward` takes."""
+    from memupdate.rl.locomo import QAItem
+
+    def item(row: dict[str, Any]) -> QAItem:
+        return QAItem(
+            index=int(row.get("qa_index", row.get("index", -1))),
+            question=str(row["question"]),
+            answer=None if row.get("answer") is None else str(row["answer"]),
+            adversarial_answer=row.get("adversarial_answer"),
+            evidence=tuple(row.get("evidence") or ()),
+            category=int(row.get("category", 0)),
+        )
+
+    return [item(extra_info)] + [item(row) for row in extra_info.get("collateral") or []]
