@@ -77,7 +77,11 @@ def worker_store() -> MemoryStore:
 
         url = resolve_url()
         engine = create_engine(
-            url, pool_size=WORKER_CONNECTIONS, max_overflow=0, pool_pre_ping=True, connect_args={"connect_timeout": 5}
+            url,
+            pool_size=WORKER_CONNECTIONS,
+            max_overflow=0,
+            pool_pre_ping=True,
+            connect_args={"connect_timeout": 5},
         )
         try:
             with engine.connect() as conn:
@@ -224,7 +228,11 @@ def reward_config(kwargs: Mapping[str, Any] | None) -> RewardConfig:
 
 
 async def finish_rollout(
-    state: Mapping[str, Any], extra_info: Mapping[str, Any], config: RewardConfig | None = None, *, crashed: bool = False
+    state: Mapping[str, Any],
+    extra_info: Mapping[str, Any],
+    config: RewardConfig | None = None,
+    *,
+    crashed: bool = False,
 ) -> RolloutScore:
     """Score the rollout's fork against its base while it is open, then drop it (also when scoring
     fails). A rollout that made no fork, or whose fork could not be made, scores exactly 0."""
@@ -243,21 +251,29 @@ def finish_rollout_sync(
         base_scores, base_snapshot = _base_reference(base, questions, config)
         if fork_path:
             fork = store.scoped(fork_path)
-            breakdown = compute_reward(base, fork, questions, config, base_scores=base_scores, base_snapshot=base_snapshot)
+            breakdown = compute_reward(
+                base, fork, questions, config, base_scores=base_scores, base_snapshot=base_snapshot
+            )
             reward, reason = breakdown.reward, None
         else:
             # Nothing was forked, so nothing was edited: the parts are the base's own (a no-op), reward 0.
             reason = state.get(ERROR_KEY) or "the rollout made no tool call, so nothing was forked or edited"
-            breakdown = compute_reward(base, base, questions, config, base_scores=base_scores, base_snapshot=base_snapshot)
+            breakdown = compute_reward(
+                base, base, questions, config, base_scores=base_scores, base_snapshot=base_snapshot
+            )
             reward = 0.0
             log.info("rollout %s scores 0: %s", extra_info.get("trajectory_id"), reason)
     finally:
         if fork_path:
             store.scoped(fork_path).drop()
-    return RolloutScore(float(reward), reward_parts(breakdown, state, forked=bool(fork_path), crashed=crashed), reason)
+    return RolloutScore(
+        float(reward), reward_parts(breakdown, state, forked=bool(fork_path), crashed=crashed), reason
+    )
 
 
-def reward_parts(breakdown: RewardBreakdown, state: Mapping[str, Any], *, forked: bool, crashed: bool) -> dict[str, float]:
+def reward_parts(
+    breakdown: RewardBreakdown, state: Mapping[str, Any], *, forked: bool, crashed: bool
+) -> dict[str, float]:
     """The breakdown's numbers, flattened (`efficiency_size`), plus the rollout's tool-call counts."""
     parts = {"reward": float(breakdown.reward)} | _flatten(breakdown.as_dict())
     return parts | {
@@ -302,7 +318,10 @@ def _base_reference(base: MemoryStore, questions: Sequence[Any], config: RewardC
     if key in _base_cache:
         _base_cache.move_to_end(key)
         return _base_cache[key]
-    value = (score_questions(base, questions, top_k=config.top_k, word_budget=config.word_budget), base.snapshot())
+    value = (
+        score_questions(base, questions, top_k=config.top_k, word_budget=config.word_budget),
+        base.snapshot(),
+    )
     _base_cache[key] = value
     while len(_base_cache) > _BASE_CACHE_SIZE:
         _base_cache.popitem(last=False)
@@ -365,7 +384,9 @@ def list_forks(store: MemoryStore, prefix: Sequence[str] | str | None = None) ->
         # The fork event dates the fork; copied rows keep their base's created_at, so they only stand in.
         created = entry["first"].get(events.name) or entry["first"].get(memories.name)
         last = max((d for d in entry["last"] if d is not None), default=None)
-        forks.append(ForkInfo(namespace, namespace_path(base), entry["memories"], entry["events"], created, last))
+        forks.append(
+            ForkInfo(namespace, namespace_path(base), entry["memories"], entry["events"], created, last)
+        )
     return sorted(forks, key=lambda f: (f.last_write or datetime.min.replace(tzinfo=UTC), f.namespace))
 
 

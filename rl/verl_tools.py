@@ -48,7 +48,9 @@ class MemoryEditTool(BaseTool):
         self._calls[instance_id] = kwargs.get("create_kwargs", kwargs)
         return instance_id, ToolResponse()
 
-    async def execute(self, instance_id: str, parameters: dict[str, Any], **kwargs: Any) -> tuple[ToolResponse, float, dict]:
+    async def execute(
+        self, instance_id: str, parameters: dict[str, Any], **kwargs: Any
+    ) -> tuple[ToolResponse, float, dict]:
         agent_data = kwargs.get("agent_data")
         if agent_data is None:
             return _error(f"{self.name} needs verl's agent_data (run it from a tool agent loop)"), 0.0, {}

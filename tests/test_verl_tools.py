@@ -110,10 +110,16 @@ async def test_each_tool_runs_create_execute_release_on_one_fork(tools, row, sto
     }  # fmt: skip
     assert "[f0000]" in results["search_memory"] and results["sample_memory"].count("[") == 3
     assert results["manage_memory"].startswith("created [m") and results["delete_memory"] == "deleted [f0003]"
-    assert results["merge_memory"].startswith("merged 2 memories") and results["split_memory"].startswith("split [f0004]")
+    assert results["merge_memory"].startswith("merged 2 memories") and results["split_memory"].startswith(
+        "split [f0004]"
+    )
     assert all(not tool._calls for tool in tools.values())  # every call released its instance
     state = data.extra_fields
-    assert state[forks.TOOL_CALLS_KEY] == 6 and state[forks.EDITS_KEY] == 4 and forks.FAILED_CALLS_KEY not in state
+    assert (
+        state[forks.TOOL_CALLS_KEY] == 6
+        and state[forks.EDITS_KEY] == 4
+        and forks.FAILED_CALLS_KEY not in state
+    )
     fork_path = state[forks.FORK_KEY]
     assert forks_of(store, row) == [tuple(fork_path.split("/"))] and state[forks.BASE_KEY] == store.path
     assert store.count() == len(FACTS) and {m.key for m in store.list()} == {f"f{i:04d}" for i in range(5)}
@@ -140,7 +146,9 @@ async def test_bad_arguments_come_back_as_text_and_change_nothing(tools, row, st
 
 async def test_concurrent_first_calls_of_one_rollout_make_one_fork(tools, row, store) -> None:
     data = agent_data(row)
-    texts = await asyncio.gather(*(call(tools["search_memory"], data, {"query": f"Ann {i}"}) for i in range(4)))
+    texts = await asyncio.gather(
+        *(call(tools["search_memory"], data, {"query": f"Ann {i}"}) for i in range(4))
+    )
     assert all("[f00" in text for text in texts)
     assert len(forks_of(store, row)) == 1
     await forks.finish_rollout(data.extra_fields, row)
@@ -151,9 +159,15 @@ async def test_four_rollouts_of_one_row_never_see_each_others_edits(tools, row, 
     rollouts = [agent_data(row) for _ in range(4)]
 
     async def episode(i: int, data: AgentData) -> str:
-        await call(tools["manage_memory"], data, {"action": "create", "content": f"Ann keeps secret number {i} in a box."})
+        await call(
+            tools["manage_memory"],
+            data,
+            {"action": "create", "content": f"Ann keeps secret number {i} in a box."},
+        )
         await call(tools["delete_memory"], data, {"memory_id": f"f000{i}"})
-        return await call(tools["search_memory"], data, {"query": "Ann's secret number in a box", "top_k": 20})
+        return await call(
+            tools["search_memory"], data, {"query": "Ann's secret number in a box", "top_k": 20}
+        )
 
     seen = await asyncio.gather(*(episode(i, data) for i, data in enumerate(rollouts)))
     for i, text in enumerate(seen):
@@ -173,7 +187,11 @@ async def test_a_rollout_that_never_edits_scores_exactly_zero(tools, row, store)
     no_call = await forks.finish_rollout(silent.extra_fields, row)
     read_only = await forks.finish_rollout(reader.extra_fields, row)
     assert no_call.reward == 0.0 and "made no tool call" in no_call.reason and no_call.parts["forked"] == 0.0
-    assert read_only.reward == 0.0 and read_only.parts["performance_delta"] == 0.0 and read_only.parts["forked"] == 1.0
+    assert (
+        read_only.reward == 0.0
+        and read_only.parts["performance_delta"] == 0.0
+        and read_only.parts["forked"] == 1.0
+    )
     assert sorted(no_call.parts) == sorted(read_only.parts)
     assert forks_of(store, row) == []
 
@@ -220,7 +238,9 @@ def test_worker_store_has_a_small_pool_and_names_an_unreachable_database(databas
         forks.use_worker_store(None)
         monkeypatch.setenv("MEMUPDATE_DATABASE_URL", "postgresql://nobody@127.0.0.1:1/none")
         get_settings.cache_clear()
-        with pytest.raises(DatabaseError, match="rollout worker cannot reach PostgreSQL at .*127.0.0.1:1.*runtime env"):
+        with pytest.raises(
+            DatabaseError, match="rollout worker cannot reach PostgreSQL at .*127.0.0.1:1.*runtime env"
+        ):
             forks.worker_store()
     finally:
         forks.use_worker_store(None)
@@ -246,9 +266,16 @@ def test_list_and_prune_leftover_forks(root, store) -> None:
 
 
 def test_fork_base_and_durations() -> None:
-    assert forks.fork_base(("locomo", "conv-26", "traj", "conv-26-qa3-1a2b3c4d", "r1")) == ("locomo", "conv-26")
+    assert forks.fork_base(("locomo", "conv-26", "traj", "conv-26-qa3-1a2b3c4d", "r1")) == (
+        "locomo",
+        "conv-26",
+    )
     assert forks.fork_base(("locomo", "conv-26")) is None and forks.fork_base(("traj", "x")) is None
-    assert forks.parse_duration("90s") == timedelta(seconds=90) and forks.parse_duration("6h") == timedelta(hours=6)
-    assert forks.parse_duration("2d") == timedelta(days=2) and forks.parse_duration("30") == timedelta(seconds=30)
+    assert forks.parse_duration("90s") == timedelta(seconds=90) and forks.parse_duration("6h") == timedelta(
+        hours=6
+    )
+    assert forks.parse_duration("2d") == timedelta(days=2) and forks.parse_duration("30") == timedelta(
+        seconds=30
+    )
     with pytest.raises(ValueError, match="like 90s, 30m, 6h or 2d"):
         forks.parse_duration("soon")
