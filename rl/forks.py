@@ -35,7 +35,7 @@ from dataclasses import dataclass, fields
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
-from sqlalchemy import func, select
+from sqlalchemy import Engine, func, select
 
 from memupdate.rl.reward import RewardBreakdown, RewardConfig, compute_reward, questions_from_extra_info
 from memupdate.store import DatabaseError, MemoryStore, MemupdateError, to_namespace
@@ -415,3 +415,15 @@ def parse_duration(text: str) -> timedelta:
     if not seconds >= 0:
         raise ValueError(f"duration {text!r} is not like 90s, 30m, 6h or 2d")
     return timedelta(seconds=seconds)
+
+
+def namespace_summary(engine: Engine) -> dict[str, int]:
+    """Namespaces and memories split into bases and trajectory forks (for `memupdate db status`)."""
+    summary = {"bases": 0, "base_memories": 0, "forks": 0, "fork_memories": 0}
+    with engine.connect() as conn:
+        rows = conn.execute(select(memories.c.namespace, func.count()).group_by(memories.c.namespace))
+        for namespace, count in rows:
+            kind = "base" if fork_base(namespace.split(SEPARATOR)) is None else "fork"
+            summary[f"{kind}s"] += 1
+            summary[f"{kind}_memories"] += count
+    return summary
