@@ -78,15 +78,21 @@ def tool_call(name: str, arguments: dict[str, Any] | str) -> str:
 class ScriptedServer:
     """Stands in for verl's `server_manager`: the agent loop only calls `generate`. Each new rollout
     (request id) takes the next script, a list of assistant replies; each call returns the next reply's
-    token ids (ending with <|im_end|>, as a chat model's would). `fail_at=(script, turn)` raises there."""
+    token ids (ending with <|im_end|>, as a chat model's would). `fail_at=(script, turn)` raises there.
+    With `by_question`, a rollout takes the next script of the question its prompt holds."""
 
     def __init__(
-        self, tokenizer: Any, scripts: Iterable[Sequence[str]], fail_at: tuple[int, int] | None = None
+        self,
+        tokenizer: Any,
+        scripts: Iterable[Sequence[str]] = (),
+        fail_at: tuple[int, int] | None = None,
+        by_question: dict[str, list[Sequence[str]]] | None = None,
     ):
         self.tokenizer = tokenizer
         self.scripts = deque(enumerate(scripts))
+        self.by_question = {q: deque(scripts) for q, scripts in (by_question or {}).items()}
         self.fail_at = fail_at
-        self.turns: dict[str, tuple[int, deque]] = {}
+        self.turns: dict[str, tuple[int | str, deque]] = {}
         self.prompts: dict[str, list[list[int]]] = {}
 
     async def generate(
@@ -95,7 +101,11 @@ class ScriptedServer:
         from verl.workers.rollout.replica import TokenOutput
 
         await asyncio.sleep(0)  # a real server yields to the other rollouts here
-        if request_id not in self.turns:
+        if request_id not in self.turns and self.by_question:
+            prompt = self.tokenizer.decode(prompt_ids)
+            (question,) = [q for q in self.by_question if q in prompt]
+            self.turns[request_id] = (question, deque(self.by_question[question].popleft()))
+        elif request_id not in self.turns:
             index, script = self.scripts.popleft()
             self.turns[request_id] = (index, deque(script))
         index, replies = self.turns[request_id]
