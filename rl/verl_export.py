@@ -102,13 +102,17 @@ def export_checkpoint(
     if out.exists() and any(out.iterdir()):
         raise ExportError(f"output folder {out} is not empty: choose a new folder")
     hf_copy = actor / "huggingface"
-    if _has_weights(hf_copy) and not merge:
-        shutil.copytree(hf_copy, out, dirs_exist_ok=True)
-        source = "huggingface copy"
-    else:
-        _merge_fsdp_shards(actor, out)
-        source = "merged FSDP shards"
-    check_hf_folder(out)
+    try:
+        if _has_weights(hf_copy) and not merge:
+            shutil.copytree(hf_copy, out, dirs_exist_ok=True)
+            source = "huggingface copy"
+        else:
+            _merge_fsdp_shards(actor, out)
+            source = "merged FSDP shards"
+        check_hf_folder(out)
+    except BaseException:
+        shutil.rmtree(out, ignore_errors=True)  # never leave a half-written model behind
+        raise
     train_config = _train_config(actor)
     base_model = _base_model(train_config, out)
     metadata = {
@@ -142,8 +146,12 @@ def _merge_fsdp_shards(actor: Path, out: Path) -> None:
         hf_model_config_path=str(actor / "huggingface"),
     )  # fmt: skip
     merger = FSDPModelMerger(config)
-    merger.merge_and_save()
-    merger.cleanup()
+    try:
+        merger.merge_and_save()
+    except (AssertionError, NotImplementedError, KeyError, RuntimeError) as exc:
+        raise ExportError(f"verl's model merger cannot merge {actor}: {type(exc).__name__}: {exc}") from None
+    finally:
+        merger.cleanup()
 
 
 def check_hf_folder(path: Path) -> None:

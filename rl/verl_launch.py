@@ -79,7 +79,14 @@ class TrainPlan:
         return [sys.executable, *self._program(), *self.overrides, *self.env_overrides()]
 
     def _program(self) -> list[str]:
-        return ["-m", "verl.trainer.main_ppo", "--config-path", str(self.config_dir), "--config-name", self.config_name]
+        return [
+            "-m",
+            "verl.trainer.main_ppo",
+            "--config-path",
+            str(self.config_dir),
+            "--config-name",
+            self.config_name,
+        ]
 
     def shell_command(self) -> str:
         """The command as a person runs it on the head node, one override per line; the worker settings
@@ -90,9 +97,13 @@ class TrainPlan:
         if not self.url_from_env:
             url = make_url(self.url)
             note = "   # the password is not printed" if url.password else ""
-            lines.append(f"export {URL_ENV}={shlex.quote(url.render_as_string(hide_password=bool(url.password)))}{note}")
+            lines.append(
+                f"export {URL_ENV}={shlex.quote(url.render_as_string(hide_password=bool(url.password)))}{note}"
+            )
         words = [shlex.join(["python", *self._program()])]
-        words += [shlex.quote(o) for o in self.overrides] + [f'"{o}"' for o in self.env_overrides(for_shell=True)]
+        words += [shlex.quote(o) for o in self.overrides] + [
+            f'"{o}"' for o in self.env_overrides(for_shell=True)
+        ]
         lines.append(" \\\n    ".join(words))
         return "\n".join(lines)
 
@@ -110,13 +121,18 @@ class TrainPlan:
     def checkpoint_dir(self) -> Path:
         return Path(self.config.trainer.default_local_dir)
 
-    def run(self) -> int:
-        """Save the resolved config beside the checkpoints (`rl export` reads it), then run verl's trainer
-        in this terminal; returns its exit code."""
+    def save_config(self) -> Path:
+        """Write the resolved config beside the checkpoints, where `memupdate rl export` reads it."""
         from memupdate.rl.verl_export import TRAIN_CONFIG_FILE
 
         self.checkpoint_dir.mkdir(parents=True, exist_ok=True)
-        (self.checkpoint_dir / TRAIN_CONFIG_FILE).write_text(self.config_yaml())
+        path = self.checkpoint_dir / TRAIN_CONFIG_FILE
+        path.write_text(self.config_yaml())
+        return path
+
+    def run(self) -> int:
+        """Save the config, then run verl's trainer in this terminal; returns its exit code."""
+        self.save_config()
         env = {**os.environ, URL_ENV: self.url}
         return subprocess.run(self.command(), env=env).returncode
 
