@@ -76,12 +76,14 @@ def worker_store() -> MemoryStore:
         from memupdate.store.embeddings import get_embedder
 
         url = resolve_url()
+        # synchronous_commit=off: a rollout writes only its own throwaway fork, so a crash losing its last
+        # few writes costs nothing, while waiting for every commit's WAL flush slows each tool call.
         engine = create_engine(
             url,
             pool_size=WORKER_CONNECTIONS,
             max_overflow=0,
             pool_pre_ping=True,
-            connect_args={"connect_timeout": 5},
+            connect_args={"connect_timeout": 5, "options": "-c synchronous_commit=off"},
         )
         try:
             with engine.connect() as conn:

@@ -30,7 +30,11 @@ def dataset(store, tmp_path):
     load_base(store)
     train = write_parquet([row_for(store, qa_index=i) for i in range(3)], tmp_path / "data" / "train.parquet")
     test = write_parquet([row_for(store, qa_index=9)], tmp_path / "data" / "test.parquet")
-    return [f"data.train_files={train}", f"data.val_files={test}", f"trainer.default_local_dir={tmp_path / 'ckpt'}"]
+    return [
+        f"data.train_files={train}",
+        f"data.val_files={test}",
+        f"trainer.default_local_dir={tmp_path / 'ckpt'}",
+    ]
 
 
 def invoke(*args: str):
@@ -39,13 +43,18 @@ def invoke(*args: str):
 
 
 def test_dry_run_prints_a_command_verl_runs_unchanged(dataset, database_url, tmp_path) -> None:
-    code, output = invoke("rl", "train", "--dry-run", "--url", database_url, "trainer.n_gpus_per_node=4", *dataset)
+    code, output = invoke(
+        "rl", "train", "--dry-run", "--url", database_url, "trainer.n_gpus_per_node=4", *dataset
+    )
     assert code == 0, output
     assert "ok database" in output and "1 base namespaces loaded" in output and "would drop 0" in output
     config_text, command_text = output.split("# resolved config\n", 1)[1].split("# command\n")
     assert "memupdate.rl.verl_reward" in config_text and "n_gpus_per_node: 4" in config_text
     assert f"MEMUPDATE_DATABASE_URL: {database_url.split('://')[0]}" in config_text
-    assert "python -m verl.trainer.main_ppo --config-path" in command_text and "locomo_memory_grpo" in command_text
+    assert (
+        "python -m verl.trainer.main_ppo --config-path" in command_text
+        and "locomo_memory_grpo" in command_text
+    )
     assert "tool_config_path=" + str(REPO / "configs" / "tool_config" / "memory_tools.yaml") in command_text
     assert not (tmp_path / "ckpt").exists()  # a dry run writes nothing
 
@@ -53,10 +62,16 @@ def test_dry_run_prints_a_command_verl_runs_unchanged(dataset, database_url, tmp
     path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
     env = {**os.environ, "PATH": path, "MEMUPDATE_DATABASE_URL": database_url}
     result = subprocess.run(
-        ["bash", "-c", command_text.strip() + " --cfg job"], env=env, capture_output=True, text=True, timeout=300
+        ["bash", "-c", command_text.strip() + " --cfg job"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    assert f"MEMUPDATE_DATABASE_URL: {database_url}" in result.stdout and "n_gpus_per_node: 4" in result.stdout
+    assert (
+        f"MEMUPDATE_DATABASE_URL: {database_url}" in result.stdout and "n_gpus_per_node: 4" in result.stdout
+    )
     assert str(tmp_path / "data" / "train.parquet") in result.stdout
 
 
@@ -94,14 +109,20 @@ def test_missing_base_namespace_names_the_load_command(dataset, store, database_
         store.delete(memory.key)
     code, output = invoke("rl", "train", "--dry-run", "--url", database_url, *dataset)
     assert code == 2 and "hold no memories in" in output
-    assert f"memupdate data load --locomo FILE --conversations {store.namespace[-1]}" in " ".join(output.split())
+    assert f"memupdate data load --locomo FILE --conversations {store.namespace[-1]}" in " ".join(
+        output.split()
+    )
 
 
 def test_foreign_parquet_and_unreachable_database(dataset, database_url, tmp_path) -> None:
     foreign = write_parquet([{"prompt": "x", "extra_info": {"index": 0}}], tmp_path / "foreign.parquet")
-    code, output = invoke("rl", "train", "--dry-run", "--url", database_url, *dataset, f"data.train_files={foreign}")
+    code, output = invoke(
+        "rl", "train", "--dry-run", "--url", database_url, *dataset, f"data.train_files={foreign}"
+    )
     assert code == 2 and "was not written by `memupdate data preprocess`" in " ".join(output.split())
-    code, output = invoke("rl", "train", "--dry-run", "--url", "postgresql://nobody@127.0.0.1:1/none", *dataset)
+    code, output = invoke(
+        "rl", "train", "--dry-run", "--url", "postgresql://nobody@127.0.0.1:1/none", *dataset
+    )
     assert code == 2 and "cannot connect to PostgreSQL at" in output
 
 
@@ -114,10 +135,42 @@ def test_db_forks_lists_prunes_and_status_counts_them_apart(store, database_url)
     prefix = "/".join(store.namespace)
     code, output = invoke("db", "forks", "--url", database_url, "--prefix", prefix, "--json")
     (row,) = json.loads(output)["forks"]
-    assert row["namespace"] == fork.path and row["base"] == store.path and row["memories"] == 1 and row["events"] == 1
-    code, output = invoke("db", "forks", "--url", database_url, "--prefix", prefix, "--prune", "--older-than", "1h")
+    assert (
+        row["namespace"] == fork.path
+        and row["base"] == store.path
+        and row["memories"] == 1
+        and row["events"] == 1
+    )
+    code, output = invoke(
+        "db", "forks", "--url", database_url, "--prefix", prefix, "--prune", "--older-than", "1h"
+    )
     assert code == 0 and "dropped 0 trajectory forks" in output and fork.count() == 1
     code, output = invoke("db", "forks", "--url", database_url, "--prefix", prefix, "--prune")
     assert code == 0 and "dropped 1 trajectory forks" in output and fork.count() == 0
     code, output = invoke("db", "forks", "--url", database_url, "--older-than", "soon")
     assert code == 2 and "--older-than: duration 'soon' is not like 90s, 30m, 6h or 2d" in output
+
+
+def test_cluster_script_runs_the_checked_launcher(dataset, database_url, tmp_path) -> None:
+    env = {
+        **os.environ,
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+        "MEMUPDATE_DATABASE_URL": database_url,
+        "RAY_ADDRESS": "127.0.0.1:6379",
+        "NNODES": "2",
+        "GPUS_PER_NODE": "4",
+        "DATA_DIR": str(tmp_path / "data"),
+    }
+    script = REPO / "scripts" / "train_cluster.sh"
+    result = subprocess.run(
+        ["bash", str(script), "--dry-run"], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    command = result.stdout.split("# command\n")[1]
+    assert "trainer.nnodes=2" in command and "trainer.n_gpus_per_node=4" in command
+    assert "actor_rollout_ref.model.path=Qwen/Qwen2.5-3B-Instruct" in command
+    assert f"data.train_files={tmp_path / 'data' / 'train.parquet'}" in command
+    missing = subprocess.run(
+        ["bash", str(script)], env={**env, "RAY_ADDRESS": ""}, capture_output=True, text=True
+    )
+    assert missing.returncode != 0 and "set RAY_ADDRESS to the Ray head" in missing.stderr
