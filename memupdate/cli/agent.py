@@ -88,9 +88,10 @@ def agent_run(
 
 
 class _Probe:
-    """A question with its answer, in the shape the QA proxy reads."""
+    """A question with its answer, in the shape the QA proxy reads (scored as one plain answer, like
+    LoCoMo's single-hop category)."""
 
     def __init__(self, question: str, answer: str):
-        self.question, self.answer, self.evidence = question, answer, ()
+        self.question, self.answer, self.evidence, self.category = question, answer, (), 4
 
 

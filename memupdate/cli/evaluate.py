@@ -38,8 +38,8 @@ def eval_command(
     max_questions: int | None = typer.Option(None, "--max-questions", help="Per conversation, for quick runs."),
     max_operations: int | None = typer.Option(None, "--max-operations", help="Tool calls per episode (default 30)."),
     include_adversarial: bool = typer.Option(False, "--include-adversarial", help="Score category 5 too."),
-    generalization: int = typer.Option(
-        0, "--generalization", help="Targeted: also reward N other questions of the conversation."
+    collateral: int = typer.Option(
+        8, "--collateral", min=0, help="Targeted: also score N other questions of the conversation (collateral damage)."
     ),
     seed: int = typer.Option(0, "--seed"),
     json_out: Path | None = typer.Option(None, "--json", help="Write the report as JSON here."),
@@ -49,6 +49,7 @@ def eval_command(
     """Score a policy's edits with the QA proxy, before -> after, per category."""
     from memupdate.agent.policies import make_policy
     from memupdate.rl.evaluate import EvalConfig, plot_report
+    from memupdate.rl.reward import RewardConfig
 
     if mode not in ("targeted", "blind"):
         raise MemupdateError(f"--mode {mode!r} is not targeted or blind")
@@ -62,7 +63,7 @@ def eval_command(
         include_adversarial=include_adversarial,
         max_questions=max_questions,
         max_operations=max_operations,
-        generalization=generalization,
+        reward=RewardConfig(collateral_questions=collateral),
     )
     report = evaluate_with_progress(f"eval {policy} ({mode})", store, chosen, chat_model, config, policy)
     print_report(report)
@@ -104,8 +105,11 @@ def print_report(report: dict[str, Any]) -> None:
     console.print(table)
     console.print(
         f"reward mean {report['reward_mean']:+.4f} | memories {report['memories']['before']:.1f} -> "
-        f"{report['memories']['after']:.1f} | context words {before['context_words']:.1f} -> "
-        f"{after['context_words']:.1f} | tool calls {report['tool_calls'] or '-'} | {report['seconds']} s"
+        f"{report['memories']['after']:.1f} | context tokens {before['context_tokens']:.1f} -> "
+        f"{after['context_tokens']:.1f} | unsupported tokens/episode {report['unsupported_tokens']:.1f} | "
+        f"collateral delta {report['collateral_delta']:+.4f}"
+    )
+    console.print(f"tool calls {report['tool_calls'] or '-'} | {report['seconds']} s"
     )
     if report["errors"]:
         console.print(f"[yellow]{len(report['errors'])} questions skipped or failed[/] (see the JSON report)")
