@@ -36,7 +36,7 @@ import math
 import os
 import re
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -296,6 +296,10 @@ class LLMAnswerer:
     def judge_model(self) -> str | None:
         return self.judge_endpoint.model if self.judge_endpoint else None
 
+    def use_cache(self, engine: Engine) -> None:
+        """Cache replies in `engine`'s database from now on (the CLI checks the endpoint before it opens one)."""
+        self.cache = LLMReplyCache(engine)
+
     def check(self) -> None:
         """Fail fast, before any work, when an endpoint cannot be used (see `ChatEndpoint.check`)."""
         self.answerer.check()
@@ -352,23 +356,28 @@ class LLMAnswerer:
         """Replies for `keys` in order: from the cache, else asked (each distinct key once) and stored."""
         known = self.cache.get_many(keys) if self.cache else {}
         missing = {key: prompt for key, prompt in zip(keys, prompts, strict=True) if key not in known}
-        total, done = len(missing), 0
+        repeats = Counter(keys)  # a key asked twice (e.g. a no-op edit's before and after) is asked once
+        done = len(keys) - sum(repeats[key] for key in missing)  # cached replies count as done
         if progress:
-            progress(0, total)
+            progress(done, len(keys))
 
-        def ask(item: tuple[ReplyKey, str]) -> tuple[ReplyKey, str]:
-            key, prompt = item
+        def ask(key: ReplyKey, prompt: str) -> str:
             reply = endpoint.complete(prompt, max_tokens)
             if self.cache:
                 self.cache.put(key, reply)  # at once: a run that dies later keeps this reply
-            return key, reply
+            return reply
 
         with ThreadPoolExecutor(self.concurrency) as pool:
-            for key, reply in pool.map(ask, missing.items()):
-                known[key] = reply
-                done += 1
-                if progress:
-                    progress(done, total)
+            futures = {key: pool.submit(ask, key, prompt) for key, prompt in missing.items()}
+            try:
+                for key, future in futures.items():
+                    known[key] = future.result()
+                    done += repeats[key]
+                    if progress:
+                        progress(done, len(keys))
+            except BaseException:
+                pool.shutdown(cancel_futures=True)  # a failed endpoint is not asked the rest of the queue
+                raise
         return [known[key] for key in keys]
 
     def close(self) -> None:
@@ -434,7 +443,8 @@ def answerer_report(
     sides = list(contexts)
     per_question: list[dict[str, Any]] = [{} for _ in questions]
     section: dict[str, Any] = {"model": answerer.model, "judge": answerer.judge_model}
-    total = len(sides) * len(questions) * (2 if answerer.judge_endpoint else 1)
+    judged = sum(q.category != ADVERSARIAL for q in questions) if answerer.judge_endpoint else 0
+    total = len(sides) * (len(questions) + judged)
     base = 0
 
     def step(done: int, _total: int) -> None:
@@ -449,7 +459,7 @@ def answerer_report(
         verdicts: list[bool | None] = [None] * len(questions)
         if answerer.judge_endpoint is not None:
             verdicts = answerer.judge(questions, answers, step)
-            base += len(questions)
+            base += judged
         f1s = [locomo_f1(a, q.answer, q.category) for a, q in zip(answers, questions, strict=True)]
         bleus = [bleu1(a, q.answer or NOT_MENTIONED) for a, q in zip(answers, questions, strict=True)]
         for row, answer, f1, bleu, verdict in zip(per_question, answers, f1s, bleus, verdicts, strict=True):

@@ -2,7 +2,8 @@
 
 No pretrained LLM weights can be downloaded here and there is no SGLang/vLLM server, so a tiny
 http.server plays one: `POST /v1/chat/completions` records the request body and answers with what
-`reply(body)` returns (a full completion dict, or a string wrapped as the assistant's message);
+`reply(body)` returns (a full completion dict, a string wrapped as the assistant's message, or an
+int: that HTTP error status);
 `GET /v1/models` lists `models`.
 
     with OpenAIStandIn(lambda body: "Berlin") as server:
@@ -34,7 +35,7 @@ def completion(message: dict, finish_reason: str = "stop", model: str = "memupda
 class OpenAIStandIn:
     """Context manager: a threaded server on 127.0.0.1 at a free port; `base_url` ends in /v1."""
 
-    def __init__(self, reply: Callable[[dict], dict | str], models: tuple[str, ...] = ("memupdate-policy",)):
+    def __init__(self, reply: Callable[[dict], dict | str | int], models: tuple[str, ...] = ("memupdate-policy",)):
         self.reply, self.models = reply, models
         self.requests: list[dict[str, Any]] = []
         self._lock = threading.Lock()
@@ -55,6 +56,9 @@ class OpenAIStandIn:
                 with server._lock:
                     server.requests.append(body)
                     answer = server.reply(body)
+                if isinstance(answer, int):
+                    self.send_error(answer)
+                    return
                 if isinstance(answer, str):
                     answer = completion({"role": "assistant", "content": answer}, model=body.get("model", ""))
                 self._send(answer)

@@ -25,6 +25,20 @@ from memupdate.cli.common import (
 )
 from memupdate.store.errors import MemupdateError
 
+ANSWERER_OPTION = typer.Option(
+    None, "--answerer", help="Also answer each question with this model, from the context the proxy read, and "
+    "report LoCoMo F1 and BLEU-1 (any OpenAI-compatible endpoint; answers cached in the database).",
+)
+ANSWERER_BASE_URL_OPTION = typer.Option(
+    None, "--answerer-base-url", help="The answerer's endpoint, e.g. http://localhost:30000/v1 (default: OpenAI)."
+)
+ANSWERER_API_KEY_OPTION = typer.Option(
+    None, "--answerer-api-key", help="The answerer's key (default $OPENAI_API_KEY, else EMPTY)."
+)
+JUDGE_OPTION = typer.Option(
+    None, "--judge", help="Also judge each answer CORRECT/WRONG with this model (Mem0's LoCoMo judge), same endpoint."
+)
+
 
 @user_errors
 def eval_command(
@@ -45,15 +59,23 @@ def eval_command(
     json_out: Path | None = typer.Option(None, "--json", help="Write the report as JSON here."),
     plot: Path | None = typer.Option(None, "--plot", help="Write before/after bars per category (PNG)."),
     url: str | None = URL_OPTION,
+    answerer: str | None = ANSWERER_OPTION,
+    answerer_base_url: str | None = ANSWERER_BASE_URL_OPTION,
+    answerer_api_key: str | None = ANSWERER_API_KEY_OPTION,
+    judge: str | None = JUDGE_OPTION,
 ) -> None:
-    """Score a policy's edits with the QA proxy, before -> after, per category."""
+    """Score a policy's edits with the QA proxy, before -> after, per category; with --answerer, also
+    with an LLM reading the same context (LoCoMo F1, BLEU-1, --judge accuracy)."""
     from memupdate.agent.policies import make_policy
     from memupdate.rl.evaluate import EvalConfig, plot_report
 
     if mode not in ("targeted", "blind"):
         raise MemupdateError(f"--mode {mode!r} is not targeted or blind")
+    reader = checked_answerer(answerer, answerer_base_url, answerer_api_key, judge)  # before any work
     chosen = load_conversations(locomo, conversations)
     store = open_store(url)
+    if reader is not None:
+        reader.use_cache(store.engine)
     chat_model = make_policy(
         policy, store, model=model, base_url=base_url, api_key=api_key, seed=seed, max_operations=max_operations
     )
@@ -72,6 +94,19 @@ def eval_command(
     if plot:
         plot_report(report, str(plot))
         console.print(f"plot written to {plot}")
+
+
+def checked_answerer(model: str | None, base_url: str | None, api_key: str | None, judge: str | None):  # noqa: ANN201
+    """The LLM answerer (and judge), its endpoint checked with one cheap request; None without --answerer."""
+    if model is None:
+        if judge is not None or base_url is not None:
+            raise MemupdateError("--judge and --answerer-base-url need --answerer MODEL (the model that answers)")
+        return None
+    from memupdate.rl.answerer import make_answerer
+
+    reader = make_answerer(model, base_url, api_key, judge=judge)
+    reader.check()
+    return reader
 
 
 def evaluate_with_progress(description: str, store, conversations, policy, config, policy_name: str) -> dict[str, Any]:  # noqa: ANN001
