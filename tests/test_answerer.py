@@ -8,6 +8,7 @@ CORRECT when the gold answer's text is inside the generated one, Mem0-style (a s
 
 from __future__ import annotations
 
+import json
 import re
 import socket
 import uuid
@@ -252,3 +253,34 @@ def test_migration_0002_up_and_down(fresh_database) -> None:
     assert current_revision(engine) == "0001"
     tables = inspect(engine).get_table_names()
     assert "llm_replies" not in tables and "memories" in tables
+
+
+def test_eval_cli_reports_the_answerer_and_a_rerun_asks_nothing(database_url, standin, tmp_path) -> None:
+    """`memupdate eval --answerer --judge` on the shipped sample, heuristic policy, real database and
+    embedder; the stand-in reads the proxy's context. The second run is answered from the cache."""
+    from memupdate.rl.locomo import sample_conversation_path
+
+    model = f"reader-{uuid.uuid4().hex[:6]}"
+    standin.models = (model, "judge")
+    out = tmp_path / "report.json"
+    args = ["eval", "--locomo", str(sample_conversation_path()), "--policy", "heuristic", "--max-questions", "4",
+            "--url", database_url, "--answerer", model, "--answerer-base-url", standin.base_url,
+            "--judge", "judge", "--json", str(out)]  # fmt: skip
+    result = runner.invoke(app, args, env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    assert f"answerer {model}, judge judge" in result.output and "Pearson r" in result.output
+    section = json.loads(out.read_text())["answerer"]
+    assert section["before"]["questions"] == section["after"]["questions"] == 4
+    for side in ("before", "after"):
+        assert set(section[side]) >= {"f1", "bleu1", "judge_accuracy", "by_category"}
+        assert set(section[side]["by_category"]) == {"temporal"}, "the sample's first 4 questions are temporal"
+    assert set(section["proxy_f1_pearson"]) == {"before", "after", "all"}
+    prompts = [r["messages"][0]["content"] for r in standin.requests if r["model"] == model]
+    assert prompts and all(p.endswith(f"{DATE_HINT} Short answer:") for p in prompts)
+    asked = len(standin.requests)
+    assert section["requests"] == asked
+
+    again = runner.invoke(app, args, env={"COLUMNS": "200"})
+    assert again.exit_code == 0, again.output
+    assert len(standin.requests) == asked, "every answer and judgement came from the cache"
+    assert json.loads(out.read_text())["answerer"]["after"] == section["after"]

@@ -86,7 +86,7 @@ def eval_command(
         max_operations=max_operations,
         generalization=generalization,
     )
-    report = evaluate_with_progress(f"eval {policy} ({mode})", store, chosen, chat_model, config, policy)
+    report = evaluate_with_progress(f"eval {policy} ({mode})", store, chosen, chat_model, config, policy, reader)
     print_report(report)
     if json_out:
         json_out.write_text(json.dumps(report, indent=2))
@@ -109,15 +109,15 @@ def checked_answerer(model: str | None, base_url: str | None, api_key: str | Non
     return reader
 
 
-def evaluate_with_progress(description: str, store, conversations, policy, config, policy_name: str) -> dict[str, Any]:  # noqa: ANN001
-    """`evaluate` under a progress bar of questions done."""
+def evaluate_with_progress(description: str, store, conversations, policy, config, policy_name: str, answerer=None) -> dict[str, Any]:  # noqa: ANN001
+    """`evaluate` under a progress bar of questions done (then of answers, with an answerer)."""
     from memupdate.rl.evaluate import evaluate
 
     with progress_bar(description) as bar:
         task = bar.add_task(description, total=None)
         return evaluate(
             store, conversations, policy, config, policy_name=policy_name,
-            progress=lambda done, total: bar.update(task, completed=done, total=total),
+            progress=lambda done, total: bar.update(task, completed=done, total=total), answerer=answerer,
         )  # fmt: skip
 
 
@@ -144,6 +144,32 @@ def print_report(report: dict[str, Any]) -> None:
     )
     if report["errors"]:
         console.print(f"[yellow]{len(report['errors'])} questions skipped or failed[/] (see the JSON report)")
+    if report.get("answerer"):
+        print_answerer_report(report["answerer"])
+
+
+def print_answerer_report(section: dict[str, Any]) -> None:
+    """LoCoMo F1, BLEU-1 and judge accuracy of the LLM answerer, before -> after, per category."""
+    judge = f", judge {section['judge']}" if section["judge"] else ""
+    table = Table(title=f"answerer {section['model']}{judge}: read from the proxy's context")
+    for column in ("category", "questions", "F1 before", "F1 after", "BLEU-1 before", "BLEU-1 after",
+                   "judge before", "judge after"):  # fmt: skip
+        table.add_column(column, justify="right")
+
+    def judged(block: dict[str, Any]) -> str:
+        return "-" if block["judge_accuracy"] is None else f"{block['judge_accuracy']:.3f}"
+
+    before, after = section["before"], section["after"]
+    rows = [(name, b, after["by_category"][name]) for name, b in before["by_category"].items()]
+    for name, b, a in [*rows, ("[bold]all[/]", before, after)]:
+        table.add_row(
+            name, str(b["questions"]), f"{b['f1']:.3f}", f"{a['f1']:.3f}", f"{b['bleu1']:.3f}", f"{a['bleu1']:.3f}",
+            judged(b), judged(a),
+        )  # fmt: skip
+    console.print(table)
+    r = section["proxy_f1_pearson"]
+    shown = " | ".join(f"{side} {'-' if r[side] is None else f'{r[side]:+.3f}'}" for side in ("before", "after", "all"))
+    console.print(f"Pearson r, proxy score vs answerer F1 over questions: {shown} | {section['requests']} requests")
 
 
 
