@@ -35,6 +35,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import threading
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
@@ -141,6 +142,7 @@ class ChatEndpoint:
             base_url=self.base_url, timeout=self.timeout, headers={"Authorization": f"Bearer {key}"}
         )
         self.requests = 0  # completions asked (not the check), for tests and the report
+        self._count_lock = threading.Lock()  # requests run on several threads
 
     def check(self) -> None:
         """One cheap request (`GET /models`, or a 1-token completion where that is missing) that
@@ -175,7 +177,8 @@ class ChatEndpoint:
 
     def complete(self, prompt: str, max_tokens: int) -> str:
         """The model's reply to one user message (reasoning blocks removed, whitespace stripped)."""
-        self.requests += 1
+        with self._count_lock:
+            self.requests += 1
         body = self._post_completion(prompt, max_tokens=max_tokens, retries=self.retries)
         try:
             content = body["choices"][0]["message"]["content"] or ""
@@ -205,10 +208,11 @@ class ChatEndpoint:
             else:
                 if response.status_code == 200:
                     return _json(response)
-                if response.status_code != 429 and response.status_code < 500 or last:
+                retryable = response.status_code == 429 or response.status_code >= 500
+                if last or not retryable:
                     raise AnswererError(
                         f"{self.role} endpoint {self.base_url} answered HTTP {response.status_code} for model "
-                        f"{self.model!r}: {response.text[:200]}"
+                        f"{self.model!r} ({response.text[:200].strip()}); answers so far are cached, rerun to resume"
                     )
             time.sleep(2**attempt)  # 1 s, 2 s, ...: a busy server gets room to recover
         raise AssertionError("unreachable")
