@@ -256,14 +256,15 @@ def test_migration_0002_up_and_down(fresh_database) -> None:
 
 
 def test_eval_cli_reports_the_answerer_and_a_rerun_asks_nothing(database_url, standin, tmp_path) -> None:
-    """`memupdate eval --answerer --judge` on the shipped sample, heuristic policy, real database and
-    embedder; the stand-in reads the proxy's context. The second run is answered from the cache."""
+    """`memupdate eval --answerer --judge` on the shipped sample, real database and embedder; the stand-in
+    reads the proxy's context. No policy (fast): after = before, so the after side is all cache hits,
+    and the second run is answered from the cache entirely."""
     from memupdate.rl.locomo import sample_conversation_path
 
     model = f"reader-{uuid.uuid4().hex[:6]}"
     standin.models = (model, "judge")
     out = tmp_path / "report.json"
-    args = ["eval", "--locomo", str(sample_conversation_path()), "--policy", "heuristic", "--max-questions", "4",
+    args = ["eval", "--locomo", str(sample_conversation_path()), "--policy", "none", "--max-questions", "4",
             "--url", database_url, "--answerer", model, "--answerer-base-url", standin.base_url,
             "--judge", "judge", "--json", str(out)]  # fmt: skip
     result = runner.invoke(app, args, env={"COLUMNS": "200"})
@@ -278,7 +279,8 @@ def test_eval_cli_reports_the_answerer_and_a_rerun_asks_nothing(database_url, st
     prompts = [r["messages"][0]["content"] for r in standin.requests if r["model"] == model]
     assert prompts and all(p.endswith(f"{DATE_HINT} Short answer:") for p in prompts)
     asked = len(standin.requests)
-    assert section["requests"] == asked
+    assert section["requests"] == asked == 4 + 4, "4 answers and 4 judgements; the identical after side is cached"
+    assert section["after"] == section["before"]
 
     again = runner.invoke(app, args, env={"COLUMNS": "200"})
     assert again.exit_code == 0, again.output
