@@ -25,6 +25,7 @@ from typing import Any, Literal
 from langchain_core.language_models import BaseChatModel
 
 from memupdate.agent.graph import run_episode
+from memupdate.rl.answerer import LLMAnswerer, answerer_report
 from memupdate.rl.ingest import base_namespace, ingest_conversation
 from memupdate.rl.locomo import ADVERSARIAL, Conversation, QAItem, category_name
 from memupdate.rl.qa_proxy import QAScore
@@ -75,8 +76,12 @@ def evaluate(
     *,
     policy_name: str = "none",
     progress: Callable[[int, int], None] | None = None,
+    answerer: LLMAnswerer | None = None,
 ) -> dict[str, Any]:
-    """Run the evaluation and return the report (see `memupdate eval --help` for its shape)."""
+    """Run the evaluation and return the report (see `memupdate eval --help` for its shape).
+
+    With `answerer`, an LLM also answers every question from the context the proxy read, before and
+    after editing: `report["answerer"]` (see `answer_from_contexts`)."""
     started = time.perf_counter()
     rows: list[dict[str, Any]] = []
     episodes: list[RewardBreakdown] = []
@@ -119,7 +124,11 @@ def evaluate(
             done += 1
             if progress:
                 progress(done, total)
-    return _report(rows, episodes, errors, tool_counts, conversations, policy_name, config, time.perf_counter() - started)
+    report = _report(rows, episodes, errors, tool_counts, conversations, policy_name, config, time.perf_counter() - started)
+    if answerer is not None:
+        report["answerer"] = answer_from_contexts(answerer, rows, plans, progress)
+        report["seconds"] = round(time.perf_counter() - started, 2)
+    return report
 
 
 @dataclass(frozen=True)
@@ -231,6 +240,26 @@ def _mean(values: Sequence[float]) -> float:
     return float(sum(values) / len(values)) if values else 0.0
 
 
+def answer_from_contexts(
+    answerer: LLMAnswerer,
+    rows: list[dict[str, Any]],
+    plans: Sequence[tuple[Conversation, list[QAItem], list[dict]]],
+    progress: Callable[[int, int], None] | None = None,
+) -> dict[str, Any]:
+    """The LLM answerer's pass over the scored rows: each question answered (and judged) from the exact
+    context the proxy read before and after editing; LoCoMo F1, BLEU-1 and judge accuracy per side and
+    category, and the Pearson r of proxy score and answerer F1. Each row gains its answers ("answerer")."""
+    by_key = {(c.sample_id, qa.index): qa for c, questions, _ in plans for qa in questions}
+    asked = [by_key[(row["sample_id"], row["qa_index"])] for row in rows]
+    sides = ("before", "after")
+    contexts = {side: [row[side]["context"] for row in rows] for side in sides}
+    proxy = {side: [row[side]["qa_score"] for row in rows] for side in sides}
+    section, answered = answerer_report(answerer, asked, contexts, proxy, progress)
+    for row, answers in zip(rows, answered, strict=True):
+        row["answerer"] = answers
+    return section
+
+
 def plot_report(report: dict[str, Any], path: str) -> None:
     """Before/after bars of the QA proxy per category, saved as a PNG."""
     import matplotlib
@@ -246,7 +275,7 @@ def plot_report(report: dict[str, Any], path: str) -> None:
     ax.bar([x - 0.2 for x in xs], before, width=0.4, label="before")
     ax.bar([x + 0.2 for x in xs], after, width=0.4, label="after")
     ax.set_xticks(list(xs), names)
-    ax.set_ylabel("QA proxy (share of answer tokens retrieved)")
+    ax.set_ylabel("QA proxy (phrase-level LoCoMo F1 in the context)")
     ax.set_title(f"{report['policy']} policy, {report['mode']} mode: {', '.join(report['conversations'])}")
     ax.legend()
     fig.tight_layout()

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
 from memupdate.rl.faithfulness import Faithfulness, check_faithfulness, written_memories
@@ -59,16 +59,27 @@ class RewardConfig:
     free_edits: int = 10
     unsupported_token_cost: float = 0.02
     max_unsupported_penalty: float = 1.0
+    # "proxy" (no LLM) or "answerer": a frozen LLM answers from the same context and LoCoMo's F1 of its
+    # answer is the QA score (Memory-R1's reward); answers are cached in PostgreSQL.
+    qa: str = "proxy"
+    answerer_model: str | None = None
+    answerer_base_url: str | None = None
+    answerer_api_key: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.qa not in ("proxy", "answerer"):
+            raise ValueError(f"reward qa={self.qa!r}: choose proxy or answerer")
+        if self.qa == "answerer" and not self.answerer_model:
+            raise ValueError("reward qa=answerer needs answerer_model (and answerer_base_url for a local server)")
 
     @classmethod
     def from_kwargs(cls, kwargs: Mapping[str, Any]) -> RewardConfig:
         """A config from loose keyword arguments (verl's `reward_kwargs`), naming unknown keys."""
-        known = {f.name: f.type for f in fields(cls)}
-        unknown = sorted(set(kwargs) - set(known))
+        defaults = {f.name: getattr(cls(), f.name) for f in fields(cls)}
+        unknown = sorted(set(kwargs) - set(defaults))
         if unknown:
-            raise ValueError(f"unknown reward option(s) {', '.join(unknown)}; the options are {', '.join(known)}")
-        defaults = cls()
-        return cls(**{k: type(getattr(defaults, k))(v) for k, v in kwargs.items()})
+            raise ValueError(f"unknown reward option(s) {', '.join(unknown)}; the options are {', '.join(defaults)}")
+        return cls(**{k: v if defaults[k] is None or v is None else type(defaults[k])(v) for k, v in kwargs.items()})
 
 
 @dataclass(frozen=True)
@@ -155,8 +166,31 @@ def performance_delta(before: Sequence[QAScore], after: Sequence[QAScore], confi
 
 
 def score(store: MemoryStore, questions: Sequence[Question], config: RewardConfig) -> list[QAScore]:
-    """The QA proxy with the config's budget: the one call both sides of a reward go through."""
-    return score_questions(store, questions, context_tokens=config.context_tokens, candidates=config.candidates)
+    """The QA score of every question with the config's budget: the one call both sides of a reward go
+    through. With `qa="answerer"` the LLM's LoCoMo F1 replaces the proxy's credit, read from the same
+    context."""
+    scores = score_questions(store, questions, context_tokens=config.context_tokens, candidates=config.candidates)
+    if config.qa == "proxy":
+        return scores
+    from memupdate.rl.answerer import answerer_qa_scores
+
+    f1 = answerer_qa_scores(_answerer(config, store), questions, [s.context for s in scores])
+    return [replace(s, qa_score=value) for s, value in zip(scores, f1, strict=True)]
+
+
+_answerers: dict[tuple, Any] = {}
+
+
+def _answerer(config: RewardConfig, store: MemoryStore) -> Any:
+    """One answerer per endpoint and database in this process (rollout workers score many episodes)."""
+    from memupdate.rl.answerer import make_answerer
+
+    key = (config.answerer_model, config.answerer_base_url, config.answerer_api_key, str(store.engine.url))
+    if key not in _answerers:
+        _answerers[key] = make_answerer(
+            config.answerer_model, config.answerer_base_url, config.answerer_api_key, engine=store.engine
+        )
+    return _answerers[key]
 
 
 def compute_reward(
