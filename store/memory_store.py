@@ -59,9 +59,10 @@ SampleStrategy = Literal["random", "diverse", "recent"]
 SAMPLE_STRATEGIES: tuple[str, ...] = ("random", "diverse", "recent")
 
 # Labels become a `/`-joined path; keep them to characters that need no quoting anywhere (URLs, shells, LIKE).
-NAMESPACE_LABEL = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.:@+=-]{0,63}$")
+# Matched with `fullmatch`: `$` alone would accept a label or key ending in a newline.
+NAMESPACE_LABEL = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:@+=-]{0,63}")
 MAX_NAMESPACE_DEPTH = 8
-KEY_PATTERN = re.compile(r"^[A-Za-z0-9_.:@+=-]{1,128}$")
+KEY_PATTERN = re.compile(r"[A-Za-z0-9_.:@+=-]{1,128}")
 SEPARATOR = "/"
 
 memories = Memory.__table__
@@ -95,7 +96,7 @@ def to_namespace(namespace: Namespace | Sequence[str] | str) -> Namespace:
             f"namespace {labels!r} must have 1 to {MAX_NAMESPACE_DEPTH} labels, e.g. ('locomo', 'conv-26')"
         )
     for label in labels:
-        if not isinstance(label, str) or not NAMESPACE_LABEL.match(label):
+        if not isinstance(label, str) or not NAMESPACE_LABEL.fullmatch(label):
             raise InvalidNamespace(
                 f"namespace label {label!r} in {labels!r} is not allowed: use 1-64 characters from "
                 "letters, digits and _ . : @ + = - (no '/', spaces or leading '-')"
@@ -337,6 +338,8 @@ class MemoryStore:
             _check_content(content)
         if kind is not None:
             _check_kind(kind)
+        if metadata is not None:
+            _check_metadata(metadata)
         vector = self.embedder.embed([content])[0] if content is not None else None
         with self.engine.begin() as conn:
             before = self._fetch(conn, [key], lock=True)[0]
@@ -369,7 +372,8 @@ class MemoryStore:
         for item in items:
             _check_content(item.content)
             _check_kind(item.kind)
-            if item.key is not None and not KEY_PATTERN.match(item.key):
+            _check_metadata(item.metadata)
+            if item.key is not None and not KEY_PATTERN.fullmatch(item.key):
                 raise InvalidMemory(f"memory key {item.key!r} must be 1-128 letters, digits or _ . : @ + = -")
         if len(set(delete_keys)) != len(delete_keys):
             raise InvalidMemory(f"memory ids {list(delete_keys)!r} name the same memory twice")
@@ -503,13 +507,32 @@ def _dims_error(embedder: Embedder, column_dims: int) -> EmbeddingDimensionMisma
     )
 
 
+def holds_nul(value: Any) -> bool:
+    """Whether a string, or any key or string inside a JSON value, holds NUL, which PostgreSQL's text and
+    jsonb cannot store."""
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, dict):
+        return any(holds_nul(k) or holds_nul(v) for k, v in value.items())
+    if isinstance(value, list | tuple):
+        return any(holds_nul(v) for v in value)
+    return False
+
+
 def _check_content(content: str) -> None:
     if not isinstance(content, str) or not content.strip():
         raise InvalidMemory("memory content is empty: give the text to remember")
+    if holds_nul(content):
+        raise InvalidMemory("memory content holds a NUL character (\\x00), which PostgreSQL cannot store: remove it")
     if len(content) > MAX_CONTENT_CHARS:
         raise InvalidMemory(
             f"memory content has {len(content)} characters, over the limit of {MAX_CONTENT_CHARS}: split it"
         )
+
+
+def _check_metadata(metadata: dict[str, Any]) -> None:
+    if holds_nul(metadata):
+        raise InvalidMemory("memory metadata holds a NUL character (\\x00), which PostgreSQL cannot store: remove it")
 
 
 def _check_kind(kind: str) -> None:
