@@ -41,6 +41,7 @@ from sqlalchemy import (
     text,
     update,
 )
+from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.exc import IntegrityError, ProgrammingError
 
 from memupdate.store.database import get_engine
@@ -301,6 +302,24 @@ class MemoryStore:
                 MemoryEventRecord(r.id, r.op, r.memory_key, r.before, r.after, r.episode, r.created_at) for r in rows
             ]
 
+    def deleted_keys(self) -> set[str]:
+        """Keys an edit removed from this namespace (a delete event, a merge's or split's sources included)
+        and that it does not hold now; a `drop(keep_events=True)` starts the record afresh."""
+        with self.engine.connect() as conn:
+            last_drop = conn.execute(
+                select(func.max(events.c.id)).where(events.c.namespace == self.path, events.c.op == "drop")
+            ).scalar()
+            query = select(events.c.memory_key).distinct().where(
+                events.c.namespace == self.path, events.c.op == "delete", events.c.id > (last_drop or 0)
+            )
+            removed = set(conn.execute(query).scalars())
+            if not removed:
+                return removed
+            present = conn.execute(
+                select(memories.c.key).where(memories.c.namespace == self.path, memories.c.key.in_(removed))
+            ).scalars()
+            return removed - set(present)
+
     def list_namespaces(
         self, prefix: Namespace | Sequence[str] | None = None, *, with_counts: bool = False
     ) -> list[Namespace] | dict[Namespace, int]:
@@ -321,9 +340,13 @@ class MemoryStore:
         """Add one memory (embedded now); `key` defaults to a fresh UUID."""
         return self.create_many([NewMemory(content, kind, metadata or {}, key)])[0]
 
-    def create_many(self, items: Sequence[NewMemory]) -> list[MemoryRecord]:
-        """Add memories in one transaction with one batched embedding call (ingestion uses this)."""
-        return self.replace([], items)
+    def create_many(self, items: Sequence[NewMemory], *, skip_existing: bool = False) -> list[MemoryRecord]:
+        """Add memories in one transaction with one batched embedding call (ingestion uses this).
+
+        With `skip_existing`, items whose key the namespace already holds (even one another process
+        commits meanwhile) are left out instead of failing; only the created ones are returned and logged.
+        """
+        return self.replace([], items, skip_existing=skip_existing)
 
     def update(
         self,
@@ -364,10 +387,13 @@ class MemoryStore:
         """Remove a memory; returns what was removed."""
         return self.replace([key], [])[0]
 
-    def replace(self, delete_keys: Sequence[str], items: Sequence[NewMemory]) -> list[MemoryRecord]:
+    def replace(
+        self, delete_keys: Sequence[str], items: Sequence[NewMemory], *, skip_existing: bool = False
+    ) -> list[MemoryRecord]:
         """Delete `delete_keys` and add `items` in one transaction (merge and split are this).
 
-        Returns the created memories, or the deleted ones when nothing is created.
+        Returns the created memories, or the deleted ones when nothing is created. `skip_existing`: see
+        `create_many`.
         """
         for item in items:
             _check_content(item.content)
@@ -396,7 +422,15 @@ class MemoryStore:
                     for item, vector in zip(items, vectors, strict=True)
                 ]
                 try:
-                    result = conn.execute(insert(memories).returning(*RECORD_COLUMNS, sort_by_parameter_order=True), rows)
+                    if skip_existing:  # one statement: ON CONFLICT waits for a concurrent insert of the key, then skips
+                        result = conn.execute(
+                            pg_insert(memories)
+                            .values(rows)
+                            .on_conflict_do_nothing(index_elements=[memories.c.namespace, memories.c.key])
+                            .returning(*RECORD_COLUMNS)
+                        )
+                    else:
+                        result = conn.execute(insert(memories).returning(*RECORD_COLUMNS, sort_by_parameter_order=True), rows)
                 except IntegrityError as exc:
                     raise InvalidMemory(
                         f"a memory with one of the keys {[r['key'] for r in rows][:5]} already exists in {self.path!r}: "
@@ -571,7 +605,7 @@ def _make_async(name: str):  # noqa: ANN202
 
 
 for _name in (
-    "get", "get_many", "list", "count", "search", "search_by_vector", "sample", "snapshot", "diff", "events",
+    "get", "get_many", "list", "count", "search", "search_by_vector", "sample", "snapshot", "diff", "events", "deleted_keys",
     "list_namespaces", "create", "create_many", "update", "delete", "replace", "fork", "drop",
 ):  # fmt: skip
     setattr(MemoryStore, f"a{_name}", _make_async(_name))
