@@ -25,11 +25,11 @@ from typing import Any, Literal
 from langchain_core.language_models import BaseChatModel
 
 from memupdate.agent.graph import run_episode
-from memupdate.rl.ingest import base_namespace, ingest_conversation
-from memupdate.rl.locomo import ADVERSARIAL, CATEGORY_NAMES, Conversation, QAItem
+from memupdate.rl.ingest import base_namespace, ingest
+from memupdate.rl.locomo import ADVERSARIAL, Conversation, QAItem, category_name
 from memupdate.rl.qa_proxy import QAScore, score_questions
 from memupdate.rl.reward import Efficiency, RewardConfig, combine, mean_qa, memory_efficiency
-from memupdate.store import MemoryRecord, MemoryStore
+from memupdate.store import MemoryRecord, MemoryStore, to_namespace
 
 Mode = Literal["targeted", "blind"]
 
@@ -46,6 +46,9 @@ class EvalConfig:
     # Targeted mode: also score N other questions of the conversation in the reward, so memory that
     # helps future questions is rewarded, not only memory for the question the policy saw.
     generalization: int = 0
+    # A run whose share of failed episodes exceeds this is not a result: the report says so
+    # (`failures["over_threshold"]`) and the CLI exits non-zero.
+    max_failure_share: float = 0.1
 
 
 def trajectory_id(sample_id: str, qa_index: int | str) -> str:
@@ -85,18 +88,27 @@ def evaluate(
     rows: list[dict[str, Any]] = []
     errors: list[dict[str, Any]] = []
     tool_counts: Counter = Counter()
+    episodes = Counter()  # "run" and "failed": a policy failing every episode must not read as a result
+    ingested: dict[str, dict[str, Any]] = {}
     plans = [(c, *eval_questions(c, config)) for c in conversations]
     total, done = sum(len(q) for _, q, _ in plans), 0
     for conversation, questions, skipped in plans:
         errors += skipped
-        base = ingest_conversation(store, conversation)
+        loaded = ingest(store, conversation)
+        base = loaded.base
+        ingested[conversation.sample_id] = {
+            "added": loaded.added, "present": loaded.present, "removed_by_edit": loaded.removed_by_edit,
+        }  # fmt: skip
         if base.count() == 0:
             errors.append({"sample_id": conversation.sample_id, "error": "conversation has no facts to remember"})
             continue
         before = score_questions(base, questions, top_k=config.reward.top_k, word_budget=config.reward.word_budget)
         base_snapshot = base.snapshot()  # the base is never written, so once per conversation
         if config.mode == "blind":
+            known_errors = len(errors)
             rows += _blind(base, base_snapshot, conversation, questions, before, policy, config, tool_counts, errors)
+            episodes["run"] += 1
+            episodes["failed"] += any(e.get("episode_failed") for e in errors[known_errors:])
             done += len(questions)
             if progress:
                 progress(done, total)
@@ -105,14 +117,26 @@ def evaluate(
             others = [i for i in range(len(questions)) if i != index]
             held = random.Random(qa.index).sample(others, min(config.generalization, len(others)))
             extra = [(questions[i], before[i]) for i in held]
+            episodes["run"] += 1
             try:
                 rows.append(_targeted(base, base_snapshot, conversation, qa, score, extra, policy, config, tool_counts))
             except Exception as exc:  # one bad question must not end a long evaluation
-                errors.append({"sample_id": conversation.sample_id, "qa_index": qa.index, "error": f"{type(exc).__name__}: {exc}"})
+                episodes["failed"] += 1
+                errors.append({
+                    "sample_id": conversation.sample_id, "qa_index": qa.index, "episode_failed": True,
+                    "error": f"{type(exc).__name__}: {exc}",
+                })  # fmt: skip
             done += 1
             if progress:
                 progress(done, total)
-    return _report(rows, errors, tool_counts, conversations, policy_name, config, time.perf_counter() - started)
+    report = _report(rows, errors, tool_counts, conversations, policy_name, config, time.perf_counter() - started)
+    share = episodes["failed"] / episodes["run"] if episodes["run"] else 0.0
+    report["failures"] = {
+        "episodes": episodes["run"], "failed": episodes["failed"], "share": round(share, 4),
+        "threshold": config.max_failure_share, "over_threshold": share > config.max_failure_share,
+    }  # fmt: skip
+    report["ingested"] = ingested
+    return report
 
 
 def _targeted(
@@ -154,7 +178,7 @@ def _blind(
         base, base_snapshot, conversation, "all", None, questions, policy, config, tool_counts, keep_going=True
     )
     if failure:  # the questions were still scored on what the policy managed before it failed
-        errors.append({"sample_id": conversation.sample_id, "error": f"episode failed: {failure}"})
+        errors.append({"sample_id": conversation.sample_id, "episode_failed": True, "error": f"episode failed: {failure}"})
     return [_row(conversation, qa, b, a, efficiency) for qa, b, a in zip(questions, before, after, strict=True)]
 
 
@@ -176,9 +200,11 @@ def _edit_and_score(
     With `keep_going`, a policy that raises is reported in the third value instead of raising.
     """
     trajectory = trajectory_id(conversation.sample_id, qa_index)
-    fork = base.fork(trajectory_namespace(conversation.sample_id, trajectory), episode=trajectory)
+    fork_namespace = to_namespace(trajectory_namespace(conversation.sample_id, trajectory))
     failure = None
     try:
+        # Inside the try: an interrupt landing just after the fork commits must still drop it.
+        fork = base.fork(fork_namespace, episode=trajectory)
         if policy is not None:
             try:
                 episode = run_episode(policy, fork, question, max_turns=config.max_turns, max_operations=config.max_operations)
@@ -189,10 +215,23 @@ def _edit_and_score(
                 failure = f"{type(exc).__name__}: {exc}"
         after = score_questions(fork, scored, top_k=config.reward.top_k, word_budget=config.reward.word_budget)
         efficiency = memory_efficiency(base_snapshot, fork.snapshot(), config.reward)
-    finally:
-        if not config.keep_forks:
-            fork.drop()
+    except BaseException as exc:
+        if not config.keep_forks or not isinstance(exc, Exception):  # Ctrl-C: always drop, then re-raise
+            _drop_fork(base, fork_namespace)
+        raise
+    if not config.keep_forks:
+        _drop_fork(base, fork_namespace)
     return after, efficiency, failure
+
+
+def _drop_fork(base: MemoryStore, namespace: tuple[str, ...]) -> None:
+    """Drop a fork, once more on a fresh connection if the first try fails: an interrupt can break the
+    connection the episode was using, and a leftover fork must not outlive the run."""
+    try:
+        base.scoped(namespace).drop()
+    except Exception:
+        base.engine.dispose()
+        base.scoped(namespace).drop()
 
 
 def _row(conversation: Conversation, qa: QAItem, before: QAScore, after: QAScore, efficiency) -> dict[str, Any]:  # noqa: ANN001
@@ -223,7 +262,7 @@ def _side(rows: list[dict[str, Any]], side: str) -> dict[str, Any]:
     for row in rows:
         by_category[row["category"]].append(row)
     overall = summary(rows)
-    overall["by_category"] = {CATEGORY_NAMES[c]: summary(by_category[c]) for c in sorted(by_category)}
+    overall["by_category"] = {category_name(c): summary(by_category[c]) for c in sorted(by_category)}
     return overall
 
 
