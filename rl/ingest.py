@@ -5,7 +5,8 @@
     base = ingest_conversation(store, conversation)     # the same, returning the base namespace's store
 
 Each fact keeps its provenance in metadata: dia_ids, session, session_date (LoCoMo's text),
-date (ISO, for sorting and date arithmetic), speaker and source. Keys are `f0000`, `f0001`, ...
+date (ISO, for sorting and date arithmetic), speaker, source, and `turns`: the text of the
+dialogue turns it was drawn from (what an edit may restate). Keys are `f0000`, `f0001`, ...
 in file order, so loading twice adds nothing and every fork of the base shares them.
 
 Loading is safe to repeat and to run from several processes at once (a key another process adds
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from memupdate.rl.locomo import Conversation, Fact
+from memupdate.rl.locomo import Conversation, Fact, Turn
 from memupdate.store import MemoryStore, NewMemory
 
 BASE_PREFIX = "locomo"
@@ -48,8 +49,11 @@ def fact_key(index: int) -> str:
     return f"f{index:04d}"
 
 
-def fact_metadata(fact: Fact) -> dict:
+def fact_metadata(fact: Fact, turns: dict[str, Turn] | None = None) -> dict:
+    """Provenance of a fact; `turns` (dia_id -> turn) adds the text of the turns it came from, which
+    the reward's faithfulness check accepts as support for what an edit writes."""
     day = fact.session_day
+    said = {d: _turn_text(turns[d]) for d in fact.dia_ids if turns and d in turns}
     return {
         "dia_ids": list(fact.dia_ids),
         "session": fact.session,
@@ -57,7 +61,12 @@ def fact_metadata(fact: Fact) -> dict:
         "date": day.isoformat() if day else None,
         "speaker": fact.speaker,
         "source": "locomo:observation",
+        "turns": said,
     }
+
+
+def _turn_text(turn: Turn) -> str:
+    return f"{turn.speaker}: {turn.text}" + (f" [shares {turn.blip_caption}]" if turn.blip_caption else "")
 
 
 def ingest(store: MemoryStore, conversation: Conversation) -> IngestReport:
@@ -66,8 +75,9 @@ def ingest(store: MemoryStore, conversation: Conversation) -> IngestReport:
     present = set(base.snapshot())
     removed = base.deleted_keys()
     keys = [fact_key(index) for index in range(len(conversation.facts))]
+    turns = {turn.dia_id: turn for turn in conversation.turns}
     new = [
-        NewMemory(fact.text, kind="episodic", metadata=fact_metadata(fact), key=key)
+        NewMemory(fact.text, kind="episodic", metadata=fact_metadata(fact, turns), key=key)
         for key, fact in zip(keys, conversation.facts, strict=True)
         if key not in present and key not in removed
     ]

@@ -246,7 +246,7 @@ def test_an_unknown_category_is_reported_by_number(store: MemoryStore, tmp_path)
 @pytest.mark.parametrize(
     "extra",
     [["--max-questions", "-150"], ["--max-questions", "0"], ["--max-operations", "0"], ["--max-operations", "-1"],
-     ["--generalization", "-2"], ["--max-failure-share", "1.5"]],
+     ["--collateral", "-2"], ["--max-failure-share", "1.5"]],
     ids=" ".join,
 )  # fmt: skip
 def test_out_of_range_numbers_are_refused(sample_file, database_url, extra) -> None:

@@ -116,9 +116,10 @@ def _first_line(exc: BaseException) -> str:
 
 
 class _Probe:
-    """A question with its answer, in the shape the QA proxy reads."""
+    """A question with its answer, in the shape the QA proxy reads (scored as one plain answer, like
+    LoCoMo's single-hop category)."""
 
     def __init__(self, question: str, answer: str):
-        self.question, self.answer, self.evidence = question, answer, ()
+        self.question, self.answer, self.evidence, self.category = question, answer, (), 4
 
 
