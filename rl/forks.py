@@ -31,13 +31,20 @@ import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 from sqlalchemy import Engine, func, select
 
-from memupdate.rl.reward import RewardBreakdown, RewardConfig, compute_reward, questions_from_extra_info
+from memupdate.rl.reward import (
+    RewardBreakdown,
+    RewardConfig,
+    compute_reward,
+    questions_from_extra_info,
+    reward_from_scores,
+    score,
+)
 from memupdate.store import DatabaseError, MemoryStore, MemupdateError, to_namespace
 from memupdate.store.memory_store import SEPARATOR, events, memories, namespace_path
 
@@ -223,10 +230,16 @@ class RolloutScore:
     reason: str | None = None
 
 
+# Keywords verl itself adds to a custom reward function's call, beside the config's reward_kwargs.
+VERL_REWARD_KEYWORDS = frozenset({"reward_router_address", "reward_model_tokenizer"})
+
+
 def reward_config(kwargs: Mapping[str, Any] | None) -> RewardConfig:
-    """A RewardConfig from verl's `reward_kwargs` (other keys, such as verl's own, are ignored)."""
-    known = {f.name for f in fields(RewardConfig)}
-    return RewardConfig(**{k: v for k, v in (kwargs or {}).items() if k in known})
+    """A RewardConfig from verl's `reward_kwargs`; ValueError naming an unknown key (a typo would
+    otherwise train with a default silently)."""
+    return RewardConfig.from_kwargs(
+        {k: v for k, v in (kwargs or {}).items() if k not in VERL_REWARD_KEYWORDS}
+    )
 
 
 async def finish_rollout(
@@ -260,9 +273,7 @@ def finish_rollout_sync(
         else:
             # Nothing was forked, so nothing was edited: the parts are the base's own (a no-op), reward 0.
             reason = state.get(ERROR_KEY) or "the rollout made no tool call, so nothing was forked or edited"
-            breakdown = compute_reward(
-                base, base, questions, config, base_scores=base_scores, base_snapshot=base_snapshot
-            )
+            breakdown = reward_from_scores(base, base, base_scores, base_scores, base_snapshot, config)
             reward = 0.0
             log.info("rollout %s scores 0: %s", extra_info.get("trajectory_id"), reason)
     finally:
@@ -288,12 +299,14 @@ def reward_parts(
 
 
 def _flatten(values: Mapping[str, Any], prefix: str = "") -> dict[str, float]:
+    """Numbers only (lists such as example tokens are left out); None -> 0.0, so that every rollout
+    reports the same keys (a row scored without collateral questions has no collateral delta)."""
     flat: dict[str, float] = {}
     for key, value in values.items():
         if isinstance(value, Mapping):
             flat |= _flatten(value, f"{prefix}{key}_")
-        elif isinstance(value, bool | int | float):
-            flat[f"{prefix}{key}"] = float(value)
+        elif value is None or isinstance(value, bool | int | float):
+            flat[f"{prefix}{key}"] = float(value or 0.0)
     return flat
 
 
@@ -314,16 +327,11 @@ _base_cache: OrderedDict[tuple, tuple[list, dict]] = OrderedDict()
 
 
 def _base_reference(base: MemoryStore, questions: Sequence[Any], config: RewardConfig) -> tuple[list, dict]:
-    from memupdate.rl.qa_proxy import score_questions
-
     key = (base.path, tuple((q.question, q.answer) for q in questions), config)
     if key in _base_cache:
         _base_cache.move_to_end(key)
         return _base_cache[key]
-    value = (
-        score_questions(base, questions, top_k=config.top_k, word_budget=config.word_budget),
-        base.snapshot(),
-    )
+    value = (score(base, questions, config), base.snapshot())
     _base_cache[key] = value
     while len(_base_cache) > _BASE_CACHE_SIZE:
         _base_cache.popitem(last=False)

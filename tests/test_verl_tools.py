@@ -279,3 +279,20 @@ def test_fork_base_and_durations() -> None:
     )
     with pytest.raises(ValueError, match="like 90s, 30m, 6h or 2d"):
         forks.parse_duration("soon")
+
+
+def test_reward_kwargs_become_the_reward_config_and_typos_are_named() -> None:
+    config = forks.reward_config({"target_weight": 1.0, "collateral_questions": "4", "reward_router_address": None})
+    assert config.target_weight == 1.0 and config.collateral_questions == 4
+    with pytest.raises(ValueError, match="unknown reward option.*colateral_questions"):
+        forks.reward_config({"colateral_questions": 4})
+
+
+async def test_target_weight_from_reward_kwargs_changes_the_reward(tools, row, store) -> None:
+    harmful = agent_data(row)
+    await call(tools["delete_memory"], harmful, {"memory_id": "f0001"})  # the collateral answer, not the target
+    both = await forks.finish_rollout(dict(harmful.extra_fields), row)
+    harmful2 = agent_data(row)
+    await call(tools["delete_memory"], harmful2, {"memory_id": "f0001"})
+    target_only = await forks.finish_rollout(harmful2.extra_fields, row, forks.reward_config({"target_weight": 1.0}))
+    assert both.reward < 0 and target_only.reward > both.reward
