@@ -201,11 +201,25 @@ async def run_database_side(rows, scripts, concurrency: int, env: dict) -> list[
 # -- set-up, timing, report --------------------------------------------------------------------------
 
 
-def count_connections(engine: Any) -> dict[str, int]:
-    """Physical connections opened by `engine`, and the most checked out at once."""
+def count_connections(engine: Any) -> dict[str, Any]:
+    """Physical connections opened by `engine`, the most checked out at once, and the statements run
+    with the time spent inside them (client round trip: driver, network, server)."""
+    import threading
+
     from sqlalchemy import event
 
-    counts = {"opened": 0, "in_use": 0, "peak": 0}
+    counts: dict[str, Any] = {"opened": 0, "in_use": 0, "peak": 0, "statements": 0, "sql_s": 0.0}
+    started = threading.local()
+    lock = threading.Lock()
+
+    def before_execute(*_: Any) -> None:
+        started.at = time.perf_counter()
+
+    def after_execute(*_: Any) -> None:
+        elapsed = time.perf_counter() - started.at
+        with lock:
+            counts["statements"] += 1
+            counts["sql_s"] += elapsed
 
     def on_connect(*_: Any) -> None:
         counts["opened"] += 1
@@ -220,6 +234,8 @@ def count_connections(engine: Any) -> dict[str, int]:
     event.listen(engine, "connect", on_connect)
     event.listen(engine, "checkout", on_checkout)
     event.listen(engine, "checkin", on_checkin)
+    event.listen(engine, "before_cursor_execute", before_execute)
+    event.listen(engine, "after_cursor_execute", after_execute)
     return counts
 
 
@@ -287,7 +303,7 @@ def run(args: argparse.Namespace) -> dict:
             for name, path in (("database side", run_database_side), ("agent loop", run_agent_loops)):
                 for concurrency in CONCURRENCY:
                     model.seconds = model.calls = 0
-                    before = connections["opened"]
+                    before = dict(connections)
                     with console.status(f"{name}, {concurrency} in flight ..."):
                         start = time.perf_counter()
                         seconds = asyncio.run(path(rows, scripts, concurrency, env))
@@ -297,8 +313,10 @@ def run(args: argparse.Namespace) -> dict:
                     results.append({
                         "path": name, "concurrency": concurrency, "rollouts": len(seconds), "wall_s": wall,
                         "p50_s": percentile(seconds, 50), "p95_s": percentile(seconds, 95),
-                        "model_s": model.seconds, "connections_opened": connections["opened"] - before,
+                        "model_s": model.seconds, "connections_opened": connections["opened"] - before["opened"],
                         "connections_peak": connections["peak"],
+                        "statements_per_rollout": (connections["statements"] - before["statements"]) / len(seconds),
+                        "sql_s": connections["sql_s"] - before["sql_s"],
                     })  # fmt: skip
     finally:
         embedder._embed_fn = model_fn
@@ -311,7 +329,8 @@ def report(summary: dict) -> None:
     for r in summary["results"]:
         met = verdict(r["wall_s"] < TARGET_SECONDS) if r["path"] == "database side" else "-"
         rows.append([r["path"], str(r["concurrency"]), str(r["rollouts"]), f"{r['wall_s']:.2f}", f"{r['p50_s'] * 1000:.0f}",
-                     f"{r['p95_s'] * 1000:.0f}", f"{r['model_s']:.2f}", f"{r['connections_opened']} (peak {r['connections_peak']})", met])  # fmt: skip
+                     f"{r['p95_s'] * 1000:.0f}", f"{r['statements_per_rollout']:.0f}", f"{r['sql_s']:.1f}",
+                     f"{r['model_s']:.2f}", f"{r['connections_opened']} (peak {r['connections_peak']})", met])  # fmt: skip
     print_table(
         f"{rows[0][2] if rows else 0} rollouts (fork + 10 tool calls + reward + drop) on a {summary['memories']}-memory base",
         [
@@ -329,6 +348,8 @@ def report(summary: dict) -> None:
         [
             f"memories: {summary['source']}",
             "p50/p95: one rollout's time from its start (inside the in-flight limit) to its reward and drop.",
+            "SQL/rollout: statements per rollout; SQL s: time inside them, summed over the database threads "
+            "(driver, socket and server; the rest of the wall time is Python: tools, QA proxy, reward, verl).",
             "model s: the embedding model's time in the pass (the texts were embedded by an untimed pass first).",
             f"connections: a worker process opens at most {summary['worker_connections']} (memupdate.rl.forks.WORKER_CONNECTIONS); "
             f"this run opened {summary['connections_opened_total']} in all.",

@@ -43,6 +43,8 @@ def invoke(*args: str):
 
 
 def test_dry_run_prints_a_command_verl_runs_unchanged(dataset, database_url, tmp_path) -> None:
+    """~10 s (verl's entry point composes the config in a subprocess): the proof that the printed
+    command runs unchanged, so it stays in the default run."""
     code, output = invoke(
         "rl", "train", "--dry-run", "--url", database_url, "trainer.n_gpus_per_node=4", *dataset
     )
@@ -151,6 +153,7 @@ def test_db_forks_lists_prunes_and_status_counts_them_apart(store, database_url)
     assert code == 2 and "--older-than: duration 'soon' is not like 90s, 30m, 6h or 2d" in output
 
 
+@pytest.mark.slow
 def test_cluster_script_runs_the_checked_launcher(dataset, database_url, tmp_path) -> None:
     env = {
         **os.environ,
