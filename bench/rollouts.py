@@ -330,29 +330,21 @@ def report(summary: dict) -> None:
         met = verdict(r["wall_s"] < TARGET_SECONDS) if r["path"] == "database side" else "-"
         rows.append([r["path"], str(r["concurrency"]), str(r["rollouts"]), f"{r['wall_s']:.2f}", f"{r['p50_s'] * 1000:.0f}",
                      f"{r['p95_s'] * 1000:.0f}", f"{r['statements_per_rollout']:.0f}", f"{r['sql_s']:.1f}",
-                     f"{r['model_s']:.2f}", f"{r['connections_opened']} (peak {r['connections_peak']})", met])  # fmt: skip
+                     f"{r['model_s']:.2f}", f"{r['connections_opened']}/{r['connections_peak']}", met])  # fmt: skip
     print_table(
         f"{rows[0][2] if rows else 0} rollouts (fork + 10 tool calls + reward + drop) on a {summary['memories']}-memory base",
-        [
-            "path",
-            "in flight",
-            "rollouts",
-            "wall s",
-            "p50 ms",
-            "p95 ms",
-            "model s",
-            "connections opened",
-            f"< {TARGET_SECONDS:g} s",
-        ],
+        ["path", "in flight", "rollouts", "wall s", "p50 ms", "p95 ms", "stmts", "SQL s", "model s",
+         "conns new/peak", f"< {TARGET_SECONDS:g} s"],  # fmt: skip
         rows,
         [
             f"memories: {summary['source']}",
             "p50/p95: one rollout's time from its start (inside the in-flight limit) to its reward and drop.",
-            "SQL/rollout: statements per rollout; SQL s: time inside them, summed over the database threads "
+            "stmts: SQL statements per rollout; SQL s: time inside them, summed over the database threads "
             "(driver, socket and server; the rest of the wall time is Python: tools, QA proxy, reward, verl).",
             "model s: the embedding model's time in the pass (the texts were embedded by an untimed pass first).",
-            f"connections: a worker process opens at most {summary['worker_connections']} (memupdate.rl.forks.WORKER_CONNECTIONS); "
-            f"this run opened {summary['connections_opened_total']} in all.",
+            f"conns: connections opened during the pass / most in use at once; a worker process opens at most "
+            f"{summary['worker_connections']} (memupdate.rl.forks.WORKER_CONNECTIONS); this run opened "
+            f"{summary['connections_opened_total']} in all.",
             "Timings on a shared 2-core machine vary by ±10-20% between runs, more when another process is busy.",
         ],
         left=1,
