@@ -249,6 +249,7 @@ class TrajectoryLog:
                 self.records[record["key"]] = record
             # Rewrite without a partial tail, so appends start on a fresh line.
             path.write_text("".join(json.dumps(r) + "\n" for r in self.records.values()))
+        path.touch()  # the dataset's place exists from the start, even if the first rollout fails
 
     def __contains__(self, key: str) -> bool:
         return key in self.records
