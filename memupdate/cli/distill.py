@@ -54,8 +54,12 @@ def distill_command(
     url: str | None = URL_OPTION,
 ) -> None:
     """Distill a teacher into a student: rollout groups -> rewards -> GRPO advantages -> fine-tune -> evaluate."""
+    from transformers.utils import logging as transformers_logging
+
     from memupdate.rl.distill import DistillConfig, distill
     from memupdate.rl.locomo import split_conversations
+
+    transformers_logging.disable_progress_bar()  # our own bars say what is happening; its per-load bars are noise
 
     if mode not in ("targeted", "blind"):
         raise MemupdateError(f"--mode {mode!r} is not targeted or blind")
