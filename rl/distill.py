@@ -402,9 +402,9 @@ def finetune(
         raise MemupdateError("no trajectory with a positive advantage has an assistant token to train on")
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    dtype = torch.bfloat16 if device == "cuda" else torch.float32
     torch.manual_seed(config.seed)
-    model = AutoModelForCausalLM.from_pretrained(start, local_files_only=True, dtype=dtype).to(device)
+    # float32 master weights (a 1e-5 step is below bf16's resolution), bf16 autocast on a GPU.
+    model = AutoModelForCausalLM.from_pretrained(start, local_files_only=True, dtype=torch.float32).to(device)
     if config.gradient_checkpointing:
         model.gradient_checkpointing_enable()
     if config.lora_rank:
@@ -428,8 +428,9 @@ def finetune(
             for ids, mask, weight in batch:
                 input_ids = torch.tensor([ids], device=device)
                 trained = torch.tensor(mask[1:], device=device)  # token t is predicted from the ones before it
-                hidden = decoder(input_ids=input_ids).last_hidden_state[0, :-1][trained]
-                logits = head(hidden).float()  # only where the loss is: a 150k vocabulary x 4k tokens would not fit
+                with torch.autocast("cuda", dtype=torch.bfloat16, enabled=device == "cuda"):
+                    hidden = decoder(input_ids=input_ids).last_hidden_state[0, :-1][trained]
+                    logits = head(hidden).float()  # only where the loss is: a 150k vocabulary x 4k tokens would not fit
                 loss = torch.nn.functional.cross_entropy(logits, input_ids[0, 1:][trained], reduction="sum") * weight / tokens
                 loss.backward()
                 total += loss.item()
