@@ -314,7 +314,7 @@ def _by_conversation(prompts: Sequence[Prompt]) -> list[tuple[Conversation, list
 # -- advantages ---------------------------------------------------------------------------------------
 
 
-def assign_advantages(records: Sequence[dict[str, Any]], config: DistillConfig) -> tuple[list[float], dict[str, Any]]:
+def assign_advantages(records: Sequence[dict[str, Any]]) -> tuple[list[float], dict[str, Any]]:
     """Each record's group-relative advantage (grouped by question), and the counts a report needs."""
     rewards = [r["reward"] for r in records]
     groups = [r["group"] for r in records]
@@ -531,7 +531,7 @@ def distill(
         if iteration > 1:  # the previous student rolls out, its groups joined by the original teacher's
             student = make_teacher(f"hf:{start}", store, config)
             records += collect(store, student, prompts, config.group_size, f"it{iteration}", log, config, progress, f"it{iteration} student rollouts")
-        advantages, stats = assign_advantages(records, config)
+        advantages, stats = assign_advantages(records)
         weights = training_weights(advantages, config.weighting)
         (out / f"iter-{iteration}").mkdir(exist_ok=True)
         (out / f"iter-{iteration}" / "advantages.json").write_text(
