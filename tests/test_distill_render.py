@@ -104,3 +104,24 @@ def test_template_that_rewrites_history_is_a_clear_error(tokenizer) -> None:
     rewriting.chat_template = "{{ messages | length }}{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"  # noqa: E501
     with pytest.raises(MemupdateError, match="continuation.*Qwen2.5-style"):
         tokenize_with_mask(rewriting, to_chat_dicts(episode()))
+
+
+@pytest.mark.slow  # about a minute on two shared cores
+@pytest.mark.parametrize("lora_rank", [0, 4])
+def test_finetune_learns_the_turns_and_saves_a_plain_checkpoint(tmp_path, lora_rank: int) -> None:
+    """A few steps on two trajectories lower the assistant-token loss; with LoRA the adapters are merged,
+    so the output is a plain checkpoint the `hf` policy loads."""
+    from memupdate.rl.distill import DistillConfig, finetune
+    from memupdate.rl.tiny_student import build_tiny_checkpoint
+
+    start = build_tiny_checkpoint(tmp_path / "start", hidden_size=32, layers=1)
+    records = [{"messages": to_chat_dicts(episode())}, {"messages": to_chat_dicts(episode()[:4])}]
+    config = DistillConfig(epochs=12, batch_size=2, learning_rate=1e-2, lora_rank=lora_rank)
+    out = tmp_path / "out"
+    training = finetune(start, out, records, [1.0, 1.0], config, tiny=True)
+    assert training["examples"] == 2 and training["steps"] == 12
+    # A random-init base learns slowly through rank-4 adapters; a full fine-tune clearly.
+    assert training["loss_last"] < (0.8 if lora_rank == 0 else 1.0) * training["loss_first"]
+    assert not (out / "adapter_config.json").exists()
+    loaded = HuggingFaceChatModel.from_pretrained(out)
+    assert loaded.tokenizer.chat_template and loaded.hf_model.config.num_hidden_layers == 1
