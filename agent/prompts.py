@@ -12,11 +12,12 @@ import re
 from memupdate.settings import DEFAULT_MAX_OPERATIONS, DEFAULT_MAX_TURNS
 
 SYSTEM_PROMPT = """You maintain a long-term memory bank of facts about people, drawn from their conversations. \
-Questions will later be answered by retrieving the 5 memories most similar to the question \
-(about 150 words in all). Edit the bank so those future questions are answered better:
+Questions will later be answered from the memories most similar to the question, read in order of \
+similarity up to a fixed length (about 120 words in all). Edit the bank so those future questions are answered better:
 - anchor relative time ("yesterday", "last week", "two weekends ago") to absolute dates, using the memory's date;
 - merge memories that say the same thing; split memories that pack unrelated facts;
-- fix or delete memories that are wrong or useless; keep each memory short and self-contained, naming who it is about.
+- fix or delete memories that are wrong or useless; keep each memory short and self-contained, naming who it is about;
+- write only what the memories you edit (and their dates) support: invented words cost, and so does losing what other questions need.
 Tools: search_memory, manage_memory (create/update), delete_memory, sample_memory, merge_memory, split_memory. \
 Memories are shown as [handle] (date) text; refer to them by handle.
 Budget: at most {max_turns} turns and {max_operations} tool calls. Stop calling tools when the bank is good."""

@@ -115,8 +115,10 @@ class SplitMemoryArgs(BaseModel):
 
 
 def show(memory: MemoryRecord, score: float | None = None) -> str:
-    """One memory as the model sees it: `[handle] score (date) content`."""
-    date = memory.metadata.get("date")
+    """One memory as the model sees it: `[handle] score (date) content`; a merge of several days shows
+    its range, `(first..last)`."""
+    dates = memory.metadata.get("dates") or []
+    date = memory.metadata.get("date") or (f"{dates[0]}..{dates[-1]}" if dates else None)
     parts = [f"[{memory.key}]"]
     if score is not None:
         parts.append(f"{score:.2f}")
@@ -207,16 +209,18 @@ def split_memory(store: MemoryStore, args: SplitMemoryArgs) -> str:
 
 
 def merged_provenance(sources: Sequence[MemoryRecord]) -> dict[str, Any]:
-    """Provenance of a merge: dia_ids and sessions unioned in order, the latest date, the sources' keys."""
+    """Provenance of a merge: dia_ids and sessions unioned in order, every source's date (`dates`; `date`
+    only when they agree, so a merge never carries one wrong date), the sources' keys."""
     dia_ids = list(dict.fromkeys(d for m in sources for d in m.metadata.get("dia_ids", [])))
     sessions = sorted({m.metadata["session"] for m in sources if m.metadata.get("session") is not None})
-    dates = sorted(m.metadata["date"] for m in sources if m.metadata.get("date"))
+    dates = sorted({d for m in sources for d in (m.metadata.get("dates") or [m.metadata.get("date")]) if d})
     speakers = {m.metadata.get("speaker") for m in sources}
     return {
         "dia_ids": dia_ids,
         "sessions": sessions,
         "session": sessions[0] if sessions else None,
-        "date": dates[-1] if dates else None,
+        "date": dates[0] if len(dates) == 1 else None,
+        "dates": dates,
         "speaker": speakers.pop() if len(speakers) == 1 else None,
         "source": "merge",
         "merged_from": [m.key for m in sources],

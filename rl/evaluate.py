@@ -5,7 +5,8 @@
     report["before"]["qa_score"], report["after"]["qa_score"], report["reward_mean"]
 
 - targeted (the training setting): per question, fork the base, run the policy with the question
-  visible, score that question on the fork, drop the fork.
+  visible, score that question and a sample of the conversation's other questions (collateral damage,
+  `RewardConfig.collateral_questions`) on the fork, drop the fork.
 - blind (the deployment setting): per conversation, fork once, run the policy with no question,
   then score every question on the edited fork.
 `policy=None` makes no edits: before and after must then be identical (a check on the pipeline).
@@ -14,22 +15,22 @@ The base namespace is never written; each conversation is ingested first if it i
 
 from __future__ import annotations
 
-import random
 import time
 import uuid
 from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
 from langchain_core.language_models import BaseChatModel
 
 from memupdate.agent.graph import run_episode
-from memupdate.rl.ingest import base_namespace, ingest_conversation
-from memupdate.rl.locomo import ADVERSARIAL, CATEGORY_NAMES, Conversation, QAItem
-from memupdate.rl.qa_proxy import QAScore, score_questions
-from memupdate.rl.reward import Efficiency, RewardConfig, combine, mean_qa, memory_efficiency
-from memupdate.store import MemoryRecord, MemoryStore
+from memupdate.rl.answerer import LLMAnswerer, answerer_report
+from memupdate.rl.ingest import base_namespace, ingest
+from memupdate.rl.locomo import ADVERSARIAL, Conversation, QAItem, category_name
+from memupdate.rl.qa_proxy import QAScore
+from memupdate.rl.reward import RewardBreakdown, RewardConfig, collateral_sample, reward_from_scores, score
+from memupdate.store import MemoryRecord, MemoryStore, to_namespace
 
 Mode = Literal["targeted", "blind"]
 
@@ -43,9 +44,9 @@ class EvalConfig:
     max_turns: int | None = None
     max_operations: int | None = None
     keep_forks: bool = False
-    # Targeted mode: also score N other questions of the conversation in the reward, so memory that
-    # helps future questions is rewarded, not only memory for the question the policy saw.
-    generalization: int = 0
+    # A run whose share of failed episodes exceeds this is not a result: the report says so
+    # (`failures["over_threshold"]`) and the CLI exits non-zero.
+    max_failure_share: float = 0.1
 
 
 def trajectory_id(sample_id: str, qa_index: int | str) -> str:
@@ -63,11 +64,10 @@ def eval_questions(conversation: Conversation, config: EvalConfig) -> tuple[list
     for qa in conversation.qa:
         if qa.category == ADVERSARIAL and not config.include_adversarial:
             continue
-        answer = qa.answer if qa.category != ADVERSARIAL else (qa.answer or "not mentioned")
-        if not answer:
+        if not qa.answer and qa.category != ADVERSARIAL:  # adversarial items have no answer by design
             skipped.append({"sample_id": conversation.sample_id, "qa_index": qa.index, "error": "question has no answer"})
             continue
-        kept.append(qa if answer == qa.answer else replace(qa, answer=answer))
+        kept.append(qa)
     return kept[: config.max_questions], skipped
 
 
@@ -79,155 +79,178 @@ def evaluate(
     *,
     policy_name: str = "none",
     progress: Callable[[int, int], None] | None = None,
+    answerer: LLMAnswerer | None = None,
 ) -> dict[str, Any]:
-    """Run the evaluation and return the report (see `memupdate eval --help` for its shape)."""
+    """Run the evaluation and return the report (see `memupdate eval --help` for its shape).
+
+    With `answerer`, an LLM also answers every question from the context the proxy read, before and
+    after editing: `report["answerer"]` (see `answer_from_contexts`)."""
     started = time.perf_counter()
     rows: list[dict[str, Any]] = []
+    episodes: list[RewardBreakdown] = []
     errors: list[dict[str, Any]] = []
     tool_counts: Counter = Counter()
+    failed = Counter()  # episodes "run" and "failed": a policy failing every episode must not read as a result
+    ingested: dict[str, dict[str, Any]] = {}
     plans = [(c, *eval_questions(c, config)) for c in conversations]
     total, done = sum(len(q) for _, q, _ in plans), 0
     for conversation, questions, skipped in plans:
         errors += skipped
-        base = ingest_conversation(store, conversation)
+        loaded = ingest(store, conversation)
+        base = loaded.base
+        ingested[conversation.sample_id] = {
+            "added": loaded.added, "present": loaded.present, "removed_by_edit": loaded.removed_by_edit,
+        }  # fmt: skip
         if base.count() == 0:
             errors.append({"sample_id": conversation.sample_id, "error": "conversation has no facts to remember"})
             continue
-        before = score_questions(base, questions, top_k=config.reward.top_k, word_budget=config.reward.word_budget)
+        if not questions:
+            continue
+        before = dict(zip((q.index for q in questions), score(base, questions, config.reward), strict=True))
         base_snapshot = base.snapshot()  # the base is never written, so once per conversation
         if config.mode == "blind":
-            rows += _blind(base, base_snapshot, conversation, questions, before, policy, config, tool_counts, errors)
+            # One episode, every question weighed alike: the reward's target weight becomes 1/n.
+            reward_config = replace(config.reward, target_weight=1 / len(questions))
+            episode = Episode(base, base_snapshot, conversation, "all", None, questions, before, reward_config)
+            after, breakdown, failure = episode.run(policy, config, tool_counts, keep_going=True)
+            failed["run"] += 1
+            if failure:  # the questions were still scored on what the policy managed before it failed
+                failed["failed"] += 1
+                errors.append({"sample_id": conversation.sample_id, "episode_failed": True, "error": f"episode failed: {failure}"})
+            episodes.append(breakdown)
+            rows += [_row(conversation, qa, before[qa.index], a, breakdown) for qa, a in zip(questions, after, strict=True)]
             done += len(questions)
             if progress:
                 progress(done, total)
             continue
-        for index, (qa, score) in enumerate(zip(questions, before, strict=True)):
-            others = [i for i in range(len(questions)) if i != index]
-            held = random.Random(qa.index).sample(others, min(config.generalization, len(others)))
-            extra = [(questions[i], before[i]) for i in held]
+        for qa in questions:
+            scored = [qa, *collateral_sample(questions, qa.index, config.reward.collateral_questions)]
+            episode = Episode(base, base_snapshot, conversation, qa.index, qa.question, scored, before, config.reward)
+            failed["run"] += 1
             try:
-                rows.append(_targeted(base, base_snapshot, conversation, qa, score, extra, policy, config, tool_counts))
+                after, breakdown, _ = episode.run(policy, config, tool_counts)
+                episodes.append(breakdown)
+                rows.append(_row(conversation, qa, before[qa.index], after[0], breakdown))
             except Exception as exc:  # one bad question must not end a long evaluation
-                errors.append({"sample_id": conversation.sample_id, "qa_index": qa.index, "error": f"{type(exc).__name__}: {exc}"})
+                failed["failed"] += 1
+                errors.append({
+                    "sample_id": conversation.sample_id, "qa_index": qa.index, "episode_failed": True,
+                    "error": f"{type(exc).__name__}: {exc}",
+                })  # fmt: skip
             done += 1
             if progress:
                 progress(done, total)
-    return _report(rows, errors, tool_counts, conversations, policy_name, config, time.perf_counter() - started)
+    report = _report(rows, episodes, errors, tool_counts, conversations, policy_name, config, time.perf_counter() - started)
+    share = failed["failed"] / failed["run"] if failed["run"] else 0.0
+    report["failures"] = {
+        "episodes": failed["run"], "failed": failed["failed"], "share": round(share, 4),
+        "threshold": config.max_failure_share, "over_threshold": share > config.max_failure_share,
+    }  # fmt: skip
+    report["ingested"] = ingested
+    if answerer is not None:
+        report["answerer"] = answer_from_contexts(answerer, rows, plans, progress)
+        report["seconds"] = round(time.perf_counter() - started, 2)
+    return report
 
 
-def _targeted(
-    base: MemoryStore,
-    base_snapshot: dict[str, MemoryRecord],
-    conversation: Conversation,
-    qa: QAItem,
-    before: QAScore,
-    extra: list[tuple[QAItem, QAScore]],
-    policy: BaseChatModel | None,
-    config: EvalConfig,
-    tool_counts: Counter,
-) -> dict[str, Any]:
-    """One question: fork, edit with the question visible, score it (and the `extra` questions), drop."""
-    scored = [qa] + [q for q, _ in extra]
-    after, efficiency, _ = _edit_and_score(
-        base, base_snapshot, conversation, qa.index, qa.question, scored, policy, config, tool_counts
-    )
-    row = _row(conversation, qa, before, after[0], efficiency)
-    if extra:
-        delta = mean_qa(after) - mean_qa([before] + [score for _, score in extra])
-        row["reward"] = combine(delta, efficiency.value)
-    return row
+@dataclass(frozen=True)
+class Episode:
+    """One editing episode of an evaluation: its base, the questions it is scored on (`scored[0]` the
+    target) and their scores on the base."""
 
+    base: MemoryStore
+    base_snapshot: dict[str, MemoryRecord]
+    conversation: Conversation
+    qa_index: int | str
+    question: str | None  # visible to the policy (targeted) or None (blind)
+    scored: list[QAItem]
+    before: dict[int, QAScore]
+    reward: RewardConfig
 
-def _blind(
-    base: MemoryStore,
-    base_snapshot: dict[str, MemoryRecord],
-    conversation: Conversation,
-    questions: list[QAItem],
-    before: list[QAScore],
-    policy: BaseChatModel | None,
-    config: EvalConfig,
-    tool_counts: Counter,
-    errors: list[dict[str, Any]],
-) -> list[dict[str, Any]]:
-    """One episode per conversation with no question visible, then every question scored."""
-    after, efficiency, failure = _edit_and_score(
-        base, base_snapshot, conversation, "all", None, questions, policy, config, tool_counts, keep_going=True
-    )
-    if failure:  # the questions were still scored on what the policy managed before it failed
-        errors.append({"sample_id": conversation.sample_id, "error": f"episode failed: {failure}"})
-    return [_row(conversation, qa, b, a, efficiency) for qa, b, a in zip(questions, before, after, strict=True)]
+    def run(
+        self, policy: BaseChatModel | None, config: EvalConfig, tool_counts: Counter, *, keep_going: bool = False
+    ) -> tuple[list[QAScore], RewardBreakdown, str | None]:
+        """Fork the base, let the policy edit the fork, score it, drop it.
 
-
-def _edit_and_score(
-    base: MemoryStore,
-    base_snapshot: dict[str, MemoryRecord],
-    conversation: Conversation,
-    qa_index: int | str,
-    question: str | None,
-    scored: list[QAItem],
-    policy: BaseChatModel | None,
-    config: EvalConfig,
-    tool_counts: Counter,
-    *,
-    keep_going: bool = False,
-) -> tuple[list[QAScore], Efficiency, str | None]:
-    """Fork the base, let the policy edit the fork, score `scored` on it and its efficiency, drop it.
-
-    With `keep_going`, a policy that raises is reported in the third value instead of raising.
-    """
-    trajectory = trajectory_id(conversation.sample_id, qa_index)
-    fork = base.fork(trajectory_namespace(conversation.sample_id, trajectory), episode=trajectory)
-    failure = None
-    try:
-        if policy is not None:
-            try:
-                episode = run_episode(policy, fork, question, max_turns=config.max_turns, max_operations=config.max_operations)
-                tool_counts.update(episode.tool_counts)
-            except Exception as exc:
-                if not keep_going:
-                    raise
-                failure = f"{type(exc).__name__}: {exc}"
-        after = score_questions(fork, scored, top_k=config.reward.top_k, word_budget=config.reward.word_budget)
-        efficiency = memory_efficiency(base_snapshot, fork.snapshot(), config.reward)
-    finally:
+        With `keep_going`, a policy that raises is reported in the third value instead of raising.
+        """
+        sample_id = self.conversation.sample_id
+        trajectory = trajectory_id(sample_id, self.qa_index)
+        fork_namespace = to_namespace(trajectory_namespace(sample_id, trajectory))
+        failure = None
+        try:
+            # Inside the try: an interrupt landing just after the fork commits must still drop it.
+            fork = self.base.fork(fork_namespace, episode=trajectory)
+            if policy is not None:
+                try:
+                    result = run_episode(
+                        policy, fork, self.question, max_turns=config.max_turns, max_operations=config.max_operations
+                    )
+                    tool_counts.update(result.tool_counts)
+                except Exception as exc:
+                    if not keep_going:
+                        raise
+                    failure = f"{type(exc).__name__}: {exc}"
+            after = score(fork, self.scored, self.reward)
+            before = [self.before[q.index] for q in self.scored]
+            breakdown = reward_from_scores(self.base, fork, before, after, self.base_snapshot, self.reward)
+        except BaseException as exc:
+            if not config.keep_forks or not isinstance(exc, Exception):  # Ctrl-C: always drop, then re-raise
+                _drop_fork(self.base, fork_namespace)
+            raise
         if not config.keep_forks:
-            fork.drop()
-    return after, efficiency, failure
+            _drop_fork(self.base, fork_namespace)
+        return after, breakdown, failure
 
 
-def _row(conversation: Conversation, qa: QAItem, before: QAScore, after: QAScore, efficiency) -> dict[str, Any]:  # noqa: ANN001
+def _drop_fork(base: MemoryStore, namespace: tuple[str, ...]) -> None:
+    """Drop a fork, once more on a fresh connection if the first try fails: an interrupt can break the
+    connection the episode was using, and a leftover fork must not outlive the run."""
+    try:
+        base.scoped(namespace).drop()
+    except Exception:
+        base.engine.dispose()
+        base.scoped(namespace).drop()
+
+
+def _row(conversation: Conversation, qa: QAItem, before: QAScore, after: QAScore, breakdown: RewardBreakdown) -> dict[str, Any]:
+    """One question of the report: its scores on the base and on the edited fork, and its episode's
+    reward with every part (in blind mode the episode is the conversation's)."""
+    parts = breakdown.as_dict()
     return {
         "sample_id": conversation.sample_id,
         "qa_index": qa.index,
         "category": qa.category,
-        "before": before,
-        "after": after,
-        "reward": combine(after.qa_score - before.qa_score, efficiency.value),
-        "memories_before": efficiency.memories_before,
-        "memories_after": efficiency.memories_after,
+        "question": qa.question,
+        "answer": qa.answer,
+        "before": asdict(before),
+        "after": asdict(after),
+        "reward": breakdown.reward,
+        "parts": {k: v for k, v in parts.items() if k != "reward"},
     }
 
 
 def _side(rows: list[dict[str, Any]], side: str) -> dict[str, Any]:
     def summary(selected: list[dict[str, Any]]) -> dict[str, Any]:
         scores = [r[side] for r in selected]
-        recalls = [s.evidence_recall for s in scores if s.evidence_recall is not None]
+        recalls = [s["evidence_recall"] for s in scores if s["evidence_recall"] is not None]
         return {
             "questions": len(scores),
-            "qa_score": _mean([s.qa_score for s in scores]),
+            "qa_score": _mean([s["qa_score"] for s in scores]),
             "evidence_recall": _mean(recalls),
-            "context_words": _mean([s.context_words for s in scores]),
+            "context_tokens": _mean([s["context_tokens"] for s in scores]),
         }
 
     by_category: dict[int, list] = defaultdict(list)
     for row in rows:
         by_category[row["category"]].append(row)
     overall = summary(rows)
-    overall["by_category"] = {CATEGORY_NAMES[c]: summary(by_category[c]) for c in sorted(by_category)}
+    overall["by_category"] = {category_name(c): summary(by_category[c]) for c in sorted(by_category)}
     return overall
 
 
-def _report(rows, errors, tool_counts, conversations, policy_name, config, seconds) -> dict[str, Any]:  # noqa: ANN001
+def _report(rows, episodes, errors, tool_counts, conversations, policy_name, config, seconds) -> dict[str, Any]:  # noqa: ANN001
+    """The evaluation's summary; `rows` (one per question, with its episode's reward parts) at the end."""
     return {
         "policy": policy_name,
         "mode": config.mode,
@@ -236,18 +259,42 @@ def _report(rows, errors, tool_counts, conversations, policy_name, config, secon
         "before": _side(rows, "before"),
         "after": _side(rows, "after"),
         "reward_mean": _mean([r["reward"] for r in rows]),
+        "episodes": len(episodes),
         "memories": {
-            "before": _mean([r["memories_before"] for r in rows]),
-            "after": _mean([r["memories_after"] for r in rows]),
+            "before": _mean([e.efficiency.memories_before for e in episodes]),
+            "after": _mean([e.efficiency.memories_after for e in episodes]),
         },
+        "unsupported_tokens": _mean([e.faithfulness.unsupported_tokens for e in episodes]),
+        "collateral_delta": _mean([e.collateral_delta for e in episodes if e.collateral_delta is not None]),
         "tool_calls": dict(sorted(tool_counts.items())),
         "errors": errors,
         "seconds": round(seconds, 2),
+        "rows": rows,
     }
 
 
 def _mean(values: Sequence[float]) -> float:
     return float(sum(values) / len(values)) if values else 0.0
+
+
+def answer_from_contexts(
+    answerer: LLMAnswerer,
+    rows: list[dict[str, Any]],
+    plans: Sequence[tuple[Conversation, list[QAItem], list[dict]]],
+    progress: Callable[[int, int], None] | None = None,
+) -> dict[str, Any]:
+    """The LLM answerer's pass over the scored rows: each question answered (and judged) from the exact
+    context the proxy read before and after editing; LoCoMo F1, BLEU-1 and judge accuracy per side and
+    category, and the Pearson r of proxy score and answerer F1. Each row gains its answers ("answerer")."""
+    by_key = {(c.sample_id, qa.index): qa for c, questions, _ in plans for qa in questions}
+    asked = [by_key[(row["sample_id"], row["qa_index"])] for row in rows]
+    sides = ("before", "after")
+    contexts = {side: [row[side]["context"] for row in rows] for side in sides}
+    proxy = {side: [row[side]["qa_score"] for row in rows] for side in sides}
+    section, answered = answerer_report(answerer, asked, contexts, proxy, progress)
+    for row, answers in zip(rows, answered, strict=True):
+        row["answerer"] = answers
+    return section
 
 
 def plot_report(report: dict[str, Any], path: str) -> None:
@@ -265,7 +312,7 @@ def plot_report(report: dict[str, Any], path: str) -> None:
     ax.bar([x - 0.2 for x in xs], before, width=0.4, label="before")
     ax.bar([x + 0.2 for x in xs], after, width=0.4, label="after")
     ax.set_xticks(list(xs), names)
-    ax.set_ylabel("QA proxy (share of answer tokens retrieved)")
+    ax.set_ylabel("QA proxy (phrase-level LoCoMo F1 in the context)")
     ax.set_title(f"{report['policy']} policy, {report['mode']} mode: {', '.join(report['conversations'])}")
     ax.legend()
     fig.tight_layout()

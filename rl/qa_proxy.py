@@ -2,35 +2,36 @@
 
     from memupdate.rl.qa_proxy import score_questions
     results = score_questions(store, conversation.qa)       # one QAScore per question
-    results[0].qa_score, results[0].evidence_recall, results[0].context_words
+    results[0].qa_score, results[0].evidence_recall, results[0].context_tokens, results[0].context
 
-For each question: retrieve the top-k memories by vector similarity (k=5), join their text in rank
-order and cut it at a word budget (150 words in all), then
-- `qa_score` = share of the answer's normalised tokens found among the context's tokens;
-- `evidence_recall` = share of the question's evidence dia_ids covered by the provenance of the
-  memories that fit whole inside the word budget.
-
-Normalisation (`answer_tokens`): lowercase; punctuation becomes space (so "7 May, 2023" and
-"7 may 2023" match, and numbers and dates compare as text); articles and a short list of function
-words are dropped, unless nothing else is left. The word budget is what makes the proxy ungameable
-by length: merging everything into a few huge memories only pushes answers past the cut.
+For each question, the proxy reads what a retrieval-augmented answerer would read, and asks whether
+the answer is there as a phrase:
+1. **Context, length-fair.** Memories in vector-rank order (up to `candidates` of them) fill a fixed
+   budget of `context_tokens` tokens, the same budget for a base and its forks. Tokens are LoCoMo's
+   normalised, stemmed answer tokens (`rl/metrics.py`), the very tokens the score counts, so no
+   punctuation or spacing trick packs more into the budget: a comma-joined blob is one token.
+2. **Phrase-level credit.** Each gold piece (category 1 answers are comma-separated lists, category 3
+   answers stop at the first `;`, as in LoCoMo's scoring) earns the best LoCoMo F1 of any
+   answer-sized window of one memory's tokens. A bag of candidate tokens spread over a memory earns
+   little: the window must hold the answer's tokens together.
+3. **Adversarial questions** (category 5) score 0 on every side: a retrieval proxy cannot tell a right
+   refusal from missing memory, so writing "not mentioned" can only cost (context budget, faithfulness).
+   The LLM answerer (`rl/answerer.py`) scores them with LoCoMo's own rule.
+`evidence_recall` is the share of the question's evidence dia_ids covered by the provenance of the
+memories that fit whole in the budget.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from memupdate.rl.metrics import ADVERSARIAL, answer_parts, normalized_tokens, token_f1
 from memupdate.store import MemoryStore, ScoredMemory
 
-DEFAULT_TOP_K = 5
-DEFAULT_WORD_BUDGET = 150
-FUNCTION_WORDS = frozenset(
-    "a an the of to in on at and or for with by from is was were be been are as it its that this her his their".split()
-)
-_PUNCTUATION = re.compile(r"[^\w\s]|_")
+DEFAULT_CONTEXT_TOKENS = 120
+DEFAULT_CANDIDATES = 20
 
 
 class Question(Protocol):
@@ -39,49 +40,93 @@ class Question(Protocol):
     question: str
     answer: str | None
     evidence: Sequence[str]
+    category: int
 
 
 @dataclass(frozen=True)
 class QAScore:
     qa_score: float
     evidence_recall: float | None  # None when the question lists no evidence
-    context_words: int
-    retrieved: tuple[str, ...]  # memory keys in rank order
+    context_tokens: int
+    retrieved: tuple[str, ...]  # keys of the memories that entered the context, in rank order
+    context: str  # the text read: one memory (or the part of it that fit) per line
 
 
-def tokens(text: str) -> list[str]:
-    """Lowercased word tokens with punctuation removed."""
-    return _PUNCTUATION.sub(" ", text.lower()).split()
+@dataclass(frozen=True)
+class Context:
+    """What fits in the budget: each memory's tokens (windows never cross memories) and text."""
+
+    segments: tuple[tuple[str, ...], ...]
+    texts: tuple[str, ...]
+    keys: tuple[str, ...]
+    whole: tuple[ScoredMemory, ...]  # the memories that fit entirely
+
+    @property
+    def tokens(self) -> int:
+        return sum(len(s) for s in self.segments)
+
+    @property
+    def text(self) -> str:
+        return "\n".join(self.texts)
 
 
-def answer_tokens(answer: str) -> set[str]:
-    """The tokens an answer is scored on: `tokens` minus articles and function words (kept if that is all)."""
-    words = set(tokens(answer))
-    return (words - FUNCTION_WORDS) or words
-
-
-def build_context(hits: Sequence[ScoredMemory], word_budget: int) -> tuple[list[str], list[ScoredMemory]]:
-    """The context words (rank order, cut at `word_budget`) and the hits that fit whole inside it."""
-    words: list[str] = []
-    whole: list[ScoredMemory] = []
+def build_context(hits: Sequence[ScoredMemory], budget: int) -> Context:
+    """Fill `budget` tokens with `hits` in rank order; the last memory may be cut at a word boundary."""
+    segments, texts, keys, whole = [], [], [], []
+    used = 0
     for hit in hits:
-        memory_words = hit.memory.content.split()
-        room = word_budget - len(words)
-        if room <= 0:
+        if used >= budget:
             break
-        if len(memory_words) <= room:
+        words, tokens = [], []
+        for word in hit.memory.content.split():
+            word_tokens = normalized_tokens(word)
+            if used + len(tokens) + len(word_tokens) > budget:
+                break
+            words.append(word)
+            tokens.extend(word_tokens)
+        if not words:
+            break
+        if len(words) == len(hit.memory.content.split()):
             whole.append(hit)
-        words.extend(memory_words[:room])
-    return words, whole
+        used += len(tokens)
+        segments.append(tuple(tokens))
+        texts.append(" ".join(words))
+        keys.append(hit.memory.key)
+    return Context(tuple(segments), tuple(texts), tuple(keys), tuple(whole))
 
 
-def qa_overlap(answer: str, context_words: Sequence[str]) -> float:
-    """Share of the answer's tokens present in the context."""
-    wanted = answer_tokens(answer)
-    if not wanted:
+def phrase_f1(gold: Sequence[str], segments: Sequence[Sequence[str]]) -> float:
+    """The best LoCoMo F1 between `gold` tokens and any window of `len(gold)` tokens of one segment."""
+    if not gold:
         return 0.0
-    have = set(tokens(" ".join(context_words)))
-    return len(wanted & have) / len(wanted)
+    wanted, size, best = set(gold), len(gold), 0.0
+    for segment in segments:
+        if len(segment) <= size:
+            if wanted & set(segment):
+                best = max(best, token_f1(segment, gold))
+            continue
+        starts = {
+            start
+            for position, token in enumerate(segment)
+            if token in wanted
+            for start in range(max(0, position - size + 1), min(position, len(segment) - size) + 1)
+        }
+        for start in starts:
+            best = max(best, token_f1(segment[start : start + size], gold))
+            if best == 1.0:
+                return best
+    return best
+
+
+def qa_score(question: Question, context: Context) -> float:
+    """Phrase-level credit for the question's answer in `context` (0 for adversarial questions)."""
+    if question.category == ADVERSARIAL or not question.answer:
+        return 0.0
+    parts = [normalized_tokens(part) for part in answer_parts(question.answer, question.category)]
+    parts = [part for part in parts if part]
+    if not parts:
+        return 0.0
+    return sum(phrase_f1(part, context.segments) for part in parts) / len(parts)
 
 
 def evidence_recall(evidence: Sequence[str], hits: Sequence[ScoredMemory]) -> float | None:
@@ -95,22 +140,22 @@ def score_questions(
     store: MemoryStore,
     questions: Sequence[Question],
     *,
-    top_k: int = DEFAULT_TOP_K,
-    word_budget: int = DEFAULT_WORD_BUDGET,
+    context_tokens: int = DEFAULT_CONTEXT_TOKENS,
+    candidates: int = DEFAULT_CANDIDATES,
 ) -> list[QAScore]:
     """Score every question against `store`'s namespace; questions are embedded once, in one batch
     (and cached by the embedder, so scoring the base and its forks embeds each question once)."""
     vectors = store.embedder.embed([q.question for q in questions])
     results = []
     for question, vector in zip(questions, vectors, strict=True):
-        hits = store.search_by_vector(vector, top_k)
-        words, whole = build_context(hits, word_budget)
+        context = build_context(store.search_by_vector(vector, candidates), context_tokens)
         results.append(
             QAScore(
-                qa_score=qa_overlap(question.answer or "", words),
-                evidence_recall=evidence_recall(question.evidence, whole),
-                context_words=len(words),
-                retrieved=tuple(hit.memory.key for hit in hits),
+                qa_score=qa_score(question, context),
+                evidence_recall=evidence_recall(question.evidence, context.whole),
+                context_tokens=context.tokens,
+                retrieved=context.keys,
+                context=context.text,
             )
         )
     return results

@@ -1,49 +1,85 @@
-"""The reward: did the edits make the memory answer questions better, and at what cost?
+"""The reward: did the edits make the memory answer questions better, truthfully, and at what cost?
 
-    reward = performance_delta × memory_efficiency            (when performance_delta ≥ 0)
-    reward = performance_delta × (2 − memory_efficiency)      (when performance_delta < 0)
+    reward = combine(performance_delta, memory_efficiency) − unsupported_penalty
+    combine(d, e) = d × e            when d ≥ 0
+                  = d × (2 − e)      when d < 0   (inefficiency never softens harm)
 
-- performance_delta = mean QA proxy on the edited fork − mean QA proxy on the untouched base,
-  over the target question (plus, optionally, other questions of the same conversation).
+- performance_delta: QA proxy (`rl/qa_proxy.py`) on the edited fork minus on the untouched base.
+  `questions[0]` is the target question; `questions[1:]` are other questions of the same conversation
+  (collateral): delta = target_weight × target delta + (1 − target_weight) × mean collateral delta.
+  Deleting or merging away what other questions need is negative, not zero.
 - memory_efficiency = size × density × change, each in (0, 1]:
-  - size    = 1 / (1 + size_penalty × growth), growth = max(0, after − before) / before memories.
-              Bloat costs; shrinking is free (the QA delta already judges deletions).
-  - density = 1 / (1 + density_penalty × share of memories longer than `max_memory_words`).
-              Huge memories are hard to retrieve and read.
+  - size    = 1 / (1 + size_penalty × growth), growth = max(0, after − before) / before memories;
+  - density = 1 / (1 + density_penalty × share of the *written* memories longer than
+              `max_memory_tokens`): one giant memory is charged however big the bank is;
   - change  = 1 / (1 + change_penalty × max(0, edited − free_edits) / before).
-              Rewriting half the memory for one question is a cost even when it helps.
-An inefficient episode must never make a harmful edit look less harmful: on a negative delta the
-inefficiency scales the penalty up (by at most 2×), never down. A no-op scores exactly 0: the fork
-then holds the same rows and embeddings as the base, and search breaks ties by key.
+- unsupported_penalty = min(max_unsupported_penalty, unsupported_token_cost × tokens written that no
+  source supports) (`rl/faithfulness.py`): invented dates, copied questions and "not mentioned" cost.
+A no-op scores exactly 0: the fork holds the same rows and embeddings as the base, search breaks ties
+by key, and nothing was written. The base is never written by an episode.
 
     from memupdate.rl.reward import compute_reward
-    breakdown = compute_reward(base_store, fork_store, [qa_item])
-    breakdown.reward, breakdown.performance_delta, breakdown.efficiency.value
+    breakdown = compute_reward(base_store, fork_store, [target, *collateral])
+    breakdown.reward, breakdown.performance_delta, breakdown.efficiency.value, breakdown.as_dict()
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+import random
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
-from memupdate.rl.qa_proxy import DEFAULT_TOP_K, DEFAULT_WORD_BUDGET, QAScore, Question, score_questions
+from memupdate.rl.faithfulness import Faithfulness, check_faithfulness, written_memories
+from memupdate.rl.metrics import normalized_tokens
+from memupdate.rl.qa_proxy import (
+    DEFAULT_CANDIDATES,
+    DEFAULT_CONTEXT_TOKENS,
+    QAScore,
+    Question,
+    score_questions,
+)
 from memupdate.store import MemoryRecord, MemoryStore
 
 
 @dataclass(frozen=True)
 class RewardConfig:
-    """Every knob of the reward, with its default; `configs/` and the CLI pass these through."""
+    """Every knob of the reward, with its default; `configs/`, verl's reward kwargs and the CLI pass
+    these through (`RewardConfig.from_kwargs`)."""
 
-    top_k: int = DEFAULT_TOP_K
-    word_budget: int = DEFAULT_WORD_BUDGET
-    size_penalty: float = 1.0
-    density_penalty: float = 1.0
-    max_memory_words: int = 60
-    change_penalty: float = 1.0
-    free_edits: int = 10
+    context_tokens: int = DEFAULT_CONTEXT_TOKENS
+    candidates: int = DEFAULT_CANDIDATES
     # Targeted episodes also score this many other questions of the conversation (collateral damage).
     collateral_questions: int = 8
+    target_weight: float = 0.5
+    size_penalty: float = 1.0
+    density_penalty: float = 1.0
+    max_memory_tokens: int = 60
+    change_penalty: float = 1.0
+    free_edits: int = 10
+    unsupported_token_cost: float = 0.02
+    max_unsupported_penalty: float = 1.0
+    # "proxy" (no LLM) or "answerer": a frozen LLM answers from the same context and LoCoMo's F1 of its
+    # answer is the QA score (Memory-R1's reward); answers are cached in PostgreSQL.
+    qa: str = "proxy"
+    answerer_model: str | None = None
+    answerer_base_url: str | None = None
+    answerer_api_key: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.qa not in ("proxy", "answerer"):
+            raise ValueError(f"reward qa={self.qa!r}: choose proxy or answerer")
+        if self.qa == "answerer" and not self.answerer_model:
+            raise ValueError("reward qa=answerer needs answerer_model (and answerer_base_url for a local server)")
+
+    @classmethod
+    def from_kwargs(cls, kwargs: Mapping[str, Any]) -> RewardConfig:
+        """A config from loose keyword arguments (verl's `reward_kwargs`), naming unknown keys."""
+        defaults = {f.name: getattr(cls(), f.name) for f in fields(cls)}
+        unknown = sorted(set(kwargs) - set(defaults))
+        if unknown:
+            raise ValueError(f"unknown reward option(s) {', '.join(unknown)}; the options are {', '.join(defaults)}")
+        return cls(**{k: v if defaults[k] is None or v is None else type(defaults[k])(v) for k, v in kwargs.items()})
 
 
 @dataclass(frozen=True)
@@ -63,9 +99,15 @@ class Efficiency:
 class RewardBreakdown:
     reward: float
     performance_delta: float
-    qa_before: float
+    target_delta: float
+    collateral_delta: float | None  # None when only the target was scored
+    qa_before: float  # the target's QA proxy on the base and on the fork
     qa_after: float
+    context_tokens_before: int
+    context_tokens_after: int
     efficiency: Efficiency
+    faithfulness: Faithfulness
+    unsupported_penalty: float
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -76,10 +118,11 @@ def size_factor(before: int, after: int, penalty: float) -> float:
     return 1.0 / (1.0 + penalty * growth)
 
 
-def density_factor(word_counts: Sequence[int], max_words: int, penalty: float) -> float:
-    if not word_counts:
+def density_factor(token_counts: Sequence[int], max_tokens: int, penalty: float) -> float:
+    """Charge the share of written memories over `max_tokens` tokens (1.0 when nothing was written)."""
+    if not token_counts:
         return 1.0
-    long_share = sum(count > max_words for count in word_counts) / len(word_counts)
+    long_share = sum(count > max_tokens for count in token_counts) / len(token_counts)
     return 1.0 / (1.0 + penalty * long_share)
 
 
@@ -94,22 +137,60 @@ def combine(performance_delta: float, efficiency: float) -> float:
     return performance_delta * (2.0 - efficiency)
 
 
+def unsupported_penalty(faithfulness: Faithfulness, config: RewardConfig) -> float:
+    return min(config.max_unsupported_penalty, config.unsupported_token_cost * faithfulness.unsupported_tokens)
+
+
 def memory_efficiency(
-    before: dict[str, MemoryRecord], after: dict[str, MemoryRecord], config: RewardConfig = RewardConfig()
+    before: Mapping[str, MemoryRecord], after: Mapping[str, MemoryRecord], config: RewardConfig = RewardConfig()
 ) -> Efficiency:
     """size × density × change of going from the `before` snapshot to the `after` one."""
+    written = written_memories(before, after)
     edited = sum(before[k].as_event() != after[k].as_event() for k in before.keys() & after.keys())
     edited += len(before.keys() ^ after.keys())
     size = size_factor(len(before), len(after), config.size_penalty)
     density = density_factor(
-        [len(m.content.split()) for m in after.values()], config.max_memory_words, config.density_penalty
+        [len(normalized_tokens(m.content)) for m in written], config.max_memory_tokens, config.density_penalty
     )
     change = change_factor(edited, len(before), config.free_edits, config.change_penalty)
     return Efficiency(size * density * change, size, density, change, len(before), len(after), edited)
 
 
-def mean_qa(scores: Sequence[QAScore]) -> float:
-    return sum(s.qa_score for s in scores) / len(scores) if scores else 0.0
+def performance_delta(before: Sequence[QAScore], after: Sequence[QAScore], config: RewardConfig) -> tuple[float, float, float | None]:
+    """(delta, target delta, mean collateral delta) with `before[0]`/`after[0]` the target."""
+    deltas = [a.qa_score - b.qa_score for b, a in zip(before, after, strict=True)]
+    if len(deltas) == 1:
+        return deltas[0], deltas[0], None
+    collateral = sum(deltas[1:]) / len(deltas[1:])
+    return config.target_weight * deltas[0] + (1 - config.target_weight) * collateral, deltas[0], collateral
+
+
+def score(store: MemoryStore, questions: Sequence[Question], config: RewardConfig) -> list[QAScore]:
+    """The QA score of every question with the config's budget: the one call both sides of a reward go
+    through. With `qa="answerer"` the LLM's LoCoMo F1 replaces the proxy's credit, read from the same
+    context."""
+    scores = score_questions(store, questions, context_tokens=config.context_tokens, candidates=config.candidates)
+    if config.qa == "proxy":
+        return scores
+    from memupdate.rl.answerer import answerer_qa_scores
+
+    f1 = answerer_qa_scores(_answerer(config, store), questions, [s.context for s in scores])
+    return [replace(s, qa_score=value) for s, value in zip(scores, f1, strict=True)]
+
+
+_answerers: dict[tuple, Any] = {}
+
+
+def _answerer(config: RewardConfig, store: MemoryStore) -> Any:
+    """One answerer per endpoint and database in this process (rollout workers score many episodes)."""
+    from memupdate.rl.answerer import make_answerer
+
+    key = (config.answerer_model, config.answerer_base_url, config.answerer_api_key, str(store.engine.url))
+    if key not in _answerers:
+        _answerers[key] = make_answerer(
+            config.answerer_model, config.answerer_base_url, config.answerer_api_key, engine=store.engine
+        )
+    return _answerers[key]
 
 
 def compute_reward(
@@ -119,45 +200,65 @@ def compute_reward(
     config: RewardConfig = RewardConfig(),
     *,
     base_scores: Sequence[QAScore] | None = None,
-    base_snapshot: dict[str, MemoryRecord] | None = None,
+    base_snapshot: Mapping[str, MemoryRecord] | None = None,
 ) -> RewardBreakdown:
-    """Score the edited `fork` against the untouched `base` on `questions`.
+    """Score the edited `fork` against the untouched `base`: `questions[0]` is the target, the rest
+    collateral (`collateral_sample`).
 
-    When scoring many forks of one base, pass `base_scores` (`score_questions(base, questions)`) and
+    When scoring many forks of one base, pass `base_scores` (`score(base, questions, config)`) and
     `base_snapshot` (`base.snapshot()`), computed once: the base is never written during an episode.
     """
     if not questions:
         raise ValueError("compute_reward needs at least one question with an answer")
     if base_scores is None:
-        base_scores = score_questions(base, questions, top_k=config.top_k, word_budget=config.word_budget)
-    fork_scores = score_questions(fork, questions, top_k=config.top_k, word_budget=config.word_budget)
-    qa_before, qa_after = mean_qa(base_scores), mean_qa(fork_scores)
-    delta = qa_after - qa_before
-    efficiency = memory_efficiency(base_snapshot or base.snapshot(), fork.snapshot(), config)
+        base_scores = score(base, questions, config)
+    if base_snapshot is None:
+        base_snapshot = base.snapshot()
+    return reward_from_scores(base, fork, base_scores, score(fork, questions, config), base_snapshot, config)
+
+
+def reward_from_scores(
+    base: MemoryStore,
+    fork: MemoryStore,
+    base_scores: Sequence[QAScore],
+    fork_scores: Sequence[QAScore],
+    base_snapshot: Mapping[str, MemoryRecord],
+    config: RewardConfig = RewardConfig(),
+) -> RewardBreakdown:
+    """`compute_reward` once both sides are scored (for callers that keep the fork's scores too)."""
+    after_snapshot = fork.snapshot()
+    delta, target_delta, collateral_delta = performance_delta(base_scores, fork_scores, config)
+    efficiency = memory_efficiency(base_snapshot, after_snapshot, config)
+    faithfulness = check_faithfulness(base, base_snapshot, after_snapshot)
+    penalty = unsupported_penalty(faithfulness, config)
     return RewardBreakdown(
-        reward=combine(delta, efficiency.value),
+        reward=combine(delta, efficiency.value) - penalty,
         performance_delta=delta,
-        qa_before=qa_before,
-        qa_after=qa_after,
+        target_delta=target_delta,
+        collateral_delta=collateral_delta,
+        qa_before=base_scores[0].qa_score,
+        qa_after=fork_scores[0].qa_score,
+        context_tokens_before=base_scores[0].context_tokens,
+        context_tokens_after=fork_scores[0].context_tokens,
         efficiency=efficiency,
+        faithfulness=faithfulness,
+        unsupported_penalty=penalty,
     )
 
 
 def collateral_sample(questions: Sequence[Question], target_index: int, k: int) -> list[Question]:
     """`k` questions other than the target (the one whose `.index` is `target_index`), the same sample
     for every rollout of that target: seeded by its index, so base and forks are scored alike."""
-    import random
-
     others = [q for q in questions if getattr(q, "index", None) != target_index]
     return random.Random(target_index).sample(others, min(k, len(others)))
 
 
-def questions_from_extra_info(extra_info: dict[str, Any]) -> list[Question]:
+def questions_from_extra_info(extra_info: Mapping[str, Any]) -> list[Question]:
     """The scored questions of a preprocessed verl row: the target first, then `extra_info["collateral"]`
     (written by `memupdate data preprocess`); the shape `compute_reward` takes."""
     from memupdate.rl.locomo import QAItem
 
-    def item(row: dict[str, Any]) -> QAItem:
+    def item(row: Mapping[str, Any]) -> QAItem:
         return QAItem(
             index=int(row.get("qa_index", row.get("index", -1))),
             question=str(row["question"]),

@@ -1,4 +1,4 @@
-"""The schema: `memories` and `memory_events` (SQLAlchemy 2 typed ORM; Alembic owns the DDL).
+"""The schema: `memories`, `memory_events` and `llm_replies` (SQLAlchemy 2 typed ORM; Alembic owns the DDL).
 
 A memory lives in one namespace, a path such as `locomo/conv-26/traj/conv-26-qa3-1a2b3c4d`.
 Its `key` is the id the tools and LangGraph see; a fork copies keys, so a memory keeps its id
@@ -32,6 +32,7 @@ MEMORY_KINDS = ("episodic", "semantic", "procedural")
 # Documented limit on one memory's text: LoCoMo facts are ~100 characters; 4,000 leaves room for merges.
 MAX_CONTENT_CHARS = 4000
 EVENT_OPS = ("create", "update", "delete", "fork", "drop")
+LLM_REPLY_KINDS = ("answer", "judge")
 
 
 class Base(DeclarativeBase):
@@ -75,4 +76,28 @@ class MemoryEvent(Base):
     before: Mapped[dict[str, Any] | None] = mapped_column(JSONB, nullable=True)
     after: Mapped[dict[str, Any] | None] = mapped_column(JSONB, nullable=True)
     episode: Mapped[str | None] = mapped_column(Text, nullable=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+
+
+class LLMReply(Base):
+    """A chat model's reply to one evaluation prompt, kept so a rerun or a resumed eval never re-asks.
+
+    The key is everything the reply depends on at temperature 0: the model, the prompt template (its
+    hash, so editing a prompt invalidates old replies), a hash of the variable input (for an answer the
+    retrieved context; for a judgement the gold and generated answers) and the question.
+    """
+
+    __tablename__ = "llm_replies"
+    __table_args__ = (
+        UniqueConstraint("kind", "model", "template_hash", "input_hash", "question", name="uq_llm_replies_key"),
+        CheckConstraint(f"kind IN {LLM_REPLY_KINDS}", name="ck_llm_replies_kind"),
+    )
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
+    kind: Mapped[str] = mapped_column(String(16))
+    model: Mapped[str] = mapped_column(Text)
+    template_hash: Mapped[str] = mapped_column(String(64))
+    input_hash: Mapped[str] = mapped_column(String(64))
+    question: Mapped[str] = mapped_column(Text)
+    reply: Mapped[str] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())

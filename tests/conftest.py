@@ -14,6 +14,7 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
+from sqlalchemy import text
 
 from memupdate.store import MemoryStore
 from memupdate.store.database import get_engine, start_embedded_server
@@ -60,3 +61,16 @@ def store(engine, embedder, namespace) -> Iterator[MemoryStore]:
     yield store
     for ns in store.list_namespaces(prefix=namespace):
         store.scoped(ns).drop()
+
+
+@pytest.fixture
+def fresh_database(engine):
+    """An empty database on the test server, dropped afterwards: for migrating up and down."""
+    name = f"mu_{uuid.uuid4().hex[:10]}"
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    url = engine.url.set(database=name)
+    yield url
+    get_engine(url).dispose()
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        conn.execute(text(f'DROP DATABASE "{name}" WITH (FORCE)'))

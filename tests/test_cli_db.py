@@ -7,7 +7,6 @@ import os
 import subprocess
 import sys
 import textwrap
-import uuid
 from pathlib import Path
 
 import pytest
@@ -19,19 +18,6 @@ from memupdate.store.database import get_engine
 from memupdate.store.migrate import current_revision, downgrade, drift, head_revision, upgrade
 
 runner = CliRunner()
-
-
-@pytest.fixture
-def fresh_database(engine):
-    """An empty database on the test server, dropped afterwards: for migrating up and down."""
-    name = f"mu_{uuid.uuid4().hex[:10]}"
-    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
-    url = engine.url.set(database=name)
-    yield url
-    get_engine(url).dispose()
-    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-        conn.execute(text(f'DROP DATABASE "{name}" WITH (FORCE)'))
 
 
 def test_upgrade_downgrade_upgrade_is_clean_and_has_no_drift(fresh_database) -> None:

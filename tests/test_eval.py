@@ -20,7 +20,7 @@ from memupdate.store import MemoryStore
 
 runner = CliRunner()
 REPORT_KEYS = {"policy", "mode", "conversations", "questions", "before", "after", "reward_mean", "memories"}
-SIDE_KEYS = {"qa_score", "evidence_recall", "context_words", "by_category"}
+SIDE_KEYS = {"qa_score", "evidence_recall", "context_tokens", "by_category"}
 
 
 @pytest.fixture
@@ -178,15 +178,22 @@ def test_agent_run_can_checkpoint_the_graph_in_postgres(root: MemoryStore, datab
     assert state is not None and state.checkpoint["channel_values"]["namespace"] == thread
 
 
-def test_generalization_rewards_other_questions_too(root: MemoryStore, sample) -> None:
-    """With N other questions in the reward, a no-op still scores 0 and the heuristic's reward changes."""
+def test_collateral_questions_count_in_the_reward(root: MemoryStore, sample) -> None:
+    """Targeted episodes also score other questions: a no-op still scores 0, the per-question scores stay
+    the target's, and the reward changes with the collateral sample."""
+    from memupdate.rl.reward import RewardConfig
+
     try:
-        none = evaluate(root, [sample], None, EvalConfig(generalization=3))
-        assert none["reward_mean"] == 0.0
+        none = evaluate(root, [sample], None, EvalConfig(reward=RewardConfig(collateral_questions=3)))
+        assert none["reward_mean"] == 0.0 and none["collateral_delta"] == 0.0
         policy = HeuristicPolicy(store=root)
-        alone = evaluate(root, [sample], policy, EvalConfig(max_questions=6))
-        wider = evaluate(root, [sample], policy, EvalConfig(max_questions=6, generalization=3))
+        alone = evaluate(root, [sample], policy, EvalConfig(max_questions=6, reward=RewardConfig(collateral_questions=0)))
+        wider = evaluate(root, [sample], policy, EvalConfig(max_questions=6, reward=RewardConfig(collateral_questions=3)))
         assert wider["after"] == alone["after"], "the per-question scores are the target question's"
         assert wider["reward_mean"] != alone["reward_mean"]
+        row = wider["rows"][0]
+        assert {"question", "category", "before", "after", "reward", "parts"} <= row.keys()
+        assert row["parts"]["collateral_delta"] is not None and "faithfulness" in row["parts"]
+        json.dumps(wider)  # the report, rows included, is plain JSON
     finally:
         drop_base(root, sample.sample_id)

@@ -1,36 +1,21 @@
 """make_openai_policy against a scripted local /v1/chat/completions server.
 
-No pretrained LLM weights can be downloaded here and there is no SGLang/vLLM server, so a tiny
-http.server on 127.0.0.1 stands in for one: it records requests and replies with what SGLang returns
-after its hermes/qwen25 parser has turned <tool_call> blocks into OpenAI tool_calls.
+No pretrained LLM weights can be downloaded here and there is no SGLang/vLLM server, so the stand-in
+server (`tests/openai_standin.py`, on 127.0.0.1) replies with what SGLang returns after its
+hermes/qwen25 parser has turned <tool_call> blocks into OpenAI tool_calls.
 """
 
 from __future__ import annotations
 
-import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
 import pytest
 from langchain_core.messages import HumanMessage, ToolMessage
 from langchain_core.tools import tool
+from openai_standin import OpenAIStandIn, completion
 
 from memupdate.agent.policies.openai import make_openai_policy
 
-
-def _completion(message: dict, finish_reason: str) -> dict:
-    return {
-        "id": "chatcmpl-test",
-        "object": "chat.completion",
-        "created": 0,
-        "model": "memupdate-policy",
-        "choices": [{"index": 0, "message": message, "finish_reason": finish_reason}],
-        "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
-    }
-
-
 SCRIPT = [
-    _completion(
+    completion(
         {
             "role": "assistant",
             "content": None,
@@ -44,42 +29,16 @@ SCRIPT = [
         },
         "tool_calls",
     ),
-    _completion({"role": "assistant", "content": "Ann lives in Berlin."}, "stop"),
+    completion({"role": "assistant", "content": "Ann lives in Berlin."}, "stop"),
 ]
 
 
 @pytest.fixture
 def server():
     """Yield (port, recorded request bodies); replies follow SCRIPT in order."""
-    requests: list[dict] = []
     replies = iter(SCRIPT)
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self):
-            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-            if self.path != "/v1/chat/completions":
-                self.send_error(404)
-                return
-            requests.append(body)
-            payload = json.dumps(next(replies)).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(payload)))
-            self.end_headers()
-            self.wfile.write(payload)
-
-        def log_message(self, *args):  # Keep pytest output clean.
-            pass
-
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield httpd.server_address[1], requests
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
-        thread.join()
+    with OpenAIStandIn(lambda _body: next(replies)) as standin:
+        yield standin.port, standin.requests
 
 
 @tool

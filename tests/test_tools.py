@@ -92,7 +92,10 @@ def test_merge_strategies_union_provenance(bank: MemoryStore, strategy: str, exp
     merged = bank.get(key)
     assert all(fragment in merged.content for fragment in expect)
     assert merged.metadata["dia_ids"] == ["D1:2", "D3:1"] and merged.metadata["sessions"] == [1, 3]
-    assert merged.metadata["date"] == "2024-03-30" and merged.metadata["merged_from"] == ["f0000", "f0001"]
+    assert merged.metadata["merged_from"] == ["f0000", "f0001"]
+    # Each source's day is kept; no single date stands for facts from different sessions.
+    assert merged.metadata["dates"] == ["2024-03-03", "2024-03-30"] and merged.metadata["date"] is None
+    assert "(2024-03-03..2024-03-30)" in text
     assert bank.count() == 3
     ops = [e.op for e in bank.events()[-3:]]
     assert ops == ["delete", "delete", "create"], "sources deleted and merge created in one transaction"

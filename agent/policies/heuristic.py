@@ -12,7 +12,8 @@ default. The rules:
    for it, and consolidate the best of them (relative dates anchored) into one short memory that
    retrieval will rank first for questions like it;
 2. anchor relative time ("yesterday", "two weekends ago") to absolute dates from the memory's date;
-3. merge near-duplicates (same content words), keeping the most informative wording;
+3. merge true duplicates (one's content words within the other's, same day), keeping the fuller wording,
+   so no merge wipes a detail an answer needs;
 4. split memories that pack several unrelated facts (`split_packed`, off by default: see the field).
 With a target question, only memories retrieval could bring to it are edited (each edit costs
 memory efficiency); without one, the budget goes first to memories with relative time.
@@ -25,37 +26,25 @@ import random
 from collections import Counter
 from collections.abc import Sequence
 from datetime import date
-from typing import Any
 
-from langchain_core.callbacks import CallbackManagerForLLMRun
-from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
-from langchain_core.outputs import ChatGeneration, ChatResult
-from pydantic import ConfigDict, Field, PrivateAttr
+from pydantic import Field
 
-from memupdate.agent.dates import anchor_relative_dates, has_relative_time
-from memupdate.agent.prompts import parse_task
+from memupdate.agent.dates import anchor_relative_dates, format_day, has_relative_time
+from memupdate.agent.policies.planning import PlanningPolicy, ToolCall
 from memupdate.agent.text_strategies import content_words, jaccard, split_thematic
 from memupdate.settings import DEFAULT_MAX_OPERATIONS
 from memupdate.store import MemoryRecord, MemoryStore
 
-# A consolidated memory stays well inside the QA context budget (150 words) and the density limit (60).
+# A consolidated memory stays well inside the QA context budget (120 tokens) and the density limit (60).
 DIGEST_WORDS = 55
 DUPLICATE_JACCARD = 0.6
 QUESTION_WORDS = frozenset("what when where who whom whose which why how did does do is was were are has have had".split())
 
-ToolCall = tuple[str, dict[str, Any]]
-
-
-class HeuristicPolicy(BaseChatModel):
+class HeuristicPolicy(PlanningPolicy):
     """Rule-based memory editor; `store` is any MemoryStore on the same database (the task names the bank)."""
 
-    model_config = ConfigDict(arbitrary_types_allowed=True)
-
-    store: MemoryStore
     seed: int = 0
     max_operations: int = DEFAULT_MAX_OPERATIONS
-    calls_per_turn: int = Field(6, ge=1)
     # Off by default: on the training conversations (conv-26, conv-30) splitting packed facts lowered
     # the QA proxy (targeted 0.387 -> 0.363, blind 0.416 -> 0.395): under top-5 retrieval the parts
     # crowd other memories out of the context.
@@ -63,37 +52,6 @@ class HeuristicPolicy(BaseChatModel):
     # Distillation rollouts: > 0 makes a seeded variant of the plan (see `_explored`) so that a group of
     # episodes on one question differs; 0 keeps the plan exactly as the rules give it.
     explore: float = Field(0.0, ge=0.0, le=1.0)
-    _plans: dict[str, list[ToolCall]] = PrivateAttr(default_factory=dict)
-
-    @property
-    def _llm_type(self) -> str:
-        return "memupdate-heuristic"
-
-    def bind_tools(self, tools: Sequence[Any], **kwargs: Any) -> HeuristicPolicy:
-        return self  # it only ever calls memupdate's own six tools
-
-    def _generate(
-        self,
-        messages: list[BaseMessage],
-        stop: list[str] | None = None,
-        run_manager: CallbackManagerForLLMRun | None = None,
-        **kwargs: Any,
-    ) -> ChatResult:
-        task = str(next((m.content for m in messages if isinstance(m, HumanMessage)), ""))
-        namespace, question = parse_task(task)
-        if namespace is None:
-            return _reply(AIMessage("I need a task message naming the memory bank ('Memory bank: ...')."))
-        turn = sum(isinstance(m, AIMessage) for m in messages)
-        if turn == 0:  # plan once, on what the bank holds before any edit; the task text names the episode
-            self._plans[task] = self.plan(self.store.scoped(namespace), question)
-        now = self._plans.get(task, [])[turn * self.calls_per_turn : (turn + 1) * self.calls_per_turn]
-        if not now:
-            self._plans.pop(task, None)
-            return _reply(AIMessage("The memory bank is in good shape; no further edits."))
-        calls = [
-            {"name": name, "args": args, "id": f"call_{turn}_{i}", "type": "tool_call"} for i, (name, args) in enumerate(now)
-        ]
-        return _reply(AIMessage("", tool_calls=calls))
 
     # -- planning ------------------------------------------------------------------------------
 
@@ -151,7 +109,10 @@ class HeuristicPolicy(BaseChatModel):
             words += len(text.split())
         if len(picked) < 2:
             return None
-        return [m.key for m in picked], " ".join(_sentence(anchored(m)) for m in picked)
+        if len({_day(m) for m in picked}) == 1:
+            return [m.key for m in picked], " ".join(_sentence(anchored(m)) for m in picked)
+        # Facts from different days: each keeps its own date in the text, never the merge's latest.
+        return [m.key for m in picked], " ".join(_dated_sentence(m) for m in picked)
 
     def _anchors(self, memories: Sequence[MemoryRecord], touched: set[str]) -> list[ToolCall]:
         calls = []
@@ -172,7 +133,9 @@ class HeuristicPolicy(BaseChatModel):
                 continue
             for b in memories[i + 1 :]:
                 if b.key not in touched and jaccard(words[a.key], words[b.key]) >= DUPLICATE_JACCARD:
-                    keep = max((a, b), key=lambda m: len(m.content))
+                    keep, drop = sorted((a, b), key=lambda m: len(m.content), reverse=True)
+                    if not words[drop.key] <= words[keep.key] or _day(drop) != _day(keep):
+                        continue  # not a true duplicate: merging would wipe a detail or a date
                     calls.append(("merge_memory", {"memory_ids": [a.key, b.key], "content": anchored(keep)}))
                     touched.update((a.key, b.key))
                     break
@@ -218,12 +181,12 @@ def _lexical_top(memories: Sequence[MemoryRecord], question: str, k: int) -> lis
     return [key for score, key in sorted(scored, key=lambda s: (-s[0], s[1]))[:k] if score > 0]
 
 
+def _dated_sentence(memory: MemoryRecord) -> str:
+    day = _day(memory)
+    text = _sentence(anchored(memory))
+    return f"({format_day(day)}) {text}" if day else text
+
+
 def _sentence(text: str) -> str:
     text = text.strip()
     return text if text[-1:] in ".!?" else text + "."
-
-
-def _reply(message: AIMessage) -> ChatResult:
-    return ChatResult(generations=[ChatGeneration(message=message)])
-
-

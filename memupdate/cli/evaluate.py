@@ -13,17 +13,37 @@ from memupdate.cli.common import (
     API_KEY_OPTION,
     BASE_URL_OPTION,
     CONVERSATIONS_OPTION,
+    EXIT_FAILED_RUN,
     LOCOMO_OPTION,
     MODEL_OPTION,
     POLICY_OPTION,
+    SEED_OPTION,
     URL_OPTION,
+    check_output,
+    check_policy_endpoint,
     console,
+    err_console,
     load_conversations,
     open_store,
     progress_bar,
+    raise_if_interrupted,
     user_errors,
 )
 from memupdate.store.errors import MemupdateError
+
+ANSWERER_OPTION = typer.Option(
+    None, "--answerer", help="Also answer each question with this model, from the context the proxy read, and "
+    "report LoCoMo F1 and BLEU-1 (any OpenAI-compatible endpoint; answers cached in the database).",
+)
+ANSWERER_BASE_URL_OPTION = typer.Option(
+    None, "--answerer-base-url", help="The answerer's endpoint, e.g. http://localhost:30000/v1 (default: OpenAI)."
+)
+ANSWERER_API_KEY_OPTION = typer.Option(
+    None, "--answerer-api-key", help="The answerer's key (default $OPENAI_API_KEY, else EMPTY)."
+)
+JUDGE_OPTION = typer.Option(
+    None, "--judge", help="Also judge each answer CORRECT/WRONG with this model (Mem0's LoCoMo judge), same endpoint."
+)
 
 
 @user_errors
@@ -35,25 +55,52 @@ def eval_command(
     model: str | None = MODEL_OPTION,
     base_url: str | None = BASE_URL_OPTION,
     api_key: str | None = API_KEY_OPTION,
-    max_questions: int | None = typer.Option(None, "--max-questions", help="Per conversation, for quick runs."),
-    max_operations: int | None = typer.Option(None, "--max-operations", help="Tool calls per episode (default 30)."),
-    include_adversarial: bool = typer.Option(False, "--include-adversarial", help="Score category 5 too."),
-    generalization: int = typer.Option(
-        0, "--generalization", help="Targeted: also reward N other questions of the conversation."
+    max_questions: int | None = typer.Option(None, "--max-questions", min=1, help="Per conversation, for quick runs."),
+    max_operations: int | None = typer.Option(
+        None, "--max-operations", min=1, help="Tool calls per episode (default 30)."
     ),
-    seed: int = typer.Option(0, "--seed"),
-    json_out: Path | None = typer.Option(None, "--json", help="Write the report as JSON here."),
-    plot: Path | None = typer.Option(None, "--plot", help="Write before/after bars per category (PNG)."),
+    include_adversarial: bool = typer.Option(False, "--include-adversarial", help="Score category 5 too."),
+    collateral: int = typer.Option(
+        8, "--collateral", min=0, help="Targeted: also score N other questions of the conversation (collateral damage)."
+    ),
+    max_failure_share: float = typer.Option(
+        0.1, "--max-failure-share", min=0.0, max=1.0,
+        help="Exit 1 when more than this share of episodes failed (the report is still written).",
+    ),
+    seed: int = SEED_OPTION,
+    json_out: Path | None = typer.Option(None, "--json", help="Write the report as JSON here (folders are created)."),
+    plot: Path | None = typer.Option(None, "--plot", help="Write before/after bars per category (.png, .pdf or .svg)."),
     url: str | None = URL_OPTION,
+    answerer: str | None = ANSWERER_OPTION,
+    answerer_base_url: str | None = ANSWERER_BASE_URL_OPTION,
+    answerer_api_key: str | None = ANSWERER_API_KEY_OPTION,
+    judge: str | None = JUDGE_OPTION,
+    reward_qa: str = typer.Option(
+        "proxy", "--reward-qa", help="proxy (no LLM) | answerer: the reward's QA term is the --answerer's LoCoMo F1."
+    ),
 ) -> None:
-    """Score a policy's edits with the QA proxy, before -> after, per category."""
+    """Score a policy's edits with the QA proxy, before -> after, per category; with --answerer, also
+    with an LLM reading the same context (LoCoMo F1, BLEU-1, --judge accuracy).
+
+    Exit codes: 0 done; 1 too many episodes failed (see --max-failure-share); 2 bad input; 130 Ctrl-C.
+    """
     from memupdate.agent.policies import make_policy
-    from memupdate.rl.evaluate import EvalConfig, plot_report
+    from memupdate.rl.evaluate import EvalConfig
+    from memupdate.rl.reward import RewardConfig
 
     if mode not in ("targeted", "blind"):
         raise MemupdateError(f"--mode {mode!r} is not targeted or blind")
+    if reward_qa not in ("proxy", "answerer") or (reward_qa == "answerer" and not answerer):
+        raise MemupdateError(f"--reward-qa {reward_qa!r}: choose proxy, or answerer together with --answerer MODEL")
+    # Everything that can be checked is checked before the run, so a finished run is never lost.
+    check_output(json_out, "--json")
+    check_output(plot, "--plot", PLOT_SUFFIXES)
+    reader = checked_answerer(answerer, answerer_base_url, answerer_api_key, judge)  # before any work
     chosen = load_conversations(locomo, conversations)
+    check_policy_endpoint(policy, model, base_url, api_key)
     store = open_store(url)
+    if reader is not None:
+        reader.use_cache(store.engine)
     chat_model = make_policy(
         policy, store, model=model, base_url=base_url, api_key=api_key, seed=seed, max_operations=max_operations
     )
@@ -62,28 +109,76 @@ def eval_command(
         include_adversarial=include_adversarial,
         max_questions=max_questions,
         max_operations=max_operations,
-        generalization=generalization,
+        reward=RewardConfig(
+            collateral_questions=collateral,
+            qa=reward_qa,
+            answerer_model=answerer if reward_qa == "answerer" else None,
+            answerer_base_url=answerer_base_url,
+            answerer_api_key=answerer_api_key,
+        ),
+        max_failure_share=max_failure_share,
     )
-    report = evaluate_with_progress(f"eval {policy} ({mode})", store, chosen, chat_model, config, policy)
+    report = evaluate_with_progress(f"eval {policy} ({mode})", store, chosen, chat_model, config, policy, reader)
+    save_report(report, json_out, plot)
     print_report(report)
+    if report["failures"]["over_threshold"]:
+        raise typer.Exit(EXIT_FAILED_RUN)
+
+
+PLOT_SUFFIXES = (".png", ".pdf", ".svg")
+
+
+def save_report(report: dict[str, Any], json_out: Path | None, plot: Path | None) -> None:
+    """Write the JSON report and the plot; if a path fails now (it was checked before the run), the JSON
+    goes to a temporary file instead, so a finished report is never lost."""
+    import tempfile
+
+    from memupdate.rl.evaluate import plot_report
+
+    text = json.dumps(report, indent=2)
     if json_out:
-        json_out.write_text(json.dumps(report, indent=2))
-        console.print(f"report written to {json_out}")
+        try:
+            json_out.write_text(text)
+            console.print(f"report written to {json_out}", highlight=False)
+        except OSError as exc:
+            fd, fallback = tempfile.mkstemp(prefix="memupdate-eval-", suffix=".json")
+            with open(fd, "w") as handle:
+                handle.write(text)
+            err_console.print(f"[yellow]could not write {json_out} ({exc.strerror}); report written to {fallback}[/]")
     if plot:
-        plot_report(report, str(plot))
-        console.print(f"plot written to {plot}")
+        try:
+            plot_report(report, str(plot))
+            console.print(f"plot written to {plot}", highlight=False)
+        except (OSError, ValueError) as exc:
+            err_console.print(f"[yellow]could not write the plot {plot}: {exc}[/]", highlight=False)
 
 
-def evaluate_with_progress(description: str, store, conversations, policy, config, policy_name: str) -> dict[str, Any]:  # noqa: ANN001
-    """`evaluate` under a progress bar of questions done."""
+def checked_answerer(model: str | None, base_url: str | None, api_key: str | None, judge: str | None):  # noqa: ANN201
+    """The LLM answerer (and judge), its endpoint checked with one cheap request; None without --answerer."""
+    if model is None:
+        if judge is not None or base_url is not None:
+            raise MemupdateError("--judge and --answerer-base-url need --answerer MODEL (the model that answers)")
+        return None
+    from memupdate.rl.answerer import make_answerer
+
+    reader = make_answerer(model, base_url, api_key, judge=judge)
+    reader.check()
+    return reader
+
+
+def evaluate_with_progress(description: str, store, conversations, policy, config, policy_name: str, answerer=None) -> dict[str, Any]:  # noqa: ANN001
+    """`evaluate` under a progress bar of questions done (then of answers, with an answerer)."""
     from memupdate.rl.evaluate import evaluate
 
     with progress_bar(description) as bar:
         task = bar.add_task(description, total=None)
+        def progress(done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total)
+            raise_if_interrupted()  # a Ctrl-C swallowed inside a finalizer still stops the run here
+
         return evaluate(
-            store, conversations, policy, config, policy_name=policy_name,
-            progress=lambda done, total: bar.update(task, completed=done, total=total),
-        )  # fmt: skip
+            store, conversations, policy, config, policy_name=policy_name, progress=progress, answerer=answerer
+        )
 
 
 def print_report(report: dict[str, Any]) -> None:
@@ -104,11 +199,51 @@ def print_report(report: dict[str, Any]) -> None:
     console.print(table)
     console.print(
         f"reward mean {report['reward_mean']:+.4f} | memories {report['memories']['before']:.1f} -> "
-        f"{report['memories']['after']:.1f} | context words {before['context_words']:.1f} -> "
-        f"{after['context_words']:.1f} | tool calls {report['tool_calls'] or '-'} | {report['seconds']} s"
+        f"{report['memories']['after']:.1f} | context tokens {before['context_tokens']:.1f} -> "
+        f"{after['context_tokens']:.1f} | unsupported tokens/episode {report['unsupported_tokens']:.1f} | "
+        f"collateral delta {report['collateral_delta']:+.4f}"
     )
-    if report["errors"]:
-        console.print(f"[yellow]{len(report['errors'])} questions skipped or failed[/] (see the JSON report)")
+    console.print(f"tool calls {report['tool_calls'] or '-'} | {report['seconds']} s"
+    )
+    failures = report.get("failures", {})
+    if failures.get("failed"):
+        first = next(e["error"] for e in report["errors"] if e.get("episode_failed"))
+        colour = "bold red" if failures["over_threshold"] else "yellow"
+        verdict = "this is not a result" if failures["over_threshold"] else "within --max-failure-share"
+        err_console.print(
+            f"[{colour}]{failures['failed']} of {failures['episodes']} episodes failed ({failures['share']:.0%}; "
+            f"{verdict}).[/] First error: {first}",
+            highlight=False,
+        )
+    skipped = len(report["errors"]) - failures.get("failed", 0)
+    if skipped > 0:
+        console.print(f"[yellow]{skipped} questions skipped[/] (see the JSON report)")
+    if report.get("answerer"):
+        print_answerer_report(report["answerer"])
+
+
+def print_answerer_report(section: dict[str, Any]) -> None:
+    """LoCoMo F1, BLEU-1 and judge accuracy of the LLM answerer, before -> after, per category."""
+    judge = f", judge {section['judge']}" if section["judge"] else ""
+    table = Table(title=f"answerer {section['model']}{judge}: read from the proxy's context")
+    for column in ("category", "questions", "F1 before", "F1 after", "BLEU-1 before", "BLEU-1 after",
+                   "judge before", "judge after"):  # fmt: skip
+        table.add_column(column, justify="right")
+
+    def judged(block: dict[str, Any]) -> str:
+        return "-" if block["judge_accuracy"] is None else f"{block['judge_accuracy']:.3f}"
+
+    before, after = section["before"], section["after"]
+    rows = [(name, b, after["by_category"][name]) for name, b in before["by_category"].items()]
+    for name, b, a in [*rows, ("[bold]all[/]", before, after)]:
+        table.add_row(
+            name, str(b["questions"]), f"{b['f1']:.3f}", f"{a['f1']:.3f}", f"{b['bleu1']:.3f}", f"{a['bleu1']:.3f}",
+            judged(b), judged(a),
+        )  # fmt: skip
+    console.print(table)
+    r = section["proxy_f1_pearson"]
+    shown = " | ".join(f"{side} {'-' if r[side] is None else f'{r[side]:+.3f}'}" for side in ("before", "after", "all"))
+    console.print(f"Pearson r, proxy score vs answerer F1 over questions: {shown} | {section['requests']} requests")
 
 
 
@@ -117,7 +252,7 @@ def demo(
     locomo: Path | None = typer.Option(None, "--locomo", help="Use this LoCoMo file instead of the shipped sample."),
     conversations: str | None = CONVERSATIONS_OPTION,
     questions: int | None = typer.Option(
-        None, "--questions", help="Questions per conversation (default: all of the sample, 8 of a LoCoMo file)."
+        None, "--questions", min=1, help="Questions per conversation (default: all of the sample, 8 of a LoCoMo file)."
     ),
     url: str | None = URL_OPTION,
 ) -> None:
@@ -127,6 +262,10 @@ def demo(
     from memupdate.rl.evaluate import EvalConfig
     from memupdate.rl.locomo import load_sample
 
+    if conversations is not None and not locomo:
+        raise MemupdateError(
+            "--conversations picks conversations of a LoCoMo file: add --locomo FILE (the shipped sample has one)"
+        )
     chosen = load_conversations(locomo, conversations) if locomo else load_sample()
     if locomo:
         chosen = chosen if conversations else chosen[:1]

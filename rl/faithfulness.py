@@ -1,0 +1,108 @@
+"""Faithfulness: every word the agent writes into memory must come from the conversation.
+
+    from memupdate.rl.faithfulness import check_faithfulness
+    result = check_faithfulness(base, base.snapshot(), fork.snapshot())
+    result.unsupported_tokens, result.examples
+
+A *write* is a memory of the fork that the base does not hold with the same text (created, updated,
+merged or split). Its *sources* are what it draws on:
+- an update: the memory it rewrites;
+- a merge or split: the base memories named in `merged_from` / `split_from`;
+- a create: the `NEAREST_SOURCES` base memories closest to its text (the facts it restates).
+A written token is *supported* when a source holds it: in its text, in its dialogue turns (the
+`turns` LoCoMo ingestion stores in provenance), or in a date derived from its session date (the
+date itself and the dates relative expressions in its text resolve to, as `agent/dates.py` anchors
+them). Stop words are free. Tokens are LoCoMo's normalised, stemmed tokens, the proxy's own.
+
+What this closes: lists of dates, months or numbers, question text, "not mentioned" and other words
+no source holds cost reward however retrieval ranks them (`rl/reward.py` charges per token).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import date
+
+from memupdate.agent.dates import anchor_relative_dates
+from memupdate.agent.text_strategies import STOPWORDS
+from memupdate.rl.metrics import normalized_tokens
+from memupdate.store import MemoryRecord, MemoryStore
+
+NEAREST_SOURCES = 3
+FREE_TOKENS = frozenset(token for word in STOPWORDS for token in normalized_tokens(word))
+_ORDINAL = {1: "st", 2: "nd", 3: "rd", 21: "st", 22: "nd", 23: "rd", 31: "st"}
+
+
+@dataclass(frozen=True)
+class Faithfulness:
+    writes: int
+    written_tokens: int  # content tokens written (stop words excluded)
+    unsupported_tokens: int
+    examples: tuple[str, ...]  # up to 12 unsupported tokens, for logs
+
+    @property
+    def supported_share(self) -> float:
+        return 1.0 - self.unsupported_tokens / self.written_tokens if self.written_tokens else 1.0
+
+
+def written_memories(before: Mapping[str, MemoryRecord], after: Mapping[str, MemoryRecord]) -> list[MemoryRecord]:
+    """The fork's memories whose text the base does not hold under the same key."""
+    return [m for key, m in after.items() if key not in before or before[key].content != m.content]
+
+
+def date_tokens(day: date) -> set[str]:
+    """A day as LoCoMo writes dates ("7 May 2023"), with its weekday, short month and ordinal."""
+    ordinal = f"{day.day}{_ORDINAL.get(day.day, 'th')}"
+    return set(normalized_tokens(f"{day.day} {ordinal} {day:%B} {day:%b} {day.year} {day:%A}"))
+
+
+def source_support(source: MemoryRecord) -> set[str]:
+    """Every token a write may take from `source` (see the module docstring)."""
+    texts = [source.content, str(source.metadata.get("session_date") or "")]
+    texts += [str(turn) for turn in (source.metadata.get("turns") or {}).values()]
+    support: set[str] = set()
+    days = [_day(d) for d in source.metadata.get("dates") or [source.metadata.get("date")]]
+    for day in filter(None, days):
+        support |= date_tokens(day)
+        texts += [anchor_relative_dates(text, day) for text in texts[:1]]
+    for text in texts:
+        support.update(normalized_tokens(text))
+    return support
+
+
+def sources_of(memory: MemoryRecord, before: Mapping[str, MemoryRecord], base: MemoryStore) -> list[MemoryRecord]:
+    named = [memory.key, *memory.metadata.get("merged_from", []), memory.metadata.get("split_from")]
+    found = [before[key] for key in named if key in before]
+    if found:
+        return found
+    return [hit.memory for hit in base.search(memory.content, NEAREST_SOURCES)]
+
+
+def check_faithfulness(
+    base: MemoryStore, before: Mapping[str, MemoryRecord], after: Mapping[str, MemoryRecord]
+) -> Faithfulness:
+    """Count the tokens the fork's writes hold that none of their sources supports."""
+    writes = written_memories(before, after)
+    written = unsupported = 0
+    examples: list[str] = []
+    for memory in writes:
+        support = set().union(*(source_support(s) for s in sources_of(memory, before, base)))
+        for token in _content_tokens(memory.content):
+            written += 1
+            if token not in support:
+                unsupported += 1
+                if len(examples) < 12:
+                    examples.append(token)
+    return Faithfulness(len(writes), written, unsupported, tuple(examples))
+
+
+def _content_tokens(text: str) -> Iterable[str]:
+    return (token for token in normalized_tokens(text) if token not in FREE_TOKENS)
+
+
+def _day(value: object) -> date | None:
+    try:
+        return date.fromisoformat(str(value)) if value else None
+    except ValueError:
+        return None

@@ -1,0 +1,86 @@
+"""The reply cache of the LLM answerer and judge: one row per prompt ever answered, in `llm_replies`.
+
+    from memupdate.store.llm_cache import LLMReplyCache, ReplyKey
+    cache = LLMReplyCache(engine)
+    key = ReplyKey("answer", "qwen2.5-7b", template_hash, input_hash, "When did Ann move?")
+    cache.get_many([key])          # {} the first time
+    cache.put(key, "7 May 2023")   # committed at once, so a run that dies keeps what it has
+    cache.get_many([key])          # {key: "7 May 2023"}
+
+The store knows nothing of prompts: callers hash their template and input (`content_hash`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from typing import NamedTuple
+
+from sqlalchemy import Engine, func, select, tuple_
+from sqlalchemy.dialects.postgresql import insert
+
+from memupdate.store.models import LLMReply
+
+# Rows per lookup query: keeps the IN list of key tuples well under PostgreSQL's parameter limit.
+_LOOKUP_CHUNK = 500
+
+
+class ReplyKey(NamedTuple):
+    kind: str  # "answer" | "judge"
+    model: str
+    template_hash: str
+    input_hash: str
+    question: str
+
+
+def content_hash(*parts: str) -> str:
+    """sha256 hex of the parts, separated so ("ab", "c") and ("a", "bc") differ."""
+    digest = hashlib.sha256()
+    for part in parts:
+        digest.update(part.encode())
+        digest.update(b"\x00")
+    return digest.hexdigest()
+
+
+class LLMReplyCache:
+    def __init__(self, engine: Engine):
+        self.engine = engine
+
+    def get_many(self, keys: Sequence[ReplyKey]) -> dict[ReplyKey, str]:
+        """The cached replies among `keys`; missing keys are absent from the result."""
+        found: dict[ReplyKey, str] = {}
+        unique = list(dict.fromkeys(keys))
+        columns = (
+            LLMReply.kind,
+            LLMReply.model,
+            LLMReply.template_hash,
+            LLMReply.input_hash,
+            LLMReply.question,
+        )
+        with self.engine.connect() as conn:
+            for start in range(0, len(unique), _LOOKUP_CHUNK):
+                chunk = unique[start : start + _LOOKUP_CHUNK]
+                rows = conn.execute(select(*columns, LLMReply.reply).where(tuple_(*columns).in_(chunk)))
+                for row in rows:
+                    found[ReplyKey(*row[:5])] = row[5]
+        return found
+
+    def put(self, key: ReplyKey, reply: str) -> None:
+        """Store one reply in its own transaction; a reply already stored for `key` is kept."""
+        statement = (
+            insert(LLMReply)
+            .values(**key._asdict(), reply=reply)
+            .on_conflict_do_nothing(constraint="uq_llm_replies_key")
+        )
+        with self.engine.begin() as conn:
+            conn.execute(statement)
+
+    def count(self, kind: str | None = None, model: str | None = None) -> int:
+        """How many replies are stored (of one kind and model, when given)."""
+        query = select(func.count()).select_from(LLMReply)
+        if kind is not None:
+            query = query.where(LLMReply.kind == kind)
+        if model is not None:
+            query = query.where(LLMReply.model == model)
+        with self.engine.connect() as conn:
+            return int(conn.execute(query).scalar_one())
