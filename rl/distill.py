@@ -51,8 +51,7 @@ from memupdate.rl.advantages import group_advantages, zero_variance_groups
 from memupdate.rl.evaluate import EvalConfig, Mode, eval_questions, trajectory_id, trajectory_namespace
 from memupdate.rl.ingest import ingest_conversation
 from memupdate.rl.locomo import Conversation, QAItem
-from memupdate.rl.qa_proxy import score_questions
-from memupdate.rl.reward import RewardConfig, collateral_sample, compute_reward
+from memupdate.rl.reward import RewardConfig, collateral_sample, compute_reward, score
 from memupdate.store import MemoryStore, MemupdateError
 
 Progress = Callable[[str, int, int], None]
@@ -285,7 +284,7 @@ def collect(
                 if key not in log:
                     if base_scores is None:
                         snapshot = snapshot or base.snapshot()
-                        base_scores = score_questions(base, prompt.scored, top_k=config.reward.top_k, word_budget=config.reward.word_budget)
+                        base_scores = score(base, prompt.scored, config.reward)
                     seed = member_seed(config, key)
                     try:
                         record = rollout(teacher.make(seed), base, prompt, config, base_scores, snapshot)
@@ -622,7 +621,8 @@ def plot_metrics(metrics: dict[str, Any], path: Path) -> None:
 
 
 def _plain(config: DistillConfig) -> dict[str, Any]:
-    plain = asdict(replace(config, api_key=None))  # never write a key to disk
+    # Never write a key to disk.
+    plain = asdict(replace(config, api_key=None, reward=replace(config.reward, answerer_api_key=None)))
     return json.loads(json.dumps(plain))
 
 
