@@ -5,7 +5,7 @@ Each rollout is what a training rollout does to the database: its first tool cal
 tool calls (search x3, sample x2, create, update, delete, merge, split), then the reward on the open
 fork (target question + 8 collateral ones), then the drop. The model is a scripted stand-in for the
 rollout server returning the token ids of those Hermes tool calls (tiny locally trained tokenizer,
-`tests/tiny_checkpoint.py`; no LLM weights exist here).
+`memupdate.rl.tiny_student`; no LLM weights exist here).
 
 Two paths, each with 8 and with 64 rollouts in flight:
 - `agent loop`: verl's real loop (`MemoryAgentLoop`: tokenization, Hermes parsing, our tools, reward);
@@ -25,7 +25,6 @@ import asyncio
 import json
 import os
 import random
-import sys
 import tempfile
 import time
 import uuid
@@ -241,12 +240,11 @@ def count_connections(engine: Any) -> dict[str, Any]:
 
 def prepare(engine: Any, embedder: Any) -> dict[str, Any]:
     """The tiny tokenizer, our GRPO config composed for it, verl's tools from our YAML, the worker store."""
-    sys.path.insert(0, str(REPO / "tests"))
-    from tiny_checkpoint import build_tiny_checkpoint
     from transformers import AutoTokenizer
     from verl.tools.tool_registry import initialize_tools_from_config
 
     from memupdate.rl import forks
+    from memupdate.rl.tiny_student import build_tiny_checkpoint
     from memupdate.rl.verl_launch import CONFIGS_DIR, compose_config
 
     model = build_tiny_checkpoint(tempfile.mkdtemp(prefix="memupdate-bench-tiny-"))
