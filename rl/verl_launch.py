@@ -63,11 +63,12 @@ class TrainPlan:
 
     def env_overrides(self, *, for_shell: bool = False, masked: bool = False) -> list[str]:
         """The settings every Ray worker gets through Ray's runtime env; for the shell, as references to
-        this shell's variables (so no password is printed)."""
+        this shell's variables (so no password is printed); `masked` hides passwords and keys."""
         from sqlalchemy.engine import make_url
 
         settings = {**forwarded_settings(), URL_ENV: self.url}
         if masked:
+            settings = {k: SECRET_MASK if is_secret(k) else v for k, v in settings.items()}
             settings[URL_ENV] = make_url(self.url).render_as_string(hide_password=True)
         return [
             f"++{RAY_ENV_PREFIX}{name}=" + (f"'${{{name}}}'" if for_shell else hydra_quote(value))
@@ -108,14 +109,17 @@ class TrainPlan:
         return "\n".join(lines)
 
     def config_yaml(self) -> str:
-        """The composed config with interpolations resolved where verl's config allows it."""
+        """The composed config, interpolations resolved where verl's config allows it, secrets masked
+        (it is printed, and saved beside the checkpoints)."""
+        import yaml
         from omegaconf import OmegaConf
         from omegaconf.errors import OmegaConfBaseException
 
         try:
-            return OmegaConf.to_yaml(self.config, resolve=True)
+            container = OmegaConf.to_container(self.config, resolve=True)
         except OmegaConfBaseException:  # a mandatory `???` value verl fills in at run time
-            return OmegaConf.to_yaml(self.config)
+            container = OmegaConf.to_container(self.config, resolve=False)
+        return yaml.safe_dump(mask_secrets(container), sort_keys=False, width=120)
 
     @property
     def checkpoint_dir(self) -> Path:
@@ -135,6 +139,29 @@ class TrainPlan:
         self.save_config()
         env = {**os.environ, URL_ENV: self.url}
         return subprocess.run(self.command(), env=env).returncode
+
+
+SECRET_MASK = "***"
+_SECRET_WORDS = ("password", "api_key", "apikey", "secret", "token")
+
+
+def is_secret(name: str) -> bool:
+    """Whether a setting or config key names a credential (its value is never printed or saved)."""
+    lowered = name.lower()
+    return (
+        any(word in lowered for word in _SECRET_WORDS)
+        and "tokenizer" not in lowered
+        and "tokens" not in lowered
+    )
+
+
+def mask_secrets(value: Any, key: str = "") -> Any:
+    """`value` (a config as plain containers) with the values of credential keys replaced by ***."""
+    if isinstance(value, dict):
+        return {k: mask_secrets(v, str(k)) for k, v in value.items()}
+    if isinstance(value, list):
+        return [mask_secrets(v, key) for v in value]
+    return SECRET_MASK if value is not None and is_secret(key) else value
 
 
 def hydra_quote(value: str) -> str:
@@ -267,6 +294,21 @@ def check_database(
     return engine.url.render_as_string(hide_password=False), done
 
 
+def check_reachable_from_nodes(url: str, nnodes: int) -> None:
+    """LaunchError when several nodes would train against a database only this machine reaches."""
+    from sqlalchemy.engine import make_url
+
+    parsed = make_url(url)
+    socket = str(parsed.query.get("host", "")).startswith("/")
+    local = socket or (parsed.host in (None, "", "localhost", "127.0.0.1", "::1") and "host" not in parsed.query)
+    if nnodes > 1 and local:
+        raise LaunchError(
+            f"trainer.nnodes={nnodes} but the database {parsed.render_as_string(hide_password=True)} is only reachable "
+            "on this machine (the embedded server or a local socket): set MEMUPDATE_DATABASE_URL to a PostgreSQL "
+            "server every node reaches"
+        )
+
+
 def plan_training(
     config: str = DEFAULT_CONFIG,
     overrides: Sequence[str] = (),
@@ -285,6 +327,7 @@ def plan_training(
     # The printed command reads the URL from $MEMUPDATE_DATABASE_URL; say what to export when it came elsewhere.
     url_from_env = url is None and bool(os.environ.get(URL_ENV))
     worker_url, checks = check_database(url, bases, prune_after, dry_run=dry_run)
+    check_reachable_from_nodes(worker_url, int(composed.trainer.nnodes))
     checks = [f"data: {len(bases)} base namespaces in {len(data_files(composed))} files", *checks]
     plan = TrainPlan(config_dir, name, overrides, None, worker_url, url_from_env, checks)
     plan.config = compose_config(config_dir, name, [*overrides, *plan.env_overrides(masked=True)])

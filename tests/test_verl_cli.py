@@ -160,7 +160,7 @@ def test_cluster_script_runs_the_checked_launcher(dataset, database_url, tmp_pat
         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
         "MEMUPDATE_DATABASE_URL": database_url,
         "RAY_ADDRESS": "127.0.0.1:6379",
-        "NNODES": "2",
+        "NNODES": "1",
         "GPUS_PER_NODE": "4",
         "DATA_DIR": str(tmp_path / "data"),
     }
@@ -170,10 +170,27 @@ def test_cluster_script_runs_the_checked_launcher(dataset, database_url, tmp_pat
     )
     assert result.returncode == 0, result.stderr[-2000:]
     command = result.stdout.split("# command\n")[1]
-    assert "trainer.nnodes=2" in command and "trainer.n_gpus_per_node=4" in command
+    assert "trainer.nnodes=1" in command and "trainer.n_gpus_per_node=4" in command
     assert "actor_rollout_ref.model.path=Qwen/Qwen2.5-3B-Instruct" in command
     assert f"data.train_files={tmp_path / 'data' / 'train.parquet'}" in command
     missing = subprocess.run(
         ["bash", str(script)], env={**env, "RAY_ADDRESS": ""}, capture_output=True, text=True
     )
     assert missing.returncode != 0 and "set RAY_ADDRESS to the Ray head" in missing.stderr
+
+
+def test_secrets_are_masked_and_local_databases_refused_for_several_nodes(monkeypatch) -> None:
+    from memupdate.rl.verl_launch import LaunchError, check_reachable_from_nodes, mask_secrets
+
+    config = {"reward": {"custom_reward_function": {"reward_kwargs": {"answerer_api_key": "sk-1", "qa": "answerer"}}},
+              "env_vars": {"MEMUPDATE_EMBEDDING_API_KEY": "sk-2", "MEMUPDATE_DATA_DIR": "/d"},
+              "data": {"tokenizer": "t", "max_prompt_tokens": 3}}  # fmt: skip
+    masked = mask_secrets(config)
+    assert masked["reward"]["custom_reward_function"]["reward_kwargs"] == {"answerer_api_key": "***", "qa": "answerer"}
+    assert masked["env_vars"] == {"MEMUPDATE_EMBEDDING_API_KEY": "***", "MEMUPDATE_DATA_DIR": "/d"}
+    assert masked["data"] == config["data"]
+    check_reachable_from_nodes("postgresql://u:p@db.internal:5432/m", 4)
+    check_reachable_from_nodes("postgresql://postgres:@/postgres?host=/tmp/pg", 1)
+    for url in ("postgresql://postgres:@/postgres?host=/tmp/pg", "postgresql://u@localhost/m"):
+        with pytest.raises(LaunchError, match="only reachable on this machine"):
+            check_reachable_from_nodes(url, 2)
