@@ -284,6 +284,12 @@ def finish_rollout_sync(
     )
 
 
+async def drop_rollout_fork(state: Mapping[str, Any]) -> None:
+    """Drop the rollout's fork without scoring it (a cancelled rollout)."""
+    if state.get(FORK_KEY):
+        await in_db_thread(lambda: worker_store().scoped(state[FORK_KEY]).drop())
+
+
 def reward_parts(
     breakdown: RewardBreakdown, state: Mapping[str, Any], *, forked: bool, crashed: bool
 ) -> dict[str, float]:

@@ -18,13 +18,14 @@ Reward knobs come from `reward.custom_reward_function.reward_kwargs`, the same p
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 
 from verl.experimental.agent_loop.agent_loop import AgentLoopOutput
 from verl.experimental.agent_loop.tool_agent_loop import AgentData, AgentState, ToolAgentLoop
 
-from memupdate.rl.forks import finish_rollout, reward_config
+from memupdate.rl.forks import drop_rollout_fork, finish_rollout, reward_config
 
 log = logging.getLogger("memupdate.rl.verl_agent_loop")
 
@@ -48,6 +49,10 @@ class MemoryAgentLoop(ToolAgentLoop):
         output, failure = None, None
         try:
             output = await super().run(sampling_params, **kwargs)
+        except asyncio.CancelledError:  # verl cancelled the rollout: no reward, but no fork left behind
+            if self.agent_data is not None:
+                await drop_rollout_fork(self.agent_data.extra_fields)
+            raise
         except Exception as exc:
             failure = exc
             log.exception(

@@ -211,3 +211,26 @@ async def test_malformed_tool_calls(config, tokenizer, tools, base) -> None:
     assert "error: bad arguments for manage_memory" in masked_text(tokenizer, stringly, 0)
     assert stringly.reward_score == 0.0 and stringly.extra_fields["reward_extra_info"]["failed_calls"] == 1.0
     assert forks_left(base, row) == []
+
+
+async def test_a_cancelled_rollout_leaves_no_fork(config, tokenizer, tools, base) -> None:
+    row = row_for(base)
+
+    stalled = asyncio.Event()
+
+    class StallingServer(ScriptedServer):
+        async def generate(self, **kwargs):
+            if len(self.prompts.get(kwargs["request_id"], [])) == 1:  # the second turn never comes back
+                stalled.set()
+                await asyncio.Event().wait()
+            return await super().generate(**kwargs)
+
+    server = StallingServer(tokenizer, [[CREATE_HELPFUL, "never reached"]])
+    loop = make_loop("memupdate_agent", config, server, tokenizer, tools)
+    task = asyncio.create_task(loop.run(dict(SAMPLING), **rollout_kwargs(row)))
+    await asyncio.wait_for(stalled.wait(), timeout=60)
+    assert len(forks_left(base, row)) == 1
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert forks_left(base, row) == []
