@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Protocol
 
 from memupdate.rl.metrics import ADVERSARIAL, answer_parts, normalized_tokens, token_f1
@@ -77,22 +78,29 @@ def build_context(hits: Sequence[ScoredMemory], budget: int) -> Context:
     for hit in hits:
         if used >= budget:
             break
+        memory_words = _words_and_tokens(hit.memory.content)
         words, tokens = [], []
-        for word in hit.memory.content.split():
-            word_tokens = normalized_tokens(word)
+        for word, word_tokens in memory_words:
             if used + len(tokens) + len(word_tokens) > budget:
                 break
             words.append(word)
             tokens.extend(word_tokens)
         if not words:
             break
-        if len(words) == len(hit.memory.content.split()):
+        if len(words) == len(memory_words):
             whole.append(hit)
         used += len(tokens)
         segments.append(tuple(tokens))
         texts.append(" ".join(words))
         keys.append(hit.memory.key)
     return Context(tuple(segments), tuple(texts), tuple(keys), tuple(whole))
+
+
+@lru_cache(maxsize=65536)
+def _words_and_tokens(content: str) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """Each word of `content` with its normalised tokens: a base and its forks share most memories,
+    so each text is tokenised once per process."""
+    return tuple((word, tuple(normalized_tokens(word))) for word in content.split())
 
 
 def phrase_f1(gold: Sequence[str], segments: Sequence[Sequence[str]]) -> float:
@@ -144,11 +152,14 @@ def score_questions(
     candidates: int = DEFAULT_CANDIDATES,
 ) -> list[QAScore]:
     """Score every question against `store`'s namespace; questions are embedded once, in one batch
-    (and cached by the embedder, so scoring the base and its forks embeds each question once)."""
+    (and cached by the embedder, so scoring the base and its forks embeds each question once), and
+    searched in one statement."""
+    if not questions:
+        return []
     vectors = store.embedder.embed([q.question for q in questions])
     results = []
-    for question, vector in zip(questions, vectors, strict=True):
-        context = build_context(store.search_by_vector(vector, candidates), context_tokens)
+    for question, hits in zip(questions, store.search_many_by_vector(vectors, candidates), strict=True):
+        context = build_context(hits, context_tokens)
         results.append(
             QAScore(
                 qa_score=qa_score(question, context),

@@ -30,7 +30,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
-from memupdate.rl.faithfulness import Faithfulness, check_faithfulness, written_memories
+from memupdate.rl.faithfulness import Faithfulness, faithfulness_of_writes, written_memories
 from memupdate.rl.metrics import normalized_tokens
 from memupdate.rl.qa_proxy import (
     DEFAULT_CANDIDATES,
@@ -39,7 +39,7 @@ from memupdate.rl.qa_proxy import (
     Question,
     score_questions,
 )
-from memupdate.store import MemoryRecord, MemoryStore
+from memupdate.store import MemoryRecord, MemoryStore, NamespaceChanges
 
 
 @dataclass(frozen=True)
@@ -145,15 +145,21 @@ def memory_efficiency(
     before: Mapping[str, MemoryRecord], after: Mapping[str, MemoryRecord], config: RewardConfig = RewardConfig()
 ) -> Efficiency:
     """size × density × change of going from the `before` snapshot to the `after` one."""
-    written = written_memories(before, after)
     edited = sum(before[k].as_event() != after[k].as_event() for k in before.keys() & after.keys())
     edited += len(before.keys() ^ after.keys())
-    size = size_factor(len(before), len(after), config.size_penalty)
+    changes = NamespaceChanges(len(before), len(after), edited, written_memories(before, after))
+    return efficiency_of_changes(changes, config)
+
+
+def efficiency_of_changes(changes: NamespaceChanges, config: RewardConfig = RewardConfig()) -> Efficiency:
+    """`memory_efficiency` of a fork's `changes_from(base)`, read in SQL instead of two snapshots."""
+    before, after, edited = changes.memories_before, changes.memories_after, changes.edited
+    size = size_factor(before, after, config.size_penalty)
     density = density_factor(
-        [len(normalized_tokens(m.content)) for m in written], config.max_memory_tokens, config.density_penalty
+        [len(normalized_tokens(m.content)) for m in changes.written], config.max_memory_tokens, config.density_penalty
     )
-    change = change_factor(edited, len(before), config.free_edits, config.change_penalty)
-    return Efficiency(size * density * change, size, density, change, len(before), len(after), edited)
+    change = change_factor(edited, before, config.free_edits, config.change_penalty)
+    return Efficiency(size * density * change, size, density, change, before, after, edited)
 
 
 def performance_delta(before: Sequence[QAScore], after: Sequence[QAScore], config: RewardConfig) -> tuple[float, float, float | None]:
@@ -226,10 +232,10 @@ def reward_from_scores(
     config: RewardConfig = RewardConfig(),
 ) -> RewardBreakdown:
     """`compute_reward` once both sides are scored (for callers that keep the fork's scores too)."""
-    after_snapshot = fork.snapshot()
+    changes = fork.changes_from(base)  # in SQL: counts and written rows, not a snapshot of the fork
     delta, target_delta, collateral_delta = performance_delta(base_scores, fork_scores, config)
-    efficiency = memory_efficiency(base_snapshot, after_snapshot, config)
-    faithfulness = check_faithfulness(base, base_snapshot, after_snapshot)
+    efficiency = efficiency_of_changes(changes, config)
+    faithfulness = faithfulness_of_writes(base, base_snapshot, changes.written)
     penalty = unsupported_penalty(faithfulness, config)
     return RewardBreakdown(
         reward=combine(delta, efficiency.value) - penalty,

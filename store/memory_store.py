@@ -28,17 +28,23 @@ from datetime import datetime
 from typing import Any, Literal
 
 import numpy as np
+from pgvector import Vector
 from sqlalchemy import (
+    ARRAY,
     ColumnElement,
     Engine,
     Row,
+    Text,
     bindparam,
+    cast,
+    column,
     delete,
     func,
     insert,
     literal,
     select,
     text,
+    true,
     update,
 )
 from sqlalchemy.exc import IntegrityError, ProgrammingError
@@ -84,6 +90,52 @@ SEARCH_BY_VECTOR = (
     select(*RECORD_COLUMNS, _TOP_K.c.distance)
     .join_from(memories, _TOP_K, memories.c.id == _TOP_K.c.id)
     .order_by(_TOP_K.c.distance, _TOP_K.c.key)
+)
+
+# search_many_by_vector's statement: the same top-k, once per query vector (a LATERAL join over the
+# unnested vectors), so the QA proxy scores all of a fork's questions in one round trip. The vectors
+# travel as pgvector's text form, the very text `search_by_vector` binds: the same float4s, the same ranks.
+_QUERIES = (
+    func.unnest(cast(bindparam("query_vectors", type_=ARRAY(Text)), ARRAY(memories.c.embedding.type)))
+    .table_valued(column("query_vector", memories.c.embedding.type), with_ordinality="ordinal")
+    .render_derived()
+)
+_MANY_DISTANCE = memories.c.embedding.cosine_distance(_QUERIES.c.query_vector)
+_TOP_K_EACH = (
+    select(memories.c.id, memories.c.key, _MANY_DISTANCE.label("distance"))
+    .where(memories.c.namespace == bindparam("namespace"), memories.c.embedding.is_not(None))
+    .order_by(_MANY_DISTANCE, memories.c.key)
+    .limit(bindparam("top_k"))
+    .correlate(_QUERIES)
+    .lateral("top_k")
+)
+SEARCH_MANY_BY_VECTOR = (
+    select(_QUERIES.c.ordinal, *RECORD_COLUMNS, _TOP_K_EACH.c.distance)
+    .select_from(_QUERIES.join(_TOP_K_EACH, true()).join(memories, memories.c.id == _TOP_K_EACH.c.id))
+    .order_by(_QUERIES.c.ordinal, _TOP_K_EACH.c.distance, _TOP_K_EACH.c.key)
+)
+
+# changes_from's statements: the base's and the fork's rows joined by key, compared in SQL.
+_BASE = select(memories.c.key, memories.c.content, memories.c.kind, memories.c.metadata).where(
+    memories.c.namespace == bindparam("base")
+).subquery("base")
+_FORK = select(*RECORD_COLUMNS, memories.c.seq).where(memories.c.namespace == bindparam("fork")).subquery("fork")
+_BY_KEY = _BASE.join(_FORK, _BASE.c.key == _FORK.c.key, full=True)
+_CHANGED = (
+    _BASE.c.key.is_(None)
+    | _FORK.c.key.is_(None)
+    | (_BASE.c.content != _FORK.c.content)
+    | (_BASE.c.kind != _FORK.c.kind)
+    | (_BASE.c.metadata != _FORK.c.metadata)  # jsonb equality: Python's dict equality of the decoded values
+)
+CHANGE_COUNTS = select(
+    func.count(_BASE.c.key), func.count(_FORK.c.key), func.count().filter(_CHANGED)
+).select_from(_BY_KEY)
+WRITTEN_ROWS = (
+    select(*(_FORK.c[c.name] for c in RECORD_COLUMNS))
+    .select_from(_FORK.outerjoin(_BASE, _BASE.c.key == _FORK.c.key))
+    .where(_BASE.c.key.is_(None) | (_BASE.c.content != _FORK.c.content))
+    .order_by(_FORK.c.seq)
 )
 
 
@@ -158,6 +210,16 @@ class NamespaceDiff:
     @property
     def is_empty(self) -> bool:
         return not (self.added or self.removed or self.changed)
+
+
+@dataclass(frozen=True)
+class NamespaceChanges:
+    """How a namespace differs from the one it was forked from, read in SQL (`changes_from`)."""
+
+    memories_before: int
+    memories_after: int
+    edited: int  # keys added, removed, or with another content, kind or metadata
+    written: list[MemoryRecord]  # memories whose text the base does not hold under the same key, in order
 
 
 @dataclass(frozen=True)
@@ -247,6 +309,25 @@ class MemoryStore:
             rows = conn.execute(SEARCH_BY_VECTOR, params)
             return [ScoredMemory(self._record(row), 1.0 - float(row.distance)) for row in rows]
 
+    def search_many_by_vector(
+        self, vectors: Sequence[np.ndarray | Sequence[float]], top_k: int = 5
+    ) -> list[list[ScoredMemory]]:
+        """`search_by_vector` for each vector, the same hits in the same order, in one statement."""
+        if top_k < 1:
+            raise InvalidMemory(f"top_k={top_k} must be at least 1")
+        if len(vectors) == 0:
+            return []
+        params = {
+            "query_vectors": [Vector._to_db(np.asarray(v, dtype=np.float32)) for v in vectors],
+            "namespace": self.path,
+            "top_k": top_k,
+        }
+        hits: list[list[ScoredMemory]] = [[] for _ in vectors]
+        with self.engine.connect() as conn:
+            for row in conn.execute(SEARCH_MANY_BY_VECTOR, params):
+                hits[row.ordinal - 1].append(ScoredMemory(self._record(row), 1.0 - float(row.distance)))
+        return hits
+
     def sample(self, strategy: SampleStrategy = "random", k: int = 5, *, seed: int | None = None) -> list[MemoryRecord]:
         """`k` memories: `random` (seedable), `diverse` (farthest-point over embeddings) or `recent`
         (latest session date, then latest update)."""
@@ -291,6 +372,16 @@ class MemoryStore:
             removed=sorted(before.keys() - after.keys()),
             changed=sorted(changed),
         )
+
+    def changes_from(self, base: MemoryStore | Namespace | str) -> NamespaceChanges:
+        """Counts and written memories of this namespace against `base`, compared in SQL: what the
+        reward needs of a fork, without reading either namespace whole."""
+        base_path = base.path if isinstance(base, MemoryStore) else namespace_path(to_namespace(base))
+        params = {"base": base_path, "fork": self.path}
+        with self.engine.connect() as conn:
+            before, after, edited = conn.execute(CHANGE_COUNTS, params).one()
+            written = [self._record(row) for row in conn.execute(WRITTEN_ROWS, params)]
+        return NamespaceChanges(before, after, edited, written)
 
     def events(self) -> list[MemoryEventRecord]:
         """The event log of this namespace, oldest first."""
@@ -548,7 +639,8 @@ def _make_async(name: str):  # noqa: ANN202
 
 
 for _name in (
-    "get", "get_many", "list", "count", "search", "search_by_vector", "sample", "snapshot", "diff", "events",
+    "get", "get_many", "list", "count", "search", "search_by_vector", "search_many_by_vector", "sample",
+    "snapshot", "diff", "changes_from", "events",
     "list_namespaces", "create", "create_many", "update", "delete", "replace", "fork", "drop",
 ):  # fmt: skip
     setattr(MemoryStore, f"a{_name}", _make_async(_name))
