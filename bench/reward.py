@@ -55,7 +55,7 @@ TARGET_REWARDS_PER_S = 500.0
 SEED = 0
 CONFIG = RewardConfig()
 # The store methods a reward's SQL goes through, metered by name (whichever of them the code calls).
-SEARCH_METHODS = ("search_by_vector", "search_many_by_vector")
+SEARCH_METHODS = ("search_by_vector", "ranked_many_by_vector")  # search_many_by_vector calls the latter
 DIFF_METHODS = ("snapshot", "changes_from")
 
 

@@ -28,11 +28,16 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Protocol
 
+import numpy as np
+
 from memupdate.rl.metrics import ADVERSARIAL, answer_parts, normalized_tokens, token_f1
-from memupdate.store import MemoryStore, ScoredMemory
+from memupdate.store import MemoryStore, NamespaceChanges, ScoredMemory
 
 DEFAULT_CONTEXT_TOKENS = 120
 DEFAULT_CANDIDATES = 20
+# score_fork keeps this many times `candidates` of the base's hits per question: a fork that replaces
+# more than the surplus among them is searched directly instead.
+BASE_HITS_FACTOR = 2
 
 
 class Question(Protocol):
@@ -157,16 +162,62 @@ def score_questions(
     if not questions:
         return []
     vectors = store.embedder.embed([q.question for q in questions])
+    return [_score(question, build_context(hits, context_tokens))
+            for question, hits in zip(questions, store.search_many_by_vector(vectors, candidates), strict=True)]  # fmt: skip
+
+
+def score_fork(
+    base: MemoryStore,
+    fork: MemoryStore,
+    questions: Sequence[Question],
+    *,
+    context_tokens: int = DEFAULT_CONTEXT_TOKENS,
+    candidates: int = DEFAULT_CANDIDATES,
+) -> tuple[list[QAScore], NamespaceChanges]:
+    """`score_questions(fork, ...)` and `fork.changes_from(base)`, from one read of what the fork changed.
+
+    A fork differs from its base by a few memories, so its hits for a question are the base's (searched
+    once per question and kept while the base's version stays the same) minus the memories the fork
+    replaced, plus its new and edited memories ranked by the same distances: the same hits, in the same
+    order, as searching the fork. A fork that replaced too many of the base's hits is searched directly.
+    """
+    vectors = fork.embedder.embed([q.question for q in questions])
+    changes = fork.changes_from(base, vectors)
+    depth = candidates * BASE_HITS_FACTOR
+    base_hits = _base_hits(base, vectors, depth, changes.base_version)
     results = []
-    for question, hits in zip(questions, store.search_many_by_vector(vectors, candidates), strict=True):
-        context = build_context(hits, context_tokens)
-        results.append(
-            QAScore(
-                qa_score=qa_score(question, context),
-                evidence_recall=evidence_recall(question.evidence, context.whole),
-                context_tokens=context.tokens,
-                retrieved=context.keys,
-                context=context.text,
-            )
-        )
-    return results
+    for i, (question, vector) in enumerate(zip(questions, vectors, strict=True)):
+        kept = [hit for hit in base_hits[i] if hit[1].memory.key not in changes.replaced]
+        if len(kept) >= candidates or len(base_hits[i]) < depth:  # else unseen base memories may rank in
+            ranked = sorted(kept + changes.changed_hits[i], key=lambda hit: (hit[0], hit[1].memory.key))
+            hits = [hit for _, hit in ranked[:candidates]]
+        else:
+            hits = fork.search_by_vector(vector, candidates)
+        results.append(_score(question, build_context(hits, context_tokens)))
+    return results, changes
+
+
+# (database, base namespace, depth, question vector) -> (the base's version, its ranked hits).
+_base_hits_cache: dict[tuple, tuple[tuple, list]] = {}
+
+
+def _base_hits(base: MemoryStore, vectors: Sequence, depth: int, version: tuple) -> list[list]:
+    """The base's top `depth` (distance, hit) per vector, cached while `version` stays the same."""
+    keys = [(str(base.engine.url), base.path, depth, np.asarray(v, dtype=np.float32).tobytes()) for v in vectors]
+    missing = [i for i, key in enumerate(keys) if _base_hits_cache.get(key, (None,))[0] != version]
+    if missing:
+        if len(_base_hits_cache) > 4096:
+            _base_hits_cache.clear()
+        for i, ranked in zip(missing, base.ranked_many_by_vector([vectors[i] for i in missing], depth), strict=True):
+            _base_hits_cache[keys[i]] = (version, ranked)
+    return [_base_hits_cache[key][1] for key in keys]
+
+
+def _score(question: Question, context: Context) -> QAScore:
+    return QAScore(
+        qa_score=qa_score(question, context),
+        evidence_recall=evidence_recall(question.evidence, context.whole),
+        context_tokens=context.tokens,
+        retrieved=context.keys,
+        context=context.text,
+    )

@@ -37,6 +37,7 @@ from memupdate.rl.qa_proxy import (
     DEFAULT_CONTEXT_TOKENS,
     QAScore,
     Question,
+    score_fork,
     score_questions,
 )
 from memupdate.store import MemoryRecord, MemoryStore, NamespaceChanges
@@ -220,7 +221,13 @@ def compute_reward(
         base_scores = score(base, questions, config)
     if base_snapshot is None:
         base_snapshot = base.snapshot()
-    return reward_from_scores(base, fork, base_scores, score(fork, questions, config), base_snapshot, config)
+    if config.qa != "proxy":
+        return reward_from_scores(base, fork, base_scores, score(fork, questions, config), base_snapshot, config)
+    # One read of what the fork changed serves its search and its efficiency (see `score_fork`).
+    fork_scores, changes = score_fork(
+        base, fork, questions, context_tokens=config.context_tokens, candidates=config.candidates
+    )
+    return _reward(base, base_scores, fork_scores, base_snapshot, changes, config)
 
 
 def reward_from_scores(
@@ -232,7 +239,18 @@ def reward_from_scores(
     config: RewardConfig = RewardConfig(),
 ) -> RewardBreakdown:
     """`compute_reward` once both sides are scored (for callers that keep the fork's scores too)."""
-    changes = fork.changes_from(base)  # in SQL: counts and written rows, not a snapshot of the fork
+    # In SQL: counts and written rows, not a snapshot of the fork.
+    return _reward(base, base_scores, fork_scores, base_snapshot, fork.changes_from(base), config)
+
+
+def _reward(
+    base: MemoryStore,
+    base_scores: Sequence[QAScore],
+    fork_scores: Sequence[QAScore],
+    base_snapshot: Mapping[str, MemoryRecord],
+    changes: NamespaceChanges,
+    config: RewardConfig,
+) -> RewardBreakdown:
     delta, target_delta, collateral_delta = performance_delta(base_scores, fork_scores, config)
     efficiency = efficiency_of_changes(changes, config)
     faithfulness = faithfulness_of_writes(base, base_snapshot, changes.written)

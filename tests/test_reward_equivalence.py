@@ -118,6 +118,7 @@ EDITS = {
     "delete two": [("delete_memory", {"memory_id": "f0000"}), ("delete_memory", {"memory_id": "f0002"})],
     "merge": [("merge_memory", {"memory_ids": ["f0003", "f0004"], "strategy": "concatenate"})],
     "split": [("split_memory", {"memory_id": "f0005", "parts": ["Someone went out.", "It was in a city."]})],
+    "delete most": [],
     "giant memory": [("manage_memory", {"action": "create", "content": " ".join(["Gina went kayaking in Denver"] * 20)})],
     "mixed": [
         ("manage_memory", {"action": "update", "memory_id": "f0006", "content": "Jon went camping in Lisbon on 9 June 2021."}),
@@ -130,7 +131,7 @@ EDITS = {
 
 @pytest.fixture
 def bank(store: MemoryStore) -> tuple[MemoryStore, list[QAItem]]:
-    items = facts(40)
+    items = facts(60)  # more than the base hits kept per question (2 x 20): the merge must not see them all
     store.create_many([memory for memory, _ in items])
     return store, [question for _, question in items]
 
@@ -142,6 +143,25 @@ def test_fast_reward_equals_the_plain_path(bank, edit: str) -> None:
     for name, arguments in EDITS[edit]:
         result = run_tool(fork, name, arguments)
         assert result.ok, result.text
+    if edit == "delete most":  # more than the base hits kept: the fork is searched directly
+        fork.replace([f"f{i:04d}" for i in range(45)], [])
+    assert_rewards_equal(base, fork, questions, edit)
+    fork.drop()
+
+
+def test_a_base_written_after_scoring_is_read_again(bank) -> None:
+    """The base's hits are kept between rewards while its version (count, last seq, last update) holds."""
+    base, questions = bank
+    fork = base.fork((*base.namespace, "traj", "t"))
+    run_tool(fork, "manage_memory", {"action": "create", "content": "Caroline went hiking in Kyoto on 3 May 2022."})
+    assert_rewards_equal(base, fork, questions, "before the base is written")
+    base.update("f0001", content="Melanie went surfing in Boston.")
+    base.delete("f0002")
+    base.create("Jon went camping in Lisbon on 9 June 2021.", metadata={"dia_ids": ["D9:9"]})
+    assert_rewards_equal(base, fork, questions, "after the base is written")
+
+
+def assert_rewards_equal(base: MemoryStore, fork: MemoryStore, questions: list[QAItem], edit: str) -> None:
     config = RewardConfig()
     for target in questions[:6]:
         scored = [target, *collateral_sample(questions, target.index, config.collateral_questions)]
@@ -153,7 +173,6 @@ def test_fast_reward_equals_the_plain_path(bank, edit: str) -> None:
         ):
             assert math.isclose(fast["reward"], reference["reward"], rel_tol=0.0, abs_tol=1e-9), edit
             assert fast | {"reward": None} == reference | {"reward": None}, f"{edit}: the breakdowns differ"
-    fork.drop()
 
 
 def test_batched_search_returns_the_same_hits(bank) -> None:
