@@ -29,7 +29,6 @@ from functools import lru_cache
 from typing import Any, Literal
 
 import numpy as np
-from pgvector import Vector
 from sqlalchemy import (
     ARRAY,
     ColumnElement,
@@ -656,12 +655,14 @@ def _check_kind(kind: str) -> None:
 
 @lru_cache(maxsize=4096)
 def _vector_text_of(data: bytes) -> str:
-    return Vector._to_db(np.frombuffer(data, dtype=np.float32))
+    # numpy prints a float32 as the shortest text that reads back as the same float32 (pgvector reads
+    # it with strtof): half the bytes of pgvector's own float64 text, the same vector on the server.
+    return "[" + ",".join(map(str, np.frombuffer(data, dtype=np.float32))) + "]"
 
 
 def _vector_text(vector: np.ndarray | Sequence[float]) -> str:
-    """pgvector's text form of `vector` (the text `search_by_vector` binds), cached: the QA proxy sends
-    the same question vectors for a base and all its forks."""
+    """pgvector's text form of `vector`, cached: the QA proxy sends the same question vectors for a
+    base and all its forks."""
     return _vector_text_of(np.asarray(vector, dtype=np.float32).tobytes())
 
 
