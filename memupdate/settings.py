@@ -10,6 +10,7 @@ Every variable takes the `MEMUPDATE_` prefix; the database URL also accepts plai
 
 from __future__ import annotations
 
+import os
 from functools import lru_cache
 from pathlib import Path
 
@@ -48,6 +49,24 @@ class Settings(BaseSettings):
     embedding_api_key: str | None = Field(default=None, description="API key for `openai:` embeddings.")
     max_turns: int = Field(default=DEFAULT_MAX_TURNS, gt=0, description="Assistant turns per episode.")
     max_operations: int = Field(default=DEFAULT_MAX_OPERATIONS, gt=0, description="Memory operations per episode.")
+
+
+DATABASE_URL_VARIABLES = ("MEMUPDATE_DATABASE_URL", "DATABASE_URL")  # the order Settings reads them in
+
+
+def database_url_origin() -> str:
+    """Where the configured database URL comes from, for errors that name the thing to fix:
+    `MEMUPDATE_DATABASE_URL`, `DATABASE_URL` (either possibly `... in .env`), or the embedded server."""
+    for name in DATABASE_URL_VARIABLES:
+        if os.environ.get(name):
+            return name
+    from dotenv import dotenv_values  # pydantic-settings reads `.env` with it
+
+    dotenv = dotenv_values(Settings.model_config.get("env_file") or ".env")
+    for name in DATABASE_URL_VARIABLES:
+        if dotenv.get(name):
+            return f"{name} in .env"
+    return "the embedded server"
 
 
 @lru_cache(maxsize=1)

@@ -26,11 +26,11 @@ from langchain_core.language_models import BaseChatModel
 
 from memupdate.agent.graph import run_episode
 from memupdate.rl.answerer import LLMAnswerer, answerer_report
-from memupdate.rl.ingest import base_namespace, ingest_conversation
+from memupdate.rl.ingest import base_namespace, ingest
 from memupdate.rl.locomo import ADVERSARIAL, Conversation, QAItem, category_name
 from memupdate.rl.qa_proxy import QAScore
 from memupdate.rl.reward import RewardBreakdown, RewardConfig, collateral_sample, reward_from_scores, score
-from memupdate.store import MemoryRecord, MemoryStore
+from memupdate.store import MemoryRecord, MemoryStore, to_namespace
 
 Mode = Literal["targeted", "blind"]
 
@@ -44,6 +44,9 @@ class EvalConfig:
     max_turns: int | None = None
     max_operations: int | None = None
     keep_forks: bool = False
+    # A run whose share of failed episodes exceeds this is not a result: the report says so
+    # (`failures["over_threshold"]`) and the CLI exits non-zero.
+    max_failure_share: float = 0.1
 
 
 def trajectory_id(sample_id: str, qa_index: int | str) -> str:
@@ -87,11 +90,17 @@ def evaluate(
     episodes: list[RewardBreakdown] = []
     errors: list[dict[str, Any]] = []
     tool_counts: Counter = Counter()
+    failed = Counter()  # episodes "run" and "failed": a policy failing every episode must not read as a result
+    ingested: dict[str, dict[str, Any]] = {}
     plans = [(c, *eval_questions(c, config)) for c in conversations]
     total, done = sum(len(q) for _, q, _ in plans), 0
     for conversation, questions, skipped in plans:
         errors += skipped
-        base = ingest_conversation(store, conversation)
+        loaded = ingest(store, conversation)
+        base = loaded.base
+        ingested[conversation.sample_id] = {
+            "added": loaded.added, "present": loaded.present, "removed_by_edit": loaded.removed_by_edit,
+        }  # fmt: skip
         if base.count() == 0:
             errors.append({"sample_id": conversation.sample_id, "error": "conversation has no facts to remember"})
             continue
@@ -104,8 +113,10 @@ def evaluate(
             reward_config = replace(config.reward, target_weight=1 / len(questions))
             episode = Episode(base, base_snapshot, conversation, "all", None, questions, before, reward_config)
             after, breakdown, failure = episode.run(policy, config, tool_counts, keep_going=True)
+            failed["run"] += 1
             if failure:  # the questions were still scored on what the policy managed before it failed
-                errors.append({"sample_id": conversation.sample_id, "error": f"episode failed: {failure}"})
+                failed["failed"] += 1
+                errors.append({"sample_id": conversation.sample_id, "episode_failed": True, "error": f"episode failed: {failure}"})
             episodes.append(breakdown)
             rows += [_row(conversation, qa, before[qa.index], a, breakdown) for qa, a in zip(questions, after, strict=True)]
             done += len(questions)
@@ -115,16 +126,27 @@ def evaluate(
         for qa in questions:
             scored = [qa, *collateral_sample(questions, qa.index, config.reward.collateral_questions)]
             episode = Episode(base, base_snapshot, conversation, qa.index, qa.question, scored, before, config.reward)
+            failed["run"] += 1
             try:
                 after, breakdown, _ = episode.run(policy, config, tool_counts)
                 episodes.append(breakdown)
                 rows.append(_row(conversation, qa, before[qa.index], after[0], breakdown))
             except Exception as exc:  # one bad question must not end a long evaluation
-                errors.append({"sample_id": conversation.sample_id, "qa_index": qa.index, "error": f"{type(exc).__name__}: {exc}"})
+                failed["failed"] += 1
+                errors.append({
+                    "sample_id": conversation.sample_id, "qa_index": qa.index, "episode_failed": True,
+                    "error": f"{type(exc).__name__}: {exc}",
+                })  # fmt: skip
             done += 1
             if progress:
                 progress(done, total)
     report = _report(rows, episodes, errors, tool_counts, conversations, policy_name, config, time.perf_counter() - started)
+    share = failed["failed"] / failed["run"] if failed["run"] else 0.0
+    report["failures"] = {
+        "episodes": failed["run"], "failed": failed["failed"], "share": round(share, 4),
+        "threshold": config.max_failure_share, "over_threshold": share > config.max_failure_share,
+    }  # fmt: skip
+    report["ingested"] = ingested
     if answerer is not None:
         report["answerer"] = answer_from_contexts(answerer, rows, plans, progress)
         report["seconds"] = round(time.perf_counter() - started, 2)
@@ -154,9 +176,11 @@ class Episode:
         """
         sample_id = self.conversation.sample_id
         trajectory = trajectory_id(sample_id, self.qa_index)
-        fork = self.base.fork(trajectory_namespace(sample_id, trajectory), episode=trajectory)
+        fork_namespace = to_namespace(trajectory_namespace(sample_id, trajectory))
         failure = None
         try:
+            # Inside the try: an interrupt landing just after the fork commits must still drop it.
+            fork = self.base.fork(fork_namespace, episode=trajectory)
             if policy is not None:
                 try:
                     result = run_episode(
@@ -170,10 +194,23 @@ class Episode:
             after = score(fork, self.scored, self.reward)
             before = [self.before[q.index] for q in self.scored]
             breakdown = reward_from_scores(self.base, fork, before, after, self.base_snapshot, self.reward)
-        finally:
-            if not config.keep_forks:
-                fork.drop()
+        except BaseException as exc:
+            if not config.keep_forks or not isinstance(exc, Exception):  # Ctrl-C: always drop, then re-raise
+                _drop_fork(self.base, fork_namespace)
+            raise
+        if not config.keep_forks:
+            _drop_fork(self.base, fork_namespace)
         return after, breakdown, failure
+
+
+def _drop_fork(base: MemoryStore, namespace: tuple[str, ...]) -> None:
+    """Drop a fork, once more on a fresh connection if the first try fails: an interrupt can break the
+    connection the episode was using, and a leftover fork must not outlive the run."""
+    try:
+        base.scoped(namespace).drop()
+    except Exception:
+        base.engine.dispose()
+        base.scoped(namespace).drop()
 
 
 def _row(conversation: Conversation, qa: QAItem, before: QAScore, after: QAScore, breakdown: RewardBreakdown) -> dict[str, Any]:

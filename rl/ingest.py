@@ -1,15 +1,22 @@
 """Ingestion: a LoCoMo conversation's observation facts become the memories of its base namespace.
 
-    from memupdate.rl.ingest import ingest_conversation
-    base = ingest_conversation(store, conversation)     # namespace ("locomo", "conv-26"), idempotent
+    from memupdate.rl.ingest import ingest, ingest_conversation
+    report = ingest(store, conversation)     # IngestReport(added=167, present=0, removed_by_edit=[])
+    base = ingest_conversation(store, conversation)     # the same, returning the base namespace's store
 
 Each fact keeps its provenance in metadata: dia_ids, session, session_date (LoCoMo's text),
 date (ISO, for sorting and date arithmetic), speaker, source, and `turns`: the text of the
 dialogue turns it was drawn from (what an edit may restate). Keys are `f0000`, `f0001`, ...
 in file order, so loading twice adds nothing and every fork of the base shares them.
+
+Loading is safe to repeat and to run from several processes at once (a key another process adds
+meanwhile is skipped, not an error), and it never resurrects a fact an edit removed: a key with a
+delete event in the base's log (an in-place delete, merge or split) is left out and reported.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass, field
 
 from memupdate.rl.locomo import Conversation, Fact, Turn
 from memupdate.store import MemoryStore, NewMemory
@@ -17,8 +24,29 @@ from memupdate.store import MemoryStore, NewMemory
 BASE_PREFIX = "locomo"
 
 
+@dataclass(frozen=True)
+class IngestReport:
+    """What loading a conversation did to its base namespace."""
+
+    base: MemoryStore
+    added: int
+    present: int
+    removed_by_edit: list[str] = field(default_factory=list)
+
+    def summary(self) -> str:
+        text = f"{self.base.path}: {self.added} added, {self.present} already present"
+        if self.removed_by_edit:
+            shown = ", ".join(self.removed_by_edit[:5]) + (" ..." if len(self.removed_by_edit) > 5 else "")
+            text += f", {len(self.removed_by_edit)} skipped as removed by an edit ({shown})"
+        return text
+
+
 def base_namespace(sample_id: str) -> tuple[str, str]:
     return (BASE_PREFIX, sample_id)
+
+
+def fact_key(index: int) -> str:
+    return f"f{index:04d}"
 
 
 def fact_metadata(fact: Fact, turns: dict[str, Turn] | None = None) -> dict:
@@ -41,16 +69,27 @@ def _turn_text(turn: Turn) -> str:
     return f"{turn.speaker}: {turn.text}" + (f" [shares {turn.blip_caption}]" if turn.blip_caption else "")
 
 
-def ingest_conversation(store: MemoryStore, conversation: Conversation) -> MemoryStore:
-    """Write the conversation's facts into its base namespace (only the ones not there yet)."""
+def ingest(store: MemoryStore, conversation: Conversation) -> IngestReport:
+    """Write the conversation's facts that its base namespace lacks, except those an edit removed."""
     base = store.scoped(base_namespace(conversation.sample_id))
     present = set(base.snapshot())
+    removed = base.deleted_keys()
+    keys = [fact_key(index) for index in range(len(conversation.facts))]
     turns = {turn.dia_id: turn for turn in conversation.turns}
     new = [
-        NewMemory(fact.text, kind="episodic", metadata=fact_metadata(fact, turns), key=f"f{index:04d}")
-        for index, fact in enumerate(conversation.facts)
-        if f"f{index:04d}" not in present
+        NewMemory(fact.text, kind="episodic", metadata=fact_metadata(fact, turns), key=key)
+        for key, fact in zip(keys, conversation.facts, strict=True)
+        if key not in present and key not in removed
     ]
-    if new:
-        base.create_many(new)
-    return base
+    created = base.create_many(new, skip_existing=True) if new else []
+    return IngestReport(
+        base=base,
+        added=len(created),
+        present=sum(key in present for key in keys) + len(new) - len(created),
+        removed_by_edit=[key for key in keys if key in removed],
+    )
+
+
+def ingest_conversation(store: MemoryStore, conversation: Conversation) -> MemoryStore:
+    """`ingest`, returning the base namespace's store."""
+    return ingest(store, conversation).base

@@ -21,7 +21,7 @@ from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, OperationalError
 
-from memupdate.settings import get_settings
+from memupdate.settings import database_url_origin, get_settings
 from memupdate.store.errors import DatabaseError
 
 log = logging.getLogger(__name__)
@@ -72,6 +72,12 @@ def resolve_url(url: str | URL | None = None) -> URL:
     return normalize_url(url) if url else start_embedded_server()
 
 
+def url_origin(url: str | URL | None) -> str:
+    """What a user changes to fix the URL `get_engine(url)` used: the argument (the CLI's `--url`), or
+    the variable the settings read it from (`MEMUPDATE_DATABASE_URL` or `DATABASE_URL`)."""
+    return "the URL given (--url)" if url else database_url_origin()
+
+
 @lru_cache(maxsize=8)
 def _engine_for(url: URL) -> Engine:
     return create_engine(url, pool_pre_ping=True, pool_size=8, max_overflow=8, connect_args={"connect_timeout": 5})
@@ -86,10 +92,11 @@ def get_engine(url: str | URL | None = None) -> Engine:
     except OperationalError as exc:
         _engine_for.cache_clear()
         reason = str(exc.orig).strip().splitlines()[0] if exc.orig else str(exc)
+        origin = url_origin(url)
+        fix = f"fix {origin}" + ("" if origin.startswith("the embedded") else ", or unset it to use the embedded server")
         raise DatabaseError(
             f"cannot connect to PostgreSQL at {engine.url.render_as_string(hide_password=True)}: {reason}. "
-            "Is the server running and the URL right? Fix MEMUPDATE_DATABASE_URL, or unset it to use the "
-            "embedded server"
+            f"Is the server running and the URL right? {fix[0].upper()}{fix[1:]}"
         ) from None
     return engine
 
@@ -105,12 +112,13 @@ def server_info(engine: Engine) -> dict[str, str | None]:
     return {"server_version": version, "pgvector_version": installed, "pgvector_available": available}
 
 
-def require_pgvector(engine: Engine) -> None:
-    """Raise DatabaseError naming the fix when the server cannot provide the `vector` extension."""
+def require_pgvector(engine: Engine, url: str | URL | None = None) -> None:
+    """Raise DatabaseError naming the fix when the server cannot provide the `vector` extension (`url`:
+    what the caller passed to `get_engine`, to name where the URL came from)."""
     info = server_info(engine)
     if info["pgvector_version"] is None and info["pgvector_available"] is None:
         raise DatabaseError(
             f"PostgreSQL {info['server_version']} at {engine.url.render_as_string(hide_password=True)} has no "
             "pgvector extension: install pgvector on that server (https://github.com/pgvector/pgvector), "
-            "or unset MEMUPDATE_DATABASE_URL to use the embedded server, which bundles it"
+            f"or unset {url_origin(url)} to use the embedded server, which bundles it"
         )

@@ -1,5 +1,7 @@
 """Errors that reach a user: each names the thing, the value and the fix."""
 
+from langgraph.store.base import InvalidNamespaceError
+
 
 class MemupdateError(Exception):
     """Base class for memupdate's user-facing errors."""
@@ -9,8 +11,9 @@ class DatabaseError(MemupdateError):
     """The database cannot be reached, lacks pgvector, or is not migrated."""
 
 
-class InvalidNamespace(MemupdateError, ValueError):
-    """A namespace label is empty, too long, or holds characters outside the allowed set."""
+class InvalidNamespace(MemupdateError, InvalidNamespaceError):
+    """A namespace label is empty, too long, or holds characters outside the allowed set (a LangGraph
+    `InvalidNamespaceError`, hence a `ValueError`, so LangGraph apps catch it as they would their own)."""
 
 
 class MemoryNotFound(MemupdateError, KeyError):

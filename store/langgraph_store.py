@@ -42,7 +42,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
+import threading
 from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from itertools import takewhile
 from typing import Any
 
@@ -50,6 +53,7 @@ from langgraph.store.base import (
     BaseStore,
     GetOp,
     IndexConfig,
+    Item,
     ListNamespacesOp,
     MatchCondition,
     Op,
@@ -73,6 +77,7 @@ from memupdate.store.memory_store import (
     Namespace,
     check_schema,
     events,
+    holds_nul,
     in_subtree,
     memories,
     namespace_path,
@@ -112,7 +117,7 @@ class PostgresMemoryStore(BaseStore):
     embedder being memupdate's. `episode` tags the event rows this store writes.
     """
 
-    __slots__ = ("engine", "embedder", "fields", "episode", "column_dims")
+    __slots__ = ("engine", "embedder", "fields", "episode", "column_dims", "_worker", "_worker_lock")
 
     def __init__(
         self,
@@ -128,6 +133,8 @@ class PostgresMemoryStore(BaseStore):
         self.embedder = embedder
         self.fields: list[str] | None = list(index["fields"]) if index and index.get("fields") else None
         self.episode = episode
+        self._worker: ThreadPoolExecutor | None = None  # abatch's single thread, made on first use
+        self._worker_lock = threading.Lock()
         # The schema exists and the embedder fits the vector column (same check, and cache, as MemoryStore).
         self.column_dims = check_schema(engine, embedder)
         if index and index.get("dims", self.column_dims) != self.column_dims:
@@ -166,8 +173,21 @@ class PostgresMemoryStore(BaseStore):
             return [self._run(conn, op, rows.get(i), vectors) for i, op in enumerate(ops)]
 
     async def abatch(self, ops: Iterable[Op]) -> list[Result]:
-        """`batch` on a worker thread: the SQL is short and the embedding is CPU-bound."""
-        return await asyncio.to_thread(self.batch, list(ops))
+        """`batch` on this store's one worker thread, so calls apply in the order they were made.
+
+        `asyncio.gather(store.aput(ns, k, a), store.aput(ns, k, b))` (what LangGraph's `ToolNode` does
+        with parallel tool calls) must leave `b`, as LangGraph's own stores do; a thread per call would
+        commit in whatever order the threads run. The SQL is short and the embedding CPU-bound, so one
+        thread costs little; the event loop stays free.
+        """
+        ops = list(ops)
+        return await asyncio.get_running_loop().run_in_executor(self._ordered_worker(), self.batch, ops)
+
+    def _ordered_worker(self) -> ThreadPoolExecutor:
+        with self._worker_lock:
+            if self._worker is None:
+                self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="memupdate-abatch")
+            return self._worker
 
     # -- internals ---------------------------------------------------------------------------------
 
@@ -181,12 +201,14 @@ class PostgresMemoryStore(BaseStore):
             elif isinstance(op, SearchOp):
                 if op.namespace_prefix:
                     to_namespace(op.namespace_prefix)
+                if holds_nul(op.filter):
+                    raise ValueError("search filter holds a NUL character (\\x00), which no stored value can hold")
                 if op.query:
                     texts.append(op.query)
             elif isinstance(op, PutOp):
                 to_namespace(op.namespace)
-                if not 1 <= len(op.key) <= MAX_KEY_CHARS:
-                    raise InvalidMemory(f"key {op.key[:40]!r} must be 1 to {MAX_KEY_CHARS} characters")
+                if not 1 <= len(op.key) <= MAX_KEY_CHARS or "\x00" in op.key:
+                    raise InvalidMemory(f"key {op.key[:40]!r} must be 1 to {MAX_KEY_CHARS} characters, without NUL")
                 if op.value is not None:
                     rows[i] = self._row(op)
                     if rows[i]["embed"]:
@@ -198,7 +220,12 @@ class PostgresMemoryStore(BaseStore):
     def _row(self, op: PutOp) -> dict[str, Any]:
         """The columns of a put: the text to embed (and store as `content`), the kind and the whole value."""
         value = dict(op.value or {})
-        as_json = json.dumps(value, sort_keys=True, ensure_ascii=False)
+        try:
+            as_json = json.dumps(value, sort_keys=True, ensure_ascii=False, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise InvalidMemory(f"value of key {op.key[:40]!r} cannot be stored as JSON ({exc}): use JSON types") from None
+        if holds_nul(value):
+            raise InvalidMemory(f"value of key {op.key[:40]!r} holds a NUL character (\\x00), which PostgreSQL cannot store")
         paths = op.index if isinstance(op.index, list) else self.fields
         if paths is not None:  # fields missing from the value: stored, not searchable by meaning
             text = "\n".join(t for path in paths for t in get_text_at_path(value, path))
@@ -216,7 +243,10 @@ class PostgresMemoryStore(BaseStore):
     def _run(self, conn: Connection, op: Op, row: dict[str, Any] | None, vectors: dict[str, Any]) -> Result:
         if isinstance(op, GetOp):
             found = conn.execute(select(*_item_columns).where(*_at(op.namespace, op.key))).first()
-            return _item(found) if found else None
+            return Item(
+                namespace=tuple(found.namespace.split(SEPARATOR)), key=found.key, value=found.value,
+                created_at=found.created_at, updated_at=found.updated_at,
+            ) if found else None  # fmt: skip
         if isinstance(op, SearchOp):
             return self._search(conn, op, vectors.get(op.query) if op.query else None)
         if isinstance(op, ListNamespacesOp):
@@ -271,7 +301,7 @@ def _at(namespace: Namespace, key: str) -> tuple[ColumnElement[bool], ...]:
 
 
 def _item(row: Row, score: float | None = None) -> SearchItem:
-    """Search and get results alike (`SearchItem` is an `Item` with a score)."""
+    """A search result."""
     return SearchItem(
         namespace=tuple(row.namespace.split(SEPARATOR)),
         key=row.key,
@@ -294,7 +324,9 @@ def _filter_clauses(filter: Mapping[str, Any] | None) -> list[ColumnElement[bool
     for key, wanted in (filter or {}).items():
         is_operators = isinstance(wanted, dict) and wanted and all(str(k).startswith("$") for k in wanted)
         for operator, operand in wanted.items() if is_operators else [("$eq", wanted)]:
-            if operator == "$eq":
+            if _non_finite(operand):
+                clauses.append(_non_finite_clause(key, operator, operand))
+            elif operator == "$eq":
                 clauses.append(_value.contains({key: operand}))
             elif operator == "$ne":
                 clauses.append(~_value.contains({key: operand}))
@@ -306,6 +338,31 @@ def _filter_clauses(filter: Mapping[str, Any] | None) -> list[ColumnElement[bool
             else:
                 raise ValueError(f"filter operator {operator!r} on {key!r} is not one of $eq $ne $gt $gte $lt $lte")
     return clauses
+
+
+def _non_finite(operand: Any) -> bool:
+    """Whether `operand` is, or holds, a float that JSON cannot write (inf, -inf, nan)."""
+    if isinstance(operand, float):
+        return not math.isfinite(operand)
+    if isinstance(operand, dict):
+        return any(_non_finite(v) for v in operand.values())
+    if isinstance(operand, list | tuple):
+        return any(_non_finite(v) for v in operand)
+    return False
+
+
+def _non_finite_clause(key: str, operator: str, operand: Any) -> ColumnElement[bool]:
+    """`inf`, `-inf` and `nan` have no JSON form, so PostgreSQL cannot compare with them; JSON numbers are
+    all finite, so the answer is known per operator, as Python's float comparison (InMemoryStore) gives it."""
+    if operator not in ("$eq", "$ne", *_COMPARISONS):
+        raise ValueError(f"filter operator {operator!r} on {key!r} is not one of $eq $ne $gt $gte $lt $lte")
+    if operator == "$ne":
+        return literal(True)
+    if operator == "$eq" or not isinstance(operand, float) or math.isnan(operand):
+        return literal(False)  # no stored JSON value equals (or orders against) a non-finite number
+    is_number = func.jsonb_typeof(_value[key]) == "number"
+    below_everything = operand < 0
+    return is_number if (operator in ("$gt", "$gte")) == below_everything else literal(False)
 
 
 def _list_namespaces(conn: Connection, op: ListNamespacesOp) -> list[Namespace]:

@@ -47,6 +47,7 @@ from sqlalchemy import (
     true,
     update,
 )
+from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.exc import IntegrityError, ProgrammingError
 
 from memupdate.store.database import get_engine
@@ -65,9 +66,10 @@ SampleStrategy = Literal["random", "diverse", "recent"]
 SAMPLE_STRATEGIES: tuple[str, ...] = ("random", "diverse", "recent")
 
 # Labels become a `/`-joined path; keep them to characters that need no quoting anywhere (URLs, shells, LIKE).
-NAMESPACE_LABEL = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.:@+=-]{0,63}$")
+# Matched with `fullmatch`: `$` alone would accept a label or key ending in a newline.
+NAMESPACE_LABEL = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:@+=-]{0,63}")
 MAX_NAMESPACE_DEPTH = 8
-KEY_PATTERN = re.compile(r"^[A-Za-z0-9_.:@+=-]{1,128}$")
+KEY_PATTERN = re.compile(r"[A-Za-z0-9_.:@+=-]{1,128}")
 SEPARATOR = "/"
 
 memories = Memory.__table__
@@ -168,7 +170,7 @@ def to_namespace(namespace: Namespace | Sequence[str] | str) -> Namespace:
             f"namespace {labels!r} must have 1 to {MAX_NAMESPACE_DEPTH} labels, e.g. ('locomo', 'conv-26')"
         )
     for label in labels:
-        if not isinstance(label, str) or not NAMESPACE_LABEL.match(label):
+        if not isinstance(label, str) or not NAMESPACE_LABEL.fullmatch(label):
             raise InvalidNamespace(
                 f"namespace label {label!r} in {labels!r} is not allowed: use 1-64 characters from "
                 "letters, digits and _ . : @ + = - (no '/', spaces or leading '-')"
@@ -436,6 +438,24 @@ class MemoryStore:
                 MemoryEventRecord(r.id, r.op, r.memory_key, r.before, r.after, r.episode, r.created_at) for r in rows
             ]
 
+    def deleted_keys(self) -> set[str]:
+        """Keys an edit removed from this namespace (a delete event, a merge's or split's sources included)
+        and that it does not hold now; a `drop(keep_events=True)` starts the record afresh."""
+        with self.engine.connect() as conn:
+            last_drop = conn.execute(
+                select(func.max(events.c.id)).where(events.c.namespace == self.path, events.c.op == "drop")
+            ).scalar()
+            query = select(events.c.memory_key).distinct().where(
+                events.c.namespace == self.path, events.c.op == "delete", events.c.id > (last_drop or 0)
+            )
+            removed = set(conn.execute(query).scalars())
+            if not removed:
+                return removed
+            present = conn.execute(
+                select(memories.c.key).where(memories.c.namespace == self.path, memories.c.key.in_(removed))
+            ).scalars()
+            return removed - set(present)
+
     def list_namespaces(
         self, prefix: Namespace | Sequence[str] | None = None, *, with_counts: bool = False
     ) -> list[Namespace] | dict[Namespace, int]:
@@ -456,9 +476,13 @@ class MemoryStore:
         """Add one memory (embedded now); `key` defaults to a fresh UUID."""
         return self.create_many([NewMemory(content, kind, metadata or {}, key)])[0]
 
-    def create_many(self, items: Sequence[NewMemory]) -> list[MemoryRecord]:
-        """Add memories in one transaction with one batched embedding call (ingestion uses this)."""
-        return self.replace([], items)
+    def create_many(self, items: Sequence[NewMemory], *, skip_existing: bool = False) -> list[MemoryRecord]:
+        """Add memories in one transaction with one batched embedding call (ingestion uses this).
+
+        With `skip_existing`, items whose key the namespace already holds (even one another process
+        commits meanwhile) are left out instead of failing; only the created ones are returned and logged.
+        """
+        return self.replace([], items, skip_existing=skip_existing)
 
     def update(
         self,
@@ -473,6 +497,8 @@ class MemoryStore:
             _check_content(content)
         if kind is not None:
             _check_kind(kind)
+        if metadata is not None:
+            _check_metadata(metadata)
         vector = self.embedder.embed([content])[0] if content is not None else None
         with self.engine.begin() as conn:
             before = self._fetch(conn, [key], lock=True)[0]
@@ -497,15 +523,19 @@ class MemoryStore:
         """Remove a memory; returns what was removed."""
         return self.replace([key], [])[0]
 
-    def replace(self, delete_keys: Sequence[str], items: Sequence[NewMemory]) -> list[MemoryRecord]:
+    def replace(
+        self, delete_keys: Sequence[str], items: Sequence[NewMemory], *, skip_existing: bool = False
+    ) -> list[MemoryRecord]:
         """Delete `delete_keys` and add `items` in one transaction (merge and split are this).
 
-        Returns the created memories, or the deleted ones when nothing is created.
+        Returns the created memories, or the deleted ones when nothing is created. `skip_existing`: see
+        `create_many`.
         """
         for item in items:
             _check_content(item.content)
             _check_kind(item.kind)
-            if item.key is not None and not KEY_PATTERN.match(item.key):
+            _check_metadata(item.metadata)
+            if item.key is not None and not KEY_PATTERN.fullmatch(item.key):
                 raise InvalidMemory(f"memory key {item.key!r} must be 1-128 letters, digits or _ . : @ + = -")
         if len(set(delete_keys)) != len(delete_keys):
             raise InvalidMemory(f"memory ids {list(delete_keys)!r} name the same memory twice")
@@ -528,7 +558,15 @@ class MemoryStore:
                     for item, vector in zip(items, vectors, strict=True)
                 ]
                 try:
-                    result = conn.execute(insert(memories).returning(*RECORD_COLUMNS, sort_by_parameter_order=True), rows)
+                    if skip_existing:  # one statement: ON CONFLICT waits for a concurrent insert of the key, then skips
+                        result = conn.execute(
+                            pg_insert(memories)
+                            .values(rows)
+                            .on_conflict_do_nothing(index_elements=[memories.c.namespace, memories.c.key])
+                            .returning(*RECORD_COLUMNS)
+                        )
+                    else:
+                        result = conn.execute(insert(memories).returning(*RECORD_COLUMNS, sort_by_parameter_order=True), rows)
                 except IntegrityError as exc:
                     raise InvalidMemory(
                         f"a memory with one of the keys {[r['key'] for r in rows][:5]} already exists in {self.path!r}: "
@@ -639,13 +677,32 @@ def _dims_error(embedder: Embedder, column_dims: int) -> EmbeddingDimensionMisma
     )
 
 
+def holds_nul(value: Any) -> bool:
+    """Whether a string, or any key or string inside a JSON value, holds NUL, which PostgreSQL's text and
+    jsonb cannot store."""
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, dict):
+        return any(holds_nul(k) or holds_nul(v) for k, v in value.items())
+    if isinstance(value, list | tuple):
+        return any(holds_nul(v) for v in value)
+    return False
+
+
 def _check_content(content: str) -> None:
     if not isinstance(content, str) or not content.strip():
         raise InvalidMemory("memory content is empty: give the text to remember")
+    if holds_nul(content):
+        raise InvalidMemory("memory content holds a NUL character (\\x00), which PostgreSQL cannot store: remove it")
     if len(content) > MAX_CONTENT_CHARS:
         raise InvalidMemory(
             f"memory content has {len(content)} characters, over the limit of {MAX_CONTENT_CHARS}: split it"
         )
+
+
+def _check_metadata(metadata: dict[str, Any]) -> None:
+    if holds_nul(metadata):
+        raise InvalidMemory("memory metadata holds a NUL character (\\x00), which PostgreSQL cannot store: remove it")
 
 
 def _check_kind(kind: str) -> None:
@@ -697,8 +754,8 @@ def _make_async(name: str):  # noqa: ANN202
 
 
 for _name in (
-    "get", "get_many", "list", "count", "search", "search_by_vector", "search_many_by_vector", "ranked_many_by_vector", "sample",
-    "snapshot", "diff", "changes_from", "events",
+    "get", "get_many", "list", "count", "search", "search_by_vector", "search_many_by_vector", "ranked_many_by_vector",
+    "sample", "snapshot", "diff", "changes_from", "events", "deleted_keys",
     "list_namespaces", "create", "create_many", "update", "delete", "replace", "fork", "drop",
 ):  # fmt: skip
     setattr(MemoryStore, f"a{_name}", _make_async(_name))

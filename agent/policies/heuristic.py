@@ -12,7 +12,8 @@ default. The rules:
    for it, and consolidate the best of them (relative dates anchored) into one short memory that
    retrieval will rank first for questions like it;
 2. anchor relative time ("yesterday", "two weekends ago") to absolute dates from the memory's date;
-3. merge near-duplicates (same content words), keeping the most informative wording;
+3. merge true duplicates (one's content words within the other's, same day), keeping the fuller wording,
+   so no merge wipes a detail an answer needs;
 4. split memories that pack several unrelated facts (`split_packed`, off by default: see the field).
 With a target question, only memories retrieval could bring to it are edited (each edit costs
 memory efficiency); without one, the budget goes first to memories with relative time.
@@ -118,7 +119,9 @@ class HeuristicPolicy(PlanningPolicy):
                 continue
             for b in memories[i + 1 :]:
                 if b.key not in touched and jaccard(words[a.key], words[b.key]) >= DUPLICATE_JACCARD:
-                    keep = max((a, b), key=lambda m: len(m.content))
+                    keep, drop = sorted((a, b), key=lambda m: len(m.content), reverse=True)
+                    if not words[drop.key] <= words[keep.key] or _day(drop) != _day(keep):
+                        continue  # not a true duplicate: merging would wipe a detail or a date
                     calls.append(("merge_memory", {"memory_ids": [a.key, b.key], "content": anchored(keep)}))
                     touched.update((a.key, b.key))
                     break

@@ -31,3 +31,39 @@ def make_openai_policy(
         temperature=temperature,
         timeout=timeout,
     )
+
+
+def check_openai_endpoint(model: str, base_url: str | None = None, api_key: str | None = None, timeout: float = 5.0) -> None:
+    """Raise `MemupdateError` unless the endpoint answers `GET /models` and serves `model`.
+
+    Run before an evaluation or an episode: a policy that cannot reach its server fails on every
+    episode, which must be one clear line up front, not a run of failed episodes.
+    """
+    import httpx
+
+    from memupdate.store.errors import MemupdateError
+
+    root = (base_url or "https://api.openai.com/v1").rstrip("/")
+    key = api_key or os.environ.get("OPENAI_API_KEY") or "EMPTY"
+    try:
+        response = httpx.get(f"{root}/models", headers={"Authorization": f"Bearer {key}"}, timeout=timeout)
+    except httpx.HTTPError as exc:
+        raise MemupdateError(
+            f"the openai policy's endpoint {root} does not answer ({type(exc).__name__}: {exc or 'no reply'}): "
+            "start the server (SGLang or vLLM) or fix --base-url"
+        ) from None
+    if response.status_code in (401, 403):
+        raise MemupdateError(f"the endpoint {root} refused the API key (HTTP {response.status_code}): pass --api-key")
+    if response.status_code >= 400:
+        # Some servers have no /models: the endpoint answered, so let the run find out about the model.
+        return
+    try:
+        served = [entry["id"] for entry in response.json().get("data", [])]
+    except (ValueError, AttributeError, KeyError, TypeError):
+        raise MemupdateError(
+            f"{root}/models did not answer as an OpenAI-compatible endpoint: check --base-url (it ends in /v1)"
+        ) from None
+    if served and model not in served:
+        raise MemupdateError(
+            f"the endpoint {root} does not serve model {model!r}; it serves {', '.join(served[:10])}: fix --model"
+        )

@@ -11,7 +11,9 @@ from memupdate.cli.common import (
     BASE_URL_OPTION,
     MODEL_OPTION,
     POLICY_OPTION,
+    SEED_OPTION,
     URL_OPTION,
+    check_policy_endpoint,
     console,
     open_store,
     user_errors,
@@ -36,13 +38,15 @@ def agent_run(
     checkpoint: bool = typer.Option(
         False, "--checkpoint", help="Keep the graph's state in LangGraph's Postgres checkpointer (same database)."
     ),
-    seed: int = typer.Option(0, "--seed"),
+    seed: int = SEED_OPTION,
     url: str | None = URL_OPTION,
 ) -> None:
-    """Run one editing episode, printing every tool call and result."""
+    """Run one editing episode, printing every tool call and result.
+
+    A fork is kept for inspection when the episode ends; if it fails or is interrupted, the fork is dropped.
+    """
     from langchain_core.messages import AIMessage, ToolMessage
 
-    from memupdate.agent.graph import run_episode
     from memupdate.agent.policies import make_policy
     from memupdate.rl.evaluate import trajectory_id
     from memupdate.rl.qa_proxy import score_questions
@@ -55,29 +59,32 @@ def agent_run(
     chat_model = make_policy(policy, root, model=model, base_url=base_url, api_key=api_key, seed=seed)
     if chat_model is None:
         raise MemupdateError("--policy none makes no edits: choose heuristic, openai or hf")
-    target = bank.fork((*bank.namespace, "traj", trajectory_id("run", "x"))) if fork else bank
+    check_policy_endpoint(policy, model, base_url, api_key)
     probe = [_Probe(question, answer)] if question and answer else []
     before = score_questions(bank, probe)[0].qa_score if probe else None
-    count_before = target.count()
-    if checkpoint:
-        from langgraph.checkpoint.postgres import PostgresSaver
-
-        conninfo = root.engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
-        with PostgresSaver.from_conn_string(conninfo) as saver:
-            saver.setup()
-            result = run_episode(chat_model, target, question, checkpointer=saver, thread_id=target.path)
-        console.print(f"graph state checkpointed under thread_id {target.path!r}")
-    else:
-        result = run_episode(chat_model, target, question)
+    target = bank.scoped((*bank.namespace, "traj", trajectory_id("run", "x"))) if fork else bank
+    try:
+        if fork:
+            bank.fork(target.namespace)
+        count_before = target.count()
+        result = _episode(chat_model, target, question, root if checkpoint else None)
+    except BaseException as exc:
+        if fork:  # a failed or interrupted episode leaves nothing behind
+            target.drop()
+        if isinstance(exc, Exception) and not isinstance(exc, MemupdateError):
+            where = f"; its fork {target.path} was dropped" if fork else f"; {target.path} keeps the edits made before"
+            raise MemupdateError(f"the episode failed: {type(exc).__name__}: {_first_line(exc)}{where}") from None
+        raise
     for message in result.messages[2:]:
+        # Tool text is printed as it is, never as Rich markup: `[f0007]` is a memory handle, not a style.
         if isinstance(message, AIMessage):
             for call in message.tool_calls:
-                console.print(f"[cyan]> {call['name']}[/] {json.dumps(call['args'])}", highlight=False)
+                console.print(f"> {call['name']} {json.dumps(call['args'])}", style="cyan", markup=False, highlight=False)
             if message.content:
-                console.print(f"[green]{message.content}[/]", highlight=False)
+                console.print(message.content, style="green", markup=False, highlight=False)
         elif isinstance(message, ToolMessage):
             style = "red" if message.status == "error" else "dim"
-            console.print(f"[{style}]{message.content}[/]", highlight=False)
+            console.print(message.content, style=style, markup=False, highlight=False)
     console.print(
         f"stopped: {result.stop_reason} after {result.turns} turns, {result.operations} operations | "
         f"memories {count_before} -> {target.count()} in {target.path}"
@@ -85,6 +92,27 @@ def agent_run(
     if probe:
         after = score_questions(target, probe)[0].qa_score
         console.print(f"QA proxy for the question: {before:.3f} -> {after:.3f}")
+
+
+def _episode(chat_model, target, question: str | None, checkpoint_store):  # noqa: ANN001, ANN202
+    """Run the episode, with its graph state in LangGraph's Postgres checkpointer if a store is given."""
+    from memupdate.agent.graph import run_episode
+
+    if checkpoint_store is None:
+        return run_episode(chat_model, target, question)
+    from langgraph.checkpoint.postgres import PostgresSaver
+
+    conninfo = checkpoint_store.engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
+    with PostgresSaver.from_conn_string(conninfo) as saver:
+        saver.setup()
+        result = run_episode(chat_model, target, question, checkpointer=saver, thread_id=target.path)
+    console.print(f"graph state checkpointed under thread_id {target.path!r}", highlight=False)
+    return result
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else "no message"
 
 
 class _Probe:

@@ -4,6 +4,10 @@ the configured store."""
 from __future__ import annotations
 
 import functools
+import os
+import signal
+import threading
+from pathlib import Path
 from typing import Any
 
 import typer
@@ -11,25 +15,66 @@ from rich.console import Console
 
 from memupdate.store.errors import MemupdateError
 
+# Library progress bars ("Loading weights", Hub downloads) on every command are noise: ours show progress.
+os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+
 console = Console()
-err_console = Console(stderr=True)
+# soft_wrap: an error piped to a file or another program stays one line, not cut at 80 columns.
+err_console = Console(stderr=True, soft_wrap=True)
+
+# Exit codes: 0 done, 1 a run that is not a result (too many failed episodes), 2 bad input, 130 Ctrl-C.
+EXIT_FAILED_RUN, EXIT_USER_ERROR, EXIT_INTERRUPTED = 1, 2, 130
+_interrupted = threading.Event()
 
 
 def user_errors(fn):  # noqa: ANN001, ANN201
-    """Turn memupdate's errors into one red line and exit code 2, not a traceback."""
+    """Turn memupdate's errors into one red line and exit code 2, and Ctrl-C into one line and exit
+    code 130, not a traceback. The code under it drops what it forked before the interrupt goes on."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        _interrupted.clear()
+        previous = _watch_interrupts()
         try:
             return fn(*args, **kwargs)
         except MemupdateError as exc:
             err_console.print(f"[bold red]error:[/] {exc}", highlight=False)
-            raise typer.Exit(2) from None
+            raise typer.Exit(EXIT_USER_ERROR) from None
+        except KeyboardInterrupt:
+            err_console.print("[bold red]interrupted[/] (Ctrl-C): stopped; forks of unfinished episodes were dropped", highlight=False)
+            raise typer.Exit(EXIT_INTERRUPTED) from None
+        finally:
+            if previous is not None:
+                signal.signal(signal.SIGINT, previous)
 
     return wrapper
 
 
-URL_OPTION = typer.Option(None, "--url", help="Database URL; default MEMUPDATE_DATABASE_URL, else embedded.")
+def _watch_interrupts():  # noqa: ANN202
+    """Remember Ctrl-C as well as raising it: a KeyboardInterrupt raised inside a finalizer is printed and
+    swallowed by Python, so `raise_if_interrupted` raises it again at the next safe point."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def on_sigint(signum, frame):  # noqa: ANN001, ANN202
+        _interrupted.set()
+        raise KeyboardInterrupt
+
+    return signal.signal(signal.SIGINT, on_sigint)
+
+
+def raise_if_interrupted() -> None:
+    """Raise KeyboardInterrupt if Ctrl-C was pressed during this command (called between episodes)."""
+    if _interrupted.is_set():
+        raise KeyboardInterrupt
+
+
+URL_OPTION = typer.Option(
+    None, "--url", help="Database URL; default MEMUPDATE_DATABASE_URL or DATABASE_URL, else the embedded server."
+)
+SEED_OPTION = typer.Option(0, "--seed", help="Seed of the policy's choices (heuristic: which memories it samples; hf: sampling).")
 LOCOMO_OPTION = typer.Option(None, "--locomo", help="LoCoMo's locomo10.json (default: $MEMUPDATE_LOCOMO_FILE).")
 CONVERSATIONS_OPTION = typer.Option(None, "--conversations", help="Comma-separated ids, e.g. conv-26,conv-30.")
 POLICY_OPTION = typer.Option("heuristic", "--policy", help="heuristic | openai | hf | none")
@@ -44,11 +89,68 @@ def load_conversations(locomo, conversations: str | None):  # noqa: ANN001, ANN2
     path = locomo or default_locomo_path()
     if path is None:
         raise MemupdateError("no LoCoMo file: pass --locomo FILE or set MEMUPDATE_LOCOMO_FILE")
-    ids = [c.strip() for c in conversations.split(",") if c.strip()] if conversations else None
+    ids = conversation_ids(conversations)
     try:
-        return load_locomo(path, ids)
+        chosen = load_locomo(path, ids)
     except ValueError as exc:  # LocomoError: names the file and the fix
         raise MemupdateError(str(exc)) from None
+    check_sample_ids(chosen)
+    return chosen
+
+
+def conversation_ids(conversations: str | None) -> list[str] | None:
+    """`--conversations a,b` as a list (None: all); a value naming no id at all is an error, not "run nothing"."""
+    if conversations is None:
+        return None
+    ids = [c.strip() for c in conversations.split(",") if c.strip()]
+    if not ids:
+        raise MemupdateError(f"--conversations {conversations!r} names no conversation: give ids such as conv-26,conv-30")
+    return ids
+
+
+def check_sample_ids(conversations) -> None:  # noqa: ANN001
+    """Every conversation's trajectory namespaces must be valid labels: a long sample id would make every
+    fork fail one by one, so say so before the run."""
+    from memupdate.rl.evaluate import trajectory_id, trajectory_namespace
+    from memupdate.store import InvalidNamespace, to_namespace
+
+    for conversation in conversations:
+        widest = trajectory_id(conversation.sample_id, max((qa.index for qa in conversation.qa), default=0))
+        try:
+            to_namespace(trajectory_namespace(conversation.sample_id, widest))
+        except InvalidNamespace:
+            room = len(conversation.sample_id) - (len(widest) - 64)
+            raise MemupdateError(
+                f"conversation id {conversation.sample_id!r} ({len(conversation.sample_id)} characters) is too long "
+                f"or holds characters a namespace label cannot: trajectory namespaces need ids of at most {room} "
+                "letters, digits and _ . : @ + = -; rename sample_id in the file"
+            ) from None
+
+
+def check_output(path: Path | None, option: str, suffixes: tuple[str, ...] | None = None) -> None:
+    """Before a long run: the output's folder exists (created if missing) and is writable, and its
+    suffix is one the writer accepts, so a finished run never fails at its last step."""
+    if path is None:
+        return
+    if suffixes and path.suffix.lower() not in suffixes:
+        raise MemupdateError(f"{option} {str(path)!r} must end in one of {', '.join(suffixes)}")
+    if path.is_dir():
+        raise MemupdateError(f"{option} {str(path)!r} is a folder: give a file name")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise MemupdateError(f"{option} {str(path)!r}: cannot create its folder ({exc.strerror})") from None
+    if not os.access(path.parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise MemupdateError(f"{option} {str(path)!r} is not writable: choose another path")
+
+
+def check_policy_endpoint(policy: str, model: str | None, base_url: str | None, api_key: str | None) -> None:
+    """For `--policy openai`: the endpoint answers and serves the model, checked before any fork is made."""
+    if policy != "openai" or not model:
+        return
+    from memupdate.agent.policies.openai import check_openai_endpoint
+
+    check_openai_endpoint(model, base_url, api_key)
 
 
 def open_store(url: str | None = None):  # noqa: ANN201

@@ -53,16 +53,16 @@ def data_load(
     url: str | None = URL_OPTION,
 ) -> None:
     """Put each conversation's observation facts into its base namespace ("locomo", id). Idempotent."""
-    from memupdate.rl.ingest import ingest_conversation
+    from memupdate.rl.ingest import ingest
 
     chosen = load_conversations(locomo, conversations)
     store = open_store(url)
     with progress_bar("loading") as bar:
         task = bar.add_task("load", total=len(chosen))
         for conversation in chosen:
-            base = ingest_conversation(store, conversation)
+            report = ingest(store, conversation)
             bar.advance(task)
-            console.print(f"{base.path}: {base.count()} memories")
+            console.print(f"{report.summary()}; {report.base.count()} memories", highlight=False)
 
 
 @app.command("preprocess")

@@ -47,9 +47,12 @@ def db_status(url: str | None = URL_OPTION, as_json: bool = typer.Option(False, 
     if as_json:
         console.print_json(json.dumps(info))
         return
+    # The URL on a line of its own, never cut to the table's width (the password is hidden already).
+    console.print(f"url: {info['url']}", soft_wrap=True, highlight=False, markup=False)
     table = Table(show_header=False)
     for name, value in info.items():
-        table.add_row(name, "-" if value is None else str(value))
+        if name != "url":
+            table.add_row(name, "-" if value is None else str(value))
     console.print(table)
     if info["revision"] != info["head"]:
         console.print("[yellow]schema is not at head: run `memupdate db upgrade`[/]")

@@ -13,14 +13,20 @@ from memupdate.cli.common import (
     API_KEY_OPTION,
     BASE_URL_OPTION,
     CONVERSATIONS_OPTION,
+    EXIT_FAILED_RUN,
     LOCOMO_OPTION,
     MODEL_OPTION,
     POLICY_OPTION,
+    SEED_OPTION,
     URL_OPTION,
+    check_output,
+    check_policy_endpoint,
     console,
+    err_console,
     load_conversations,
     open_store,
     progress_bar,
+    raise_if_interrupted,
     user_errors,
 )
 from memupdate.store.errors import MemupdateError
@@ -49,15 +55,21 @@ def eval_command(
     model: str | None = MODEL_OPTION,
     base_url: str | None = BASE_URL_OPTION,
     api_key: str | None = API_KEY_OPTION,
-    max_questions: int | None = typer.Option(None, "--max-questions", help="Per conversation, for quick runs."),
-    max_operations: int | None = typer.Option(None, "--max-operations", help="Tool calls per episode (default 30)."),
+    max_questions: int | None = typer.Option(None, "--max-questions", min=1, help="Per conversation, for quick runs."),
+    max_operations: int | None = typer.Option(
+        None, "--max-operations", min=1, help="Tool calls per episode (default 30)."
+    ),
     include_adversarial: bool = typer.Option(False, "--include-adversarial", help="Score category 5 too."),
     collateral: int = typer.Option(
         8, "--collateral", min=0, help="Targeted: also score N other questions of the conversation (collateral damage)."
     ),
-    seed: int = typer.Option(0, "--seed"),
-    json_out: Path | None = typer.Option(None, "--json", help="Write the report as JSON here."),
-    plot: Path | None = typer.Option(None, "--plot", help="Write before/after bars per category (PNG)."),
+    max_failure_share: float = typer.Option(
+        0.1, "--max-failure-share", min=0.0, max=1.0,
+        help="Exit 1 when more than this share of episodes failed (the report is still written).",
+    ),
+    seed: int = SEED_OPTION,
+    json_out: Path | None = typer.Option(None, "--json", help="Write the report as JSON here (folders are created)."),
+    plot: Path | None = typer.Option(None, "--plot", help="Write before/after bars per category (.png, .pdf or .svg)."),
     url: str | None = URL_OPTION,
     answerer: str | None = ANSWERER_OPTION,
     answerer_base_url: str | None = ANSWERER_BASE_URL_OPTION,
@@ -68,17 +80,24 @@ def eval_command(
     ),
 ) -> None:
     """Score a policy's edits with the QA proxy, before -> after, per category; with --answerer, also
-    with an LLM reading the same context (LoCoMo F1, BLEU-1, --judge accuracy)."""
+    with an LLM reading the same context (LoCoMo F1, BLEU-1, --judge accuracy).
+
+    Exit codes: 0 done; 1 too many episodes failed (see --max-failure-share); 2 bad input; 130 Ctrl-C.
+    """
     from memupdate.agent.policies import make_policy
-    from memupdate.rl.evaluate import EvalConfig, plot_report
+    from memupdate.rl.evaluate import EvalConfig
     from memupdate.rl.reward import RewardConfig
 
     if mode not in ("targeted", "blind"):
         raise MemupdateError(f"--mode {mode!r} is not targeted or blind")
     if reward_qa not in ("proxy", "answerer") or (reward_qa == "answerer" and not answerer):
         raise MemupdateError(f"--reward-qa {reward_qa!r}: choose proxy, or answerer together with --answerer MODEL")
+    # Everything that can be checked is checked before the run, so a finished run is never lost.
+    check_output(json_out, "--json")
+    check_output(plot, "--plot", PLOT_SUFFIXES)
     reader = checked_answerer(answerer, answerer_base_url, answerer_api_key, judge)  # before any work
     chosen = load_conversations(locomo, conversations)
+    check_policy_endpoint(policy, model, base_url, api_key)
     store = open_store(url)
     if reader is not None:
         reader.use_cache(store.engine)
@@ -97,15 +116,41 @@ def eval_command(
             answerer_base_url=answerer_base_url,
             answerer_api_key=answerer_api_key,
         ),
+        max_failure_share=max_failure_share,
     )
     report = evaluate_with_progress(f"eval {policy} ({mode})", store, chosen, chat_model, config, policy, reader)
+    save_report(report, json_out, plot)
     print_report(report)
+    if report["failures"]["over_threshold"]:
+        raise typer.Exit(EXIT_FAILED_RUN)
+
+
+PLOT_SUFFIXES = (".png", ".pdf", ".svg")
+
+
+def save_report(report: dict[str, Any], json_out: Path | None, plot: Path | None) -> None:
+    """Write the JSON report and the plot; if a path fails now (it was checked before the run), the JSON
+    goes to a temporary file instead, so a finished report is never lost."""
+    import tempfile
+
+    from memupdate.rl.evaluate import plot_report
+
+    text = json.dumps(report, indent=2)
     if json_out:
-        json_out.write_text(json.dumps(report, indent=2))
-        console.print(f"report written to {json_out}")
+        try:
+            json_out.write_text(text)
+            console.print(f"report written to {json_out}", highlight=False)
+        except OSError as exc:
+            fd, fallback = tempfile.mkstemp(prefix="memupdate-eval-", suffix=".json")
+            with open(fd, "w") as handle:
+                handle.write(text)
+            err_console.print(f"[yellow]could not write {json_out} ({exc.strerror}); report written to {fallback}[/]")
     if plot:
-        plot_report(report, str(plot))
-        console.print(f"plot written to {plot}")
+        try:
+            plot_report(report, str(plot))
+            console.print(f"plot written to {plot}", highlight=False)
+        except (OSError, ValueError) as exc:
+            err_console.print(f"[yellow]could not write the plot {plot}: {exc}[/]", highlight=False)
 
 
 def checked_answerer(model: str | None, base_url: str | None, api_key: str | None, judge: str | None):  # noqa: ANN201
@@ -127,10 +172,13 @@ def evaluate_with_progress(description: str, store, conversations, policy, confi
 
     with progress_bar(description) as bar:
         task = bar.add_task(description, total=None)
+        def progress(done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total)
+            raise_if_interrupted()  # a Ctrl-C swallowed inside a finalizer still stops the run here
+
         return evaluate(
-            store, conversations, policy, config, policy_name=policy_name,
-            progress=lambda done, total: bar.update(task, completed=done, total=total), answerer=answerer,
-        )  # fmt: skip
+            store, conversations, policy, config, policy_name=policy_name, progress=progress, answerer=answerer
+        )
 
 
 def print_report(report: dict[str, Any]) -> None:
@@ -157,8 +205,19 @@ def print_report(report: dict[str, Any]) -> None:
     )
     console.print(f"tool calls {report['tool_calls'] or '-'} | {report['seconds']} s"
     )
-    if report["errors"]:
-        console.print(f"[yellow]{len(report['errors'])} questions skipped or failed[/] (see the JSON report)")
+    failures = report.get("failures", {})
+    if failures.get("failed"):
+        first = next(e["error"] for e in report["errors"] if e.get("episode_failed"))
+        colour = "bold red" if failures["over_threshold"] else "yellow"
+        verdict = "this is not a result" if failures["over_threshold"] else "within --max-failure-share"
+        err_console.print(
+            f"[{colour}]{failures['failed']} of {failures['episodes']} episodes failed ({failures['share']:.0%}; "
+            f"{verdict}).[/] First error: {first}",
+            highlight=False,
+        )
+    skipped = len(report["errors"]) - failures.get("failed", 0)
+    if skipped > 0:
+        console.print(f"[yellow]{skipped} questions skipped[/] (see the JSON report)")
     if report.get("answerer"):
         print_answerer_report(report["answerer"])
 
@@ -193,7 +252,7 @@ def demo(
     locomo: Path | None = typer.Option(None, "--locomo", help="Use this LoCoMo file instead of the shipped sample."),
     conversations: str | None = CONVERSATIONS_OPTION,
     questions: int | None = typer.Option(
-        None, "--questions", help="Questions per conversation (default: all of the sample, 8 of a LoCoMo file)."
+        None, "--questions", min=1, help="Questions per conversation (default: all of the sample, 8 of a LoCoMo file)."
     ),
     url: str | None = URL_OPTION,
 ) -> None:
@@ -203,6 +262,10 @@ def demo(
     from memupdate.rl.evaluate import EvalConfig
     from memupdate.rl.locomo import load_sample
 
+    if conversations is not None and not locomo:
+        raise MemupdateError(
+            "--conversations picks conversations of a LoCoMo file: add --locomo FILE (the shipped sample has one)"
+        )
     chosen = load_conversations(locomo, conversations) if locomo else load_sample()
     if locomo:
         chosen = chosen if conversations else chosen[:1]
