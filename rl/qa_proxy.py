@@ -204,13 +204,15 @@ _base_hits_cache: dict[tuple, tuple[tuple, list]] = {}
 def _base_hits(base: MemoryStore, vectors: Sequence, depth: int, version: tuple) -> list[list]:
     """The base's top `depth` (distance, hit) per vector, cached while `version` stays the same."""
     keys = [(str(base.engine.url), base.path, depth, np.asarray(v, dtype=np.float32).tobytes()) for v in vectors]
-    missing = [i for i, key in enumerate(keys) if _base_hits_cache.get(key, (None,))[0] != version]
+    found = {i: entry[1] for i, key in enumerate(keys) if (entry := _base_hits_cache.get(key)) and entry[0] == version}
+    missing = [i for i in range(len(keys)) if i not in found]
     if missing:
-        if len(_base_hits_cache) > 4096:
+        if len(_base_hits_cache) > 4096:  # a bound, not an LRU: bases are few per training run
             _base_hits_cache.clear()
         for i, ranked in zip(missing, base.ranked_many_by_vector([vectors[i] for i in missing], depth), strict=True):
+            found[i] = ranked
             _base_hits_cache[keys[i]] = (version, ranked)
-    return [_base_hits_cache[key][1] for key in keys]
+    return [found[i] for i in range(len(keys))]
 
 
 def _score(question: Question, context: Context) -> QAScore:
