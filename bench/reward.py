@@ -9,7 +9,9 @@ as the trainer scores it. Timed: the 512 rewards in one batch, exactly as the tr
     base_scores = score(base, questions, config); base_snapshot = base.snapshot()      # once
     compute_reward(base, fork, [target, *collateral], base_scores=[...], base_snapshot=base_snapshot)
 
-One round with the questions evicted from the embedder's cache (cold), then 3 warm rounds. The time
+One round with the questions evicted from the embedder's cache and the base's hits not yet kept
+(cold), then 3 warm rounds, then the baseline: the plain path (a search per question on the fork, two
+Python snapshots), whose rewards must equal the fast path's to 1e-9 (asserted). The time
 is split into embedding, search (the proxy's batched fork searches and faithfulness's nearest-source
 searches), the fork-vs-base diff (SQL plus turning rows into records), and the rest (Python: the QA
 proxy's text work, faithfulness and efficiency). Target: >= 500 rewards/s.
@@ -43,8 +45,18 @@ from bench.common import (
     write_json,
 )
 from memupdate.agent.tools import run_tool
-from memupdate.rl.qa_proxy import score_questions
-from memupdate.rl.reward import RewardConfig, collateral_sample, compute_reward, score
+from memupdate.rl.faithfulness import check_faithfulness
+from memupdate.rl.qa_proxy import QAScore, build_context, evidence_recall, qa_score, score_questions
+from memupdate.rl.reward import (
+    RewardConfig,
+    collateral_sample,
+    combine,
+    compute_reward,
+    memory_efficiency,
+    performance_delta,
+    score,
+    unsupported_penalty,
+)
 from memupdate.store import MemoryStore
 
 N_MEMORIES = 200
@@ -154,6 +166,35 @@ def score_round(base: MemoryStore, forks: list, questions: list) -> dict:
     }
 
 
+def plain_reward(base: MemoryStore, fork: MemoryStore, questions: list, base_scores: list, base_snapshot: dict) -> float:
+    """The baseline: reward v2 the plain way, as before the fast path: one `search_by_vector` per
+    question on the fork, and the fork's snapshot compared with the base's in Python."""
+    vectors = fork.embedder.embed([q.question for q in questions])
+    contexts = [build_context(fork.search_by_vector(v, CONFIG.candidates), CONFIG.context_tokens) for v in vectors]
+    fork_scores = [
+        QAScore(qa_score(q, c), evidence_recall(q.evidence, c.whole), c.tokens, c.keys, c.text)
+        for q, c in zip(questions, contexts, strict=True)
+    ]
+    fork_snapshot = fork.snapshot()
+    delta = performance_delta(base_scores, fork_scores, CONFIG)[0]
+    efficiency = memory_efficiency(base_snapshot, fork_snapshot, CONFIG)
+    penalty = unsupported_penalty(check_faithfulness(base, base_snapshot, fork_snapshot), CONFIG)
+    return combine(delta, efficiency.value) - penalty
+
+
+def plain_round(base: MemoryStore, forks: list, questions: list, rewards: list[float]) -> dict:
+    """One round of the baseline on the same forks; its rewards must equal the fast path's."""
+    gc.collect()
+    start = time.perf_counter()
+    base_scores = dict(zip((q.index for q in questions), score(base, questions, CONFIG), strict=True))
+    base_snapshot = base.snapshot()
+    plain = [plain_reward(base, fork, scored, [base_scores[q.index] for q in scored], base_snapshot) for scored, fork in forks]
+    total = time.perf_counter() - start
+    worst = max(abs(a - b) for a, b in zip(plain, rewards, strict=True))
+    assert worst <= 1e-9, f"the fast path's rewards differ from the plain path's by up to {worst}"
+    return {"rewards_per_s": len(plain) / total, "total_s": total, "max_abs_difference": worst}
+
+
 # -- the benchmark ------------------------------------------------------------------------------
 
 
@@ -173,8 +214,10 @@ def run(args: argparse.Namespace) -> dict:
         for name in ["cold cache"] + [f"warm #{i + 1}" for i in range(WARM_ROUNDS)]:
             with console.status(f"scoring {len(forks)} rewards, {name} ..."):
                 rounds.append({"round": name, **score_round(base, forks, questions)})
-    rewards = rounds[0].pop("rewards")
-    for r in rounds[1:]:
+        rewards = rounds[0]["rewards"]
+        with console.status(f"scoring {len(forks)} rewards the plain way (the baseline) ..."):
+            plain = plain_round(base, forks, questions, rewards)
+    for r in rounds:
         assert r.pop("rewards") == rewards, "scoring the same forks again gave other rewards"
     warm = statistics.median(r["rewards_per_s"] for r in rounds[1:])
     return {
@@ -184,6 +227,8 @@ def run(args: argparse.Namespace) -> dict:
         "rounds": rounds,
         "mean_reward": statistics.fmean(rewards),
         "positive_negative": [sum(r > 0 for r in rewards), sum(r < 0 for r in rewards)],
+        "plain": plain,
+        "speedup_over_plain": warm / plain["rewards_per_s"],
         "cold_rewards_per_s": rounds[0]["rewards_per_s"],
         "warm_rewards_per_s": warm,
         "target_rewards_per_s": TARGET_REWARDS_PER_S,
@@ -224,6 +269,9 @@ def report(summary: dict) -> None:
             f"mean reward {summary['mean_reward']:+.4f} ({positive} positive, {negative} negative), "
             "the same in every round (asserted).",
             "Timings on a shared 2-core machine vary by ±10-20% between runs; the median of the warm rounds is the figure.",
+            f"baseline, the plain path (a search per question, two Python snapshots per fork): "
+            f"{summary['plain']['rewards_per_s']:,.0f}/s on the same forks, the same rewards (max difference "
+            f"{summary['plain']['max_abs_difference']:.1e}); the fast path: [bold]{summary['speedup_over_plain']:.2f}×[/bold]",
             f"target ≥ {TARGET_REWARDS_PER_S:g} rewards/s: warm median {summary['warm_rewards_per_s']:,.0f}/s "
             f"{verdict(summary['met'])} (cold cache {summary['cold_rewards_per_s']:,.0f}/s)",
         ],

@@ -563,7 +563,7 @@ def report(summary: dict[str, Any]) -> None:
                 label if i == 0 else "",
                 f"{size:,}",
                 *("—" if v is None else FORMATS[kind].format(v) for v in values),
-                *(speedup(values[0], other, higher) if kind != "share" else "" for other in values[1:]),
+                *(speedup(values[0], other, higher) if key not in ("recall_at_5", "rss_growth_mb") else "" for other in values[1:]),
                 end_section=i == len(shown) - 1,
             )
     console.print(table)
@@ -578,13 +578,14 @@ def report(summary: dict[str, Any]) -> None:
         "² the same vectors from a dict: only the store is timed (memupdate: create_many; LangGraph: batch(PutOp ...)).\n"
         f"³ top_k={config['top_k']}, {config['queries']} queries, query embedding excluded (a dict lookup for LangGraph's "
         "stores, which still run it through their embed path).\n"
-        "⁴ share of memupdate's exact top 5 that the store returns: PostgresStore searches its HNSW index, then filters "
-        "by namespace,\n  so small namespaces in a big table lose hits (pgvector's iterative scans are off).\n"
+        "⁴ share of memupdate's exact top 5 that the store returns (PostgresStore has an HNSW index: approximate "
+        "whenever the planner uses it).\n"
         "⁵ one memory by key; memupdate also writes its event row in the same transaction.\n"
         f"⁶ memupdate only ({config['fork_reps']} reps): the whole searched namespace copied with one INSERT ... SELECT, "
         "then dropped; LangGraph's stores have no fork.\n"
-        "⁷ this process's RSS growth while inserting (the whole store for InMemoryStore, the client for the others) "
-        "and the server-side growth of the store's tables and indexes."
+        "⁷ this process's RSS growth while inserting (the whole store for InMemoryStore, whose vectors are the "
+        "benchmark's own arrays, not copies;\n  the client for the others) and the server-side growth of the "
+        "store's tables and indexes."
     )
     for target in summary["targets"]:
         label = "search p50" if target["metric"] == "search_p50_ms" else "fork"
