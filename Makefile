@@ -25,6 +25,7 @@ bench: install
 	$(BIN)/python -m bench.store
 	$(BIN)/python -m bench.reward
 	$(BIN)/python -m bench.tools
+	$(BIN)/python -m bench.rollouts
 
 lint: install
 	$(BIN)/ruff check .

@@ -12,7 +12,7 @@ merged or split). Its *sources* are what it draws on:
 A written token is *supported* when a source holds it: in its text, in its dialogue turns (the
 `turns` LoCoMo ingestion stores in provenance), or in a date derived from its session date (the
 date itself and the dates relative expressions in its text resolve to, as `agent/dates.py` anchors
-them). Stop words are free. Tokens are LoCoMo's normalised, stemmed tokens, the proxy's own.
+them). Stop words are free, negations excepted. Tokens are LoCoMo's normalised, stemmed tokens, the proxy's own.
 
 What this closes: lists of dates, months or numbers, question text, "not mentioned" and other words
 no source holds cost reward however retrieval ranks them (`rl/reward.py` charges per token).
@@ -30,7 +30,9 @@ from memupdate.rl.metrics import normalized_tokens
 from memupdate.store import MemoryRecord, MemoryStore
 
 NEAREST_SOURCES = 3
-FREE_TOKENS = frozenset(token for word in STOPWORDS for token in normalized_tokens(word))
+# Stop words cost nothing, except negations: "no" and "not" answer yes/no questions and turn facts around.
+NEGATIONS = frozenset({"no", "not", "nor"})
+FREE_TOKENS = frozenset(token for word in STOPWORDS - NEGATIONS for token in normalized_tokens(word))
 _ORDINAL = {1: "st", 2: "nd", 3: "rd", 21: "st", 22: "nd", 23: "rd", 31: "st"}
 
 

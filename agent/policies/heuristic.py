@@ -27,6 +27,8 @@ from collections import Counter
 from collections.abc import Sequence
 from datetime import date
 
+from pydantic import Field
+
 from memupdate.agent.dates import anchor_relative_dates, format_day, has_relative_time
 from memupdate.agent.policies.planning import PlanningPolicy, ToolCall
 from memupdate.agent.text_strategies import content_words, jaccard, split_thematic
@@ -47,6 +49,9 @@ class HeuristicPolicy(PlanningPolicy):
     # the QA proxy (targeted 0.387 -> 0.363, blind 0.416 -> 0.395): under top-5 retrieval the parts
     # crowd other memories out of the context.
     split_packed: bool = False
+    # Distillation rollouts: > 0 makes a seeded variant of the plan (see `_explored`) so that a group of
+    # episodes on one question differs; 0 keeps the plan exactly as the rules give it.
+    explore: float = Field(0.0, ge=0.0, le=1.0)
 
     # -- planning ------------------------------------------------------------------------------
 
@@ -78,7 +83,16 @@ class HeuristicPolicy(PlanningPolicy):
         calls += self._merges(order, touched)
         if self.split_packed:
             calls += self._splits(order, touched)
-        return calls[:budget]
+        return (self._explored(calls, question) if self.explore else calls)[:budget]
+
+    def _explored(self, calls: list[ToolCall], question: str | None) -> list[ToolCall]:
+        """The first call (the look at the bank) stays; each later edit is kept with probability
+        1 - explore, and with probability explore the kept ones are shuffled. Seeded by seed and question."""
+        rng = random.Random(f"{self.seed}:{question}")
+        rest = [call for call in calls[1:] if rng.random() >= self.explore]
+        if rng.random() < self.explore:
+            rng.shuffle(rest)
+        return calls[:1] + rest
 
     def _digest(self, memories: list[MemoryRecord], question: str, vector: list[str]) -> tuple[list[str], str] | None:
         """Consolidate what vector search (`vector`: the top keys) and word overlap find for the question

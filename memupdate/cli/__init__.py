@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import typer
 
-from memupdate.cli import agent, bench, data, db, evaluate, rl, tools
+from memupdate.cli import agent, bench, data, db, distill, evaluate, rl, tools
 
 app = typer.Typer(help="Train and run an agent that edits a long-term memory database.", no_args_is_help=True)
 app.add_typer(db.app, name="db")
@@ -22,6 +22,7 @@ app.add_typer(data.app, name="data")
 app.add_typer(agent.app, name="agent")
 app.add_typer(tools.app, name="tools")
 app.add_typer(rl.app, name="rl")
+rl.app.command("distill")(distill.distill_command)
 app.command("eval")(evaluate.eval_command)
 app.command("demo")(evaluate.demo)
 app.command("bench")(bench.bench_command)

@@ -39,11 +39,16 @@ def db_downgrade(revision: str = typer.Argument("-1"), url: str | None = URL_OPT
 @app.command("status")
 @user_errors
 def db_status(url: str | None = URL_OPTION, as_json: bool = typer.Option(False, "--json")) -> None:
-    """Show the revision, PostgreSQL and pgvector versions, and namespace and memory counts."""
+    """Show the revision, PostgreSQL and pgvector versions, and namespace and memory counts (bases and
+    trajectory forks apart)."""
+    from memupdate.rl.forks import namespace_summary
     from memupdate.store.database import get_engine
     from memupdate.store.migrate import status
 
-    info = status(get_engine(url))
+    engine = get_engine(url)
+    info = status(engine)
+    if info["revision"] is not None:
+        info |= namespace_summary(engine)
     if as_json:
         console.print_json(json.dumps(info))
         return
@@ -56,5 +61,45 @@ def db_status(url: str | None = URL_OPTION, as_json: bool = typer.Option(False, 
     console.print(table)
     if info["revision"] != info["head"]:
         console.print("[yellow]schema is not at head: run `memupdate db upgrade`[/]")
+    elif info.get("forks"):
+        console.print(f"{info['forks']} trajectory forks in the database: `memupdate db forks` lists them, `--prune` drops them")
+
+
+@app.command("forks")
+@user_errors
+def db_forks(
+    prune: bool = typer.Option(False, "--prune", help="Drop the listed forks (their memories and events)."),
+    older_than: str = typer.Option("0s", "--older-than", help="Only forks not written for this long, e.g. 30m, 6h, 2d."),
+    prefix: str | None = typer.Option(None, "--prefix", help="Only forks under this namespace, e.g. locomo/conv-26."),
+    url: str | None = URL_OPTION,
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """List trajectory forks (`.../traj/...` namespaces) left by crashed runs or kept episodes; --prune drops them."""
+    from datetime import UTC, datetime
+
+    from memupdate.cli.common import open_store
+    from memupdate.rl.forks import list_forks, parse_duration, prune_forks
+    from memupdate.store.errors import MemupdateError
+
+    try:
+        threshold = parse_duration(older_than)
+    except ValueError as exc:
+        raise MemupdateError(f"--older-than: {exc}") from None
+    store = open_store(url)
+    now = datetime.now(UTC)
+    found = prune_forks(store, threshold, prefix) if prune else [f for f in list_forks(store, prefix) if f.age(now) >= threshold]
+    if as_json:
+        rows = [{"namespace": f.namespace, "base": f.base, "memories": f.memories, "events": f.events,
+                 "created_at": f.created_at, "last_write": f.last_write, "age_seconds": f.age(now).total_seconds()}
+                for f in found]  # fmt: skip
+        console.print_json(json.dumps({"pruned" if prune else "forks": rows}, default=str))
+        return
+    table = Table("fork", "base", "memories", "events", "last write", "age")
+    for fork in found:
+        last = fork.last_write.strftime("%Y-%m-%d %H:%M:%S") if fork.last_write else "-"
+        table.add_row(fork.namespace, fork.base, str(fork.memories), str(fork.events), last, str(fork.age(now)).split(".")[0])
+    if found:
+        console.print(table)
+    console.print(f"{'dropped' if prune else 'found'} {len(found)} trajectory forks" + (f" not written for {older_than}" if threshold else ""))
 
 

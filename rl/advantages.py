@@ -1,0 +1,60 @@
+"""GRPO's group-relative advantage: each trajectory's reward against the others of its group.
+
+    from memupdate.rl.advantages import group_advantages
+    advantages = group_advantages([0.2, 0.0, 0.1, 0.1], ["q7", "q7", "q9", "q9"])
+    # q7: (r - mean) / (std + eps) -> [+0.707, -0.707]; q9 has zero variance -> [0, 0]
+
+A group is the rollouts of one prompt (here: one question, forked G times). The statistics follow
+verl's `compute_grpo_outcome_advantage` exactly, so a model distilled here and one trained by verl
+see the same signal: the std is the unbiased one (n - 1), and a group of one has mean 0 and std 1
+(its advantage is its reward). `group_advantages` calls verl when it is installed (see
+`verl_advantage.py`, the only file here that imports it) and `plain_group_advantages` otherwise;
+a test proves they agree.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Hashable, Sequence
+
+import numpy as np
+
+EPSILON = 1e-6
+
+
+def plain_group_advantages(
+    rewards: Sequence[float], groups: Sequence[Hashable], epsilon: float = EPSILON, normalize_by_std: bool = True
+) -> np.ndarray:
+    """(reward - group mean) / (group std + epsilon) per trajectory; without `normalize_by_std`, Dr. GRPO's
+    reward - group mean."""
+    if len(rewards) != len(groups):
+        raise ValueError(f"{len(rewards)} rewards but {len(groups)} group ids: give one group id per reward")
+    rewards_array = np.asarray(rewards, dtype=np.float64)
+    members: dict[Hashable, list[int]] = defaultdict(list)
+    for i, group in enumerate(groups):
+        members[group].append(i)
+    advantages = np.zeros_like(rewards_array)
+    for rows in members.values():
+        values = rewards_array[rows]
+        mean, std = (values.mean(), values.std(ddof=1)) if len(rows) > 1 else (0.0, 1.0)
+        advantages[rows] = (values - mean) / (std + epsilon) if normalize_by_std else values - mean
+    return advantages
+
+
+def group_advantages(
+    rewards: Sequence[float], groups: Sequence[Hashable], epsilon: float = EPSILON, normalize_by_std: bool = True
+) -> np.ndarray:
+    """The advantages from verl's own function when verl is installed, else from the plain one."""
+    try:
+        from memupdate.rl.verl_advantage import verl_group_advantages
+    except ImportError:
+        return plain_group_advantages(rewards, groups, epsilon, normalize_by_std)
+    return verl_group_advantages(rewards, groups, epsilon, normalize_by_std)
+
+
+def zero_variance_groups(rewards: Sequence[float], groups: Sequence[Hashable], tolerance: float = 1e-9) -> list[Hashable]:
+    """Groups of two or more whose rewards are all equal: their advantages are 0, they teach nothing."""
+    by_group: dict[Hashable, list[float]] = defaultdict(list)
+    for reward, group in zip(rewards, groups, strict=True):
+        by_group[group].append(reward)
+    return [g for g, values in by_group.items() if len(values) > 1 and max(values) - min(values) <= tolerance]

@@ -1,0 +1,35 @@
+"""`compute_score` for verl's `custom_reward_function` hook: the reward route of verl's stock
+`tool_agent` loop (memupdate's own `memupdate_agent` loop sets the reward itself and skips this).
+
+    reward:
+      custom_reward_function:
+        path: pkg://memupdate.rl.verl_reward     # pkg://, not a file path: see VERL.md
+        name: compute_score
+        reward_kwargs: {collateral_questions: 8}  # memupdate.rl.reward.RewardConfig fields
+
+verl's reward worker calls it once per finished rollout with the row's `extra_info`, into which it
+has merged the rollout's `extra_fields`: the fork the rollout's first tool call made
+(`memupdate.rl.forks.FORK_KEY`). The fork is scored against its base while it is open, then dropped.
+A rollout without a fork (no tool call, or the fork failed) scores 0, and the reason is logged.
+It is a coroutine (verl's naive, dapo and limited reward managers await it), so reward work queues
+for the worker's few database threads instead of filling verl's executor.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from memupdate.rl.forks import finish_rollout, reward_config
+
+
+async def compute_score(
+    data_source: str,
+    solution_str: str,
+    ground_truth: Any,
+    extra_info: dict[str, Any] | None = None,
+    **kwargs: Any,
+) -> dict[str, float]:
+    """`{"score": reward, ...parts}`: the parts (delta, efficiency factors, memory counts, calls) have the
+    same keys for every rollout, as verl's reward_extra_info needs. `kwargs`: RewardConfig fields."""
+    score = await finish_rollout(extra_info or {}, extra_info or {}, reward_config(kwargs))
+    return {"score": score.reward, **score.parts}

@@ -1,0 +1,62 @@
+"""GRPO group-relative advantages: hand-worked groups, zero-variance groups, and agreement with verl."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import numpy as np
+import pytest
+
+from memupdate.rl.advantages import group_advantages, plain_group_advantages, zero_variance_groups
+from memupdate.rl.distill import training_weights
+
+
+def test_hand_worked_groups() -> None:
+    # q1: rewards 1, 0 -> mean 0.5, unbiased std sqrt(0.5) -> +-0.5 / 0.7071 = +-0.7071.
+    # q2: 0.3, 0.3, 0.3 -> zero variance -> 0 each.
+    # q3: 0, 0.1, 0.2, 0.5 -> mean 0.2, std sqrt((0.04 + 0.01 + 0 + 0.09) / 3) = 0.21602.
+    rewards = [1.0, 0.0, 0.3, 0.3, 0.3, 0.0, 0.1, 0.2, 0.5]
+    groups = ["q1", "q1", "q2", "q2", "q2", "q3", "q3", "q3", "q3"]
+    expected = [0.70711, -0.70711, 0, 0, 0, -0.92582, -0.46291, 0.0, 1.38873]
+    np.testing.assert_allclose(plain_group_advantages(rewards, groups), expected, atol=1e-4)
+    np.testing.assert_allclose(group_advantages(rewards, groups), expected, atol=1e-4)
+    assert zero_variance_groups(rewards, groups) == ["q2"]
+
+
+def test_single_member_group_and_dr_grpo() -> None:
+    # verl's convention: a group of one has mean 0 and std 1, so its advantage is its reward.
+    np.testing.assert_allclose(plain_group_advantages([0.4], ["alone"]), [0.4 / (1 + 1e-6)])
+    assert zero_variance_groups([0.4], ["alone"]) == []
+    # Dr. GRPO: no division by the std.
+    np.testing.assert_allclose(plain_group_advantages([1.0, 0.0], ["g", "g"], normalize_by_std=False), [0.5, -0.5])
+
+
+@pytest.mark.parametrize("seed", range(5))
+@pytest.mark.parametrize("normalize", [True, False])
+def test_plain_equals_verl(seed: int, normalize: bool) -> None:
+    pytest.importorskip("verl")
+    from memupdate.rl.verl_advantage import verl_group_advantages
+
+    rng = random.Random(seed)
+    groups = [f"q{rng.randrange(6)}" for _ in range(40)]
+    rewards = [rng.choice([0.0, 0.0, rng.uniform(-1, 1)]) for _ in groups]
+    groups += ["flat", "flat", "flat"]
+    rewards += [0.25, 0.25, 0.25]
+    ours = plain_group_advantages(rewards, groups, normalize_by_std=normalize)
+    theirs = verl_group_advantages(rewards, groups, normalize_by_std=normalize)
+    np.testing.assert_allclose(ours, theirs, rtol=1e-9, atol=1e-9)
+    assert np.all(ours[-3:] == 0)
+
+
+def test_mismatched_lengths_are_a_clear_error() -> None:
+    with pytest.raises(ValueError, match="3 rewards but 2 group ids"):
+        plain_group_advantages([1.0, 2.0, 3.0], ["a", "b"])
+
+
+def test_training_weights() -> None:
+    advantages = [0.7, -0.7, 0.0, 0.1]
+    assert training_weights(advantages, "positive") == [1.0, 0.0, 0.0, 1.0]
+    weights = training_weights(advantages, "advantage")
+    assert weights[1] == weights[2] == 0.0 and weights[0] > weights[3] > 0
+    assert math.isclose(sum(weights) / 2, 1.0)  # positive weights average 1: the learning rate keeps its meaning
