@@ -96,7 +96,7 @@ SEARCH_BY_VECTOR = (
 
 # search_many_by_vector's statement: the same top-k, once per query vector (a LATERAL join over the
 # unnested vectors), so the QA proxy scores all of a fork's questions in one round trip. The vectors
-# travel as pgvector's text form, the very text `search_by_vector` binds: the same float4s, the same ranks.
+# travel as text that reads back as the very float4s `search_by_vector` sends: the same distances and ranks.
 _QUERIES = (
     func.unnest(cast(bindparam("query_vectors", type_=ARRAY(Text)), ARRAY(memories.c.embedding.type)))
     .table_valued(column("query_vector", memories.c.embedding.type), with_ordinality="ordinal")
