@@ -114,6 +114,8 @@ class BenchQuestion:
     question: str
     answer: str
     evidence: tuple[str, ...]
+    index: int = -1  # `collateral_sample` tells questions apart by it
+    category: int = 4  # LoCoMo's single-hop: the whole answer is one phrase
 
 
 NAMES = ["Caroline", "Melanie", "Jon", "Gina", "Maria", "Nate", "Audrey", "Evan", "Joanna", "Tim"]
@@ -155,7 +157,7 @@ def synthetic_facts(n: int, seed: int, names: Sequence[str] = NAMES) -> list[tup
         dia_id = f"S{len(facts) // 10 + 1}:{len(facts) % 10 + 1}"
         metadata = {"dia_ids": [dia_id], "date": f"{year}-{month + 1:02d}-{day:02d}", "speaker": values["name"],
                     "source": "bench:synthetic"}  # fmt: skip
-        facts.append((text, BenchQuestion(question, answer.format(**values), (dia_id,)), metadata))
+        facts.append((text, BenchQuestion(question, answer.format(**values), (dia_id,), len(facts)), metadata))
     return facts
 
 

@@ -1,18 +1,23 @@
-"""Reward throughput: how many `compute_reward` calls per second a training step can score.
+"""Reward throughput: how many reward-v2 `compute_reward` calls per second a training step can score.
 
 Setup (untimed): a base of 200 memories (LoCoMo conv-26's facts padded with synthetic ones, else all
 synthetic), 64 questions, and 8 forks per question, each edited through `run_tool` as the agent
 would: update one of the question's top hits, create a memory (the answer, or a distractor), delete
-another. Timed: the 512 rewards scored in one batch, exactly as the trainer does it:
+another. Each trajectory is scored on its target and 8 collateral questions (`collateral_sample`),
+as the trainer scores it. Timed: the 512 rewards in one batch, exactly as the trainer does it:
 
-    base_scores = score_questions(base, questions); base_snapshot = base.snapshot()     # once
-    compute_reward(base, fork, [q], base_scores=[...], base_snapshot=base_snapshot)     # per trajectory
+    base_scores = score(base, questions, config); base_snapshot = base.snapshot()      # once
+    compute_reward(base, fork, [target, *collateral], base_scores=[...], base_snapshot=base_snapshot)
 
-One round with the questions evicted from the embedder's cache (cold), then 3 warm rounds. The time
-is split into embedding, `search_by_vector` and `snapshot` (SQL plus turning rows into records), and
-the rest (Python: the QA proxy's text work and the efficiency comparisons). Target: >= 100 rewards/s.
+One round with the questions evicted from the embedder's cache and the base's hits not yet kept
+(cold), then 3 warm rounds, then the baseline: the plain path (a search per question on the fork, two
+Python snapshots), whose rewards must equal the fast path's to 1e-9 (asserted). The time
+is split into embedding, search (the proxy's batched fork searches and faithfulness's nearest-source
+searches), the fork-vs-base diff (SQL plus turning rows into records), and the rest (Python: the QA
+proxy's text work, faithfulness and efficiency). Target: >= 500 rewards/s.
 
     python -m bench.reward [--json OUT] [--url postgresql://...]      # from the repo root, under a minute
+    memupdate bench reward                                            # the same, through the CLI
 """
 
 from __future__ import annotations
@@ -40,22 +45,36 @@ from bench.common import (
     write_json,
 )
 from memupdate.agent.tools import run_tool
-from memupdate.rl.qa_proxy import score_questions
-from memupdate.rl.reward import compute_reward
+from memupdate.rl.faithfulness import check_faithfulness
+from memupdate.rl.qa_proxy import QAScore, build_context, evidence_recall, qa_score, score_questions
+from memupdate.rl.reward import (
+    RewardConfig,
+    collateral_sample,
+    combine,
+    compute_reward,
+    memory_efficiency,
+    performance_delta,
+    score,
+    unsupported_penalty,
+)
 from memupdate.store import MemoryStore
 
 N_MEMORIES = 200
 N_QUESTIONS = 64
 FORKS_PER_QUESTION = 8
 WARM_ROUNDS = 3
-TARGET_REWARDS_PER_S = 100.0
+TARGET_REWARDS_PER_S = 500.0
 SEED = 0
+CONFIG = RewardConfig()
+# The store methods a reward's SQL goes through, metered by name (whichever of them the code calls).
+SEARCH_METHODS = ("search_by_vector", "ranked_many_by_vector")  # search_many_by_vector calls the latter
+DIFF_METHODS = ("snapshot", "changes_from")
 
 
 # -- setup: the base and its edited forks (untimed) ---------------------------------------------
 
 
-def make_forks(base: MemoryStore, questions: list) -> list[tuple[int, MemoryStore]]:
+def make_forks(base: MemoryStore, questions: list) -> list[tuple[list, MemoryStore]]:
     """Fork the base FORKS_PER_QUESTION times per question and make 3 edits in each through `run_tool`."""
     rng = random.Random(SEED)
     snapshot = base.snapshot()
@@ -83,7 +102,8 @@ def make_forks(base: MemoryStore, questions: list) -> list[tuple[int, MemoryStor
             for name, arguments in calls:
                 result = run_tool(fork, name, arguments)
                 assert result.ok, f"{name} failed: {result.text}"
-            forks.append((qi, fork))
+            scored = [questions[qi], *collateral_sample(questions, questions[qi].index, CONFIG.collateral_questions)]
+            forks.append((scored, fork))
     return forks
 
 
@@ -92,11 +112,12 @@ def make_forks(base: MemoryStore, questions: list) -> list[tuple[int, MemoryStor
 
 @contextmanager
 def metering(embedder):  # noqa: ANN001, ANN201
-    """Meters on `embedder.embed` (cache included), `search_by_vector` and `snapshot`; lists the texts
-    the model itself embeds (`_embed_fn` runs only on a cache miss)."""
-    meters = {"embed": Meter(), "search": Meter(), "snapshot": Meter()}
+    """Meters on `embedder.embed` (cache included), the store's search methods and its fork-vs-base
+    reads; lists the texts the model itself embeds (`_embed_fn` runs only on a cache miss)."""
+    meters = {"embed": Meter(), "search": Meter(), "diff": Meter()}
     embedded: list[str] = []
-    model_fn, search, snapshot = embedder._embed_fn, MemoryStore.search_by_vector, MemoryStore.snapshot
+    model_fn = embedder._embed_fn
+    originals = {name: getattr(MemoryStore, name) for name in SEARCH_METHODS + DIFF_METHODS if hasattr(MemoryStore, name)}
 
     def counted_model(texts: list[str]):  # noqa: ANN202
         embedded.extend(texts)
@@ -104,14 +125,15 @@ def metering(embedder):  # noqa: ANN001, ANN201
 
     embedder._embed_fn = counted_model
     embedder.embed = timed(embedder.embed, meters["embed"])  # an instance attribute shadows the method
-    MemoryStore.search_by_vector = timed(search, meters["search"])
-    MemoryStore.snapshot = timed(snapshot, meters["snapshot"])
+    for name, method in originals.items():
+        setattr(MemoryStore, name, timed(method, meters["search" if name in SEARCH_METHODS else "diff"]))
     try:
         yield meters, embedded
     finally:
         embedder._embed_fn = model_fn
         del embedder.embed
-        MemoryStore.search_by_vector, MemoryStore.snapshot = search, snapshot
+        for name, method in originals.items():
+            setattr(MemoryStore, name, method)
 
 
 def score_round(base: MemoryStore, forks: list, questions: list) -> dict:
@@ -119,14 +141,15 @@ def score_round(base: MemoryStore, forks: list, questions: list) -> dict:
     gc.collect()  # start without the garbage of setup or the previous round
     with metering(base.embedder) as (meters, embedded):
         start = time.perf_counter()
-        base_scores = score_questions(base, questions)
+        base_scores = dict(zip((q.index for q in questions), score(base, questions, CONFIG), strict=True))
         base_snapshot = base.snapshot()
         rewards = [
             compute_reward(
-                base, fork, [questions[qi]], base_scores=[base_scores[qi]], base_snapshot=base_snapshot
+                base, fork, scored, CONFIG,
+                base_scores=[base_scores[q.index] for q in scored], base_snapshot=base_snapshot,
             )
-            for qi, fork in forks
-        ]
+            for scored, fork in forks
+        ]  # fmt: skip
         total = time.perf_counter() - start
     # Memories were embedded when they were written: scoring may embed the questions, nothing else.
     assert set(embedded) <= {q.question for q in questions} and len(embedded) <= len(questions), embedded[:3]
@@ -136,11 +159,40 @@ def score_round(base: MemoryStore, forks: list, questions: list) -> dict:
         "total_s": total,
         "texts_embedded": len(embedded),
         "search_calls": meters["search"].calls,
-        "snapshot_calls": meters["snapshot"].calls,
+        "diff_calls": meters["diff"].calls,
         **{f"{name}_s": s for name, s in split.items()},
         "python_s": total - sum(split.values()),
         "rewards": [r.reward for r in rewards],
     }
+
+
+def plain_reward(base: MemoryStore, fork: MemoryStore, questions: list, base_scores: list, base_snapshot: dict) -> float:
+    """The baseline: reward v2 the plain way, as before the fast path: one `search_by_vector` per
+    question on the fork, and the fork's snapshot compared with the base's in Python."""
+    vectors = fork.embedder.embed([q.question for q in questions])
+    contexts = [build_context(fork.search_by_vector(v, CONFIG.candidates), CONFIG.context_tokens) for v in vectors]
+    fork_scores = [
+        QAScore(qa_score(q, c), evidence_recall(q.evidence, c.whole), c.tokens, c.keys, c.text)
+        for q, c in zip(questions, contexts, strict=True)
+    ]
+    fork_snapshot = fork.snapshot()
+    delta = performance_delta(base_scores, fork_scores, CONFIG)[0]
+    efficiency = memory_efficiency(base_snapshot, fork_snapshot, CONFIG)
+    penalty = unsupported_penalty(check_faithfulness(base, base_snapshot, fork_snapshot), CONFIG)
+    return combine(delta, efficiency.value) - penalty
+
+
+def plain_round(base: MemoryStore, forks: list, questions: list, rewards: list[float]) -> dict:
+    """One round of the baseline on the same forks; its rewards must equal the fast path's."""
+    gc.collect()
+    start = time.perf_counter()
+    base_scores = dict(zip((q.index for q in questions), score(base, questions, CONFIG), strict=True))
+    base_snapshot = base.snapshot()
+    plain = [plain_reward(base, fork, scored, [base_scores[q.index] for q in scored], base_snapshot) for scored, fork in forks]
+    total = time.perf_counter() - start
+    worst = max(abs(a - b) for a, b in zip(plain, rewards, strict=True))
+    assert worst <= 1e-9, f"the fast path's rewards differ from the plain path's by up to {worst}"
+    return {"rewards_per_s": len(plain) / total, "total_s": total, "max_abs_difference": worst}
 
 
 # -- the benchmark ------------------------------------------------------------------------------
@@ -162,8 +214,10 @@ def run(args: argparse.Namespace) -> dict:
         for name in ["cold cache"] + [f"warm #{i + 1}" for i in range(WARM_ROUNDS)]:
             with console.status(f"scoring {len(forks)} rewards, {name} ..."):
                 rounds.append({"round": name, **score_round(base, forks, questions)})
-    rewards = rounds[0].pop("rewards")
-    for r in rounds[1:]:
+        rewards = rounds[0]["rewards"]
+        with console.status(f"scoring {len(forks)} rewards the plain way (the baseline) ..."):
+            plain = plain_round(base, forks, questions, rewards)
+    for r in rounds:
         assert r.pop("rewards") == rewards, "scoring the same forks again gave other rewards"
     warm = statistics.median(r["rewards_per_s"] for r in rounds[1:])
     return {
@@ -173,6 +227,8 @@ def run(args: argparse.Namespace) -> dict:
         "rounds": rounds,
         "mean_reward": statistics.fmean(rewards),
         "positive_negative": [sum(r > 0 for r in rewards), sum(r < 0 for r in rewards)],
+        "plain": plain,
+        "speedup_over_plain": warm / plain["rewards_per_s"],
         "cold_rewards_per_s": rounds[0]["rewards_per_s"],
         "warm_rewards_per_s": warm,
         "target_rewards_per_s": TARGET_REWARDS_PER_S,
@@ -191,8 +247,8 @@ def report(summary: dict) -> None:
         ["ms per reward", *[f"{r['total_s'] * 1000 / summary['trajectories']:.2f}" for r in rounds]],
         ["texts embedded (model)", *[str(r["texts_embedded"]) for r in rounds]],
         ["embedding ms (share)", *[share(r, "embed_s") for r in rounds]],
-        ["search_by_vector ms (share)", *[share(r, "search_s") for r in rounds]],
-        ["snapshot ms (share)", *[share(r, "snapshot_s") for r in rounds]],
+        ["search SQL ms (share)", *[share(r, "search_s") for r in rounds]],
+        ["fork-vs-base diff ms (share)", *[share(r, "diff_s") for r in rounds]],
         ["rest, Python ms (share)", *[share(r, "python_s") for r in rounds]],
         [
             f"≥ {TARGET_REWARDS_PER_S:g} rewards/s",
@@ -202,17 +258,20 @@ def report(summary: dict) -> None:
     first = rounds[0]
     positive, negative = summary["positive_negative"]
     print_table(
-        f"reward throughput: {summary['trajectories']} rewards ({summary['questions']} questions × "
-        f"{FORKS_PER_QUESTION} forks), {N_MEMORIES} memories",
+        f"reward v2 throughput: {summary['trajectories']} rewards ({summary['questions']} questions × "
+        f"{FORKS_PER_QUESTION} forks, each scored on 1 + {CONFIG.collateral_questions} questions), {N_MEMORIES} memories",
         ["metric", *[r["round"] for r in rounds]],
         rows,
         [
-            f"per round: score_questions(base) + base.snapshot() once, then compute_reward per trajectory: "
-            f"{first['search_calls']:,} searches, {first['snapshot_calls']:,} snapshots. search_by_vector and snapshot "
-            "include turning rows into records; the rest is the QA proxy's text work and memory_efficiency.",
+            f"per round: score(base) + base.snapshot() once, then compute_reward per trajectory: "
+            f"{first['search_calls']:,} search calls, {first['diff_calls']:,} diff calls. Both include turning rows "
+            "into records; the rest is the QA proxy's text work, faithfulness and memory_efficiency.",
             f"mean reward {summary['mean_reward']:+.4f} ({positive} positive, {negative} negative), "
             "the same in every round (asserted).",
             "Timings on a shared 2-core machine vary by ±10-20% between runs; the median of the warm rounds is the figure.",
+            f"baseline, the plain path (a search per question, two Python snapshots per fork): "
+            f"{summary['plain']['rewards_per_s']:,.0f}/s on the same forks, the same rewards (max difference "
+            f"{summary['plain']['max_abs_difference']:.1e}); the fast path: [bold]{summary['speedup_over_plain']:.2f}×[/bold]",
             f"target ≥ {TARGET_REWARDS_PER_S:g} rewards/s: warm median {summary['warm_rewards_per_s']:,.0f}/s "
             f"{verdict(summary['met'])} (cold cache {summary['cold_rewards_per_s']:,.0f}/s)",
         ],

@@ -20,7 +20,7 @@ no source holds cost reward however retrieval ranks them (`rl/reward.py` charges
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date
 
@@ -85,7 +85,13 @@ def check_faithfulness(
     base: MemoryStore, before: Mapping[str, MemoryRecord], after: Mapping[str, MemoryRecord]
 ) -> Faithfulness:
     """Count the tokens the fork's writes hold that none of their sources supports."""
-    writes = written_memories(before, after)
+    return faithfulness_of_writes(base, before, written_memories(before, after))
+
+
+def faithfulness_of_writes(
+    base: MemoryStore, before: Mapping[str, MemoryRecord], writes: Sequence[MemoryRecord]
+) -> Faithfulness:
+    """`check_faithfulness` given the writes already (`MemoryStore.changes_from` reads them in SQL)."""
     written = unsupported = 0
     examples: list[str] = []
     for memory in writes:

@@ -25,13 +25,19 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Protocol
 
+import numpy as np
+
 from memupdate.rl.metrics import ADVERSARIAL, answer_parts, normalized_tokens, token_f1
-from memupdate.store import MemoryStore, ScoredMemory
+from memupdate.store import MemoryStore, NamespaceChanges, ScoredMemory
 
 DEFAULT_CONTEXT_TOKENS = 120
 DEFAULT_CANDIDATES = 20
+# score_fork keeps this many times `candidates` of the base's hits per question: a fork that replaces
+# more than the surplus among them is searched directly instead.
+BASE_HITS_FACTOR = 2
 
 
 class Question(Protocol):
@@ -77,22 +83,29 @@ def build_context(hits: Sequence[ScoredMemory], budget: int) -> Context:
     for hit in hits:
         if used >= budget:
             break
+        memory_words = _words_and_tokens(hit.memory.content)
         words, tokens = [], []
-        for word in hit.memory.content.split():
-            word_tokens = normalized_tokens(word)
+        for word, word_tokens in memory_words:
             if used + len(tokens) + len(word_tokens) > budget:
                 break
             words.append(word)
             tokens.extend(word_tokens)
         if not words:
             break
-        if len(words) == len(hit.memory.content.split()):
+        if len(words) == len(memory_words):
             whole.append(hit)
         used += len(tokens)
         segments.append(tuple(tokens))
         texts.append(" ".join(words))
         keys.append(hit.memory.key)
     return Context(tuple(segments), tuple(texts), tuple(keys), tuple(whole))
+
+
+@lru_cache(maxsize=65536)
+def _words_and_tokens(content: str) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """Each word of `content` with its normalised tokens: a base and its forks share most memories,
+    so each text is tokenised once per process."""
+    return tuple((word, tuple(normalized_tokens(word))) for word in content.split())
 
 
 def phrase_f1(gold: Sequence[str], segments: Sequence[Sequence[str]]) -> float:
@@ -144,18 +157,69 @@ def score_questions(
     candidates: int = DEFAULT_CANDIDATES,
 ) -> list[QAScore]:
     """Score every question against `store`'s namespace; questions are embedded once, in one batch
-    (and cached by the embedder, so scoring the base and its forks embeds each question once)."""
+    (and cached by the embedder, so scoring the base and its forks embeds each question once), and
+    searched in one statement."""
+    if not questions:
+        return []
     vectors = store.embedder.embed([q.question for q in questions])
+    return [_score(question, build_context(hits, context_tokens))
+            for question, hits in zip(questions, store.search_many_by_vector(vectors, candidates), strict=True)]  # fmt: skip
+
+
+def score_fork(
+    base: MemoryStore,
+    fork: MemoryStore,
+    questions: Sequence[Question],
+    *,
+    context_tokens: int = DEFAULT_CONTEXT_TOKENS,
+    candidates: int = DEFAULT_CANDIDATES,
+) -> tuple[list[QAScore], NamespaceChanges]:
+    """`score_questions(fork, ...)` and `fork.changes_from(base)`, from one read of what the fork changed.
+
+    A fork differs from its base by a few memories, so its hits for a question are the base's (searched
+    once per question and kept while the base's version stays the same) minus the memories the fork
+    replaced, plus its new and edited memories ranked by the same distances: the same hits, in the same
+    order, as searching the fork. A fork that replaced too many of the base's hits is searched directly.
+    """
+    vectors = fork.embedder.embed([q.question for q in questions])
+    changes = fork.changes_from(base, vectors)
+    depth = candidates * BASE_HITS_FACTOR
+    base_hits = _base_hits(base, vectors, depth, changes.base_version)
     results = []
-    for question, vector in zip(questions, vectors, strict=True):
-        context = build_context(store.search_by_vector(vector, candidates), context_tokens)
-        results.append(
-            QAScore(
-                qa_score=qa_score(question, context),
-                evidence_recall=evidence_recall(question.evidence, context.whole),
-                context_tokens=context.tokens,
-                retrieved=context.keys,
-                context=context.text,
-            )
-        )
-    return results
+    for i, (question, vector) in enumerate(zip(questions, vectors, strict=True)):
+        kept = [hit for hit in base_hits[i] if hit[1].memory.key not in changes.replaced]
+        if len(kept) >= candidates or len(base_hits[i]) < depth:  # else unseen base memories may rank in
+            ranked = sorted(kept + changes.changed_hits[i], key=lambda hit: (hit[0], hit[1].memory.key))
+            hits = [hit for _, hit in ranked[:candidates]]
+        else:
+            hits = fork.search_by_vector(vector, candidates)
+        results.append(_score(question, build_context(hits, context_tokens)))
+    return results, changes
+
+
+# (database, base namespace, depth, question vector) -> (the base's version, its ranked hits).
+_base_hits_cache: dict[tuple, tuple[tuple, list]] = {}
+
+
+def _base_hits(base: MemoryStore, vectors: Sequence, depth: int, version: tuple) -> list[list]:
+    """The base's top `depth` (distance, hit) per vector, cached while `version` stays the same."""
+    keys = [(str(base.engine.url), base.path, depth, np.asarray(v, dtype=np.float32).tobytes()) for v in vectors]
+    found = {i: entry[1] for i, key in enumerate(keys) if (entry := _base_hits_cache.get(key)) and entry[0] == version}
+    missing = [i for i in range(len(keys)) if i not in found]
+    if missing:
+        if len(_base_hits_cache) > 4096:  # a bound, not an LRU: bases are few per training run
+            _base_hits_cache.clear()
+        for i, ranked in zip(missing, base.ranked_many_by_vector([vectors[i] for i in missing], depth), strict=True):
+            found[i] = ranked
+            _base_hits_cache[keys[i]] = (version, ranked)
+    return [found[i] for i in range(len(keys))]
+
+
+def _score(question: Question, context: Context) -> QAScore:
+    return QAScore(
+        qa_score=qa_score(question, context),
+        evidence_recall=evidence_recall(question.evidence, context.whole),
+        context_tokens=context.tokens,
+        retrieved=context.keys,
+        context=context.text,
+    )

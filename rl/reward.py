@@ -30,16 +30,17 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
-from memupdate.rl.faithfulness import Faithfulness, check_faithfulness, written_memories
+from memupdate.rl.faithfulness import Faithfulness, faithfulness_of_writes, written_memories
 from memupdate.rl.metrics import normalized_tokens
 from memupdate.rl.qa_proxy import (
     DEFAULT_CANDIDATES,
     DEFAULT_CONTEXT_TOKENS,
     QAScore,
     Question,
+    score_fork,
     score_questions,
 )
-from memupdate.store import MemoryRecord, MemoryStore
+from memupdate.store import MemoryRecord, MemoryStore, NamespaceChanges
 
 
 @dataclass(frozen=True)
@@ -145,15 +146,21 @@ def memory_efficiency(
     before: Mapping[str, MemoryRecord], after: Mapping[str, MemoryRecord], config: RewardConfig = RewardConfig()
 ) -> Efficiency:
     """size × density × change of going from the `before` snapshot to the `after` one."""
-    written = written_memories(before, after)
     edited = sum(before[k].as_event() != after[k].as_event() for k in before.keys() & after.keys())
     edited += len(before.keys() ^ after.keys())
-    size = size_factor(len(before), len(after), config.size_penalty)
+    changes = NamespaceChanges(len(before), len(after), edited, written_memories(before, after))
+    return efficiency_of_changes(changes, config)
+
+
+def efficiency_of_changes(changes: NamespaceChanges, config: RewardConfig = RewardConfig()) -> Efficiency:
+    """`memory_efficiency` of a fork's `changes_from(base)`, read in SQL instead of two snapshots."""
+    before, after, edited = changes.memories_before, changes.memories_after, changes.edited
+    size = size_factor(before, after, config.size_penalty)
     density = density_factor(
-        [len(normalized_tokens(m.content)) for m in written], config.max_memory_tokens, config.density_penalty
+        [len(normalized_tokens(m.content)) for m in changes.written], config.max_memory_tokens, config.density_penalty
     )
-    change = change_factor(edited, len(before), config.free_edits, config.change_penalty)
-    return Efficiency(size * density * change, size, density, change, len(before), len(after), edited)
+    change = change_factor(edited, before, config.free_edits, config.change_penalty)
+    return Efficiency(size * density * change, size, density, change, before, after, edited)
 
 
 def performance_delta(before: Sequence[QAScore], after: Sequence[QAScore], config: RewardConfig) -> tuple[float, float, float | None]:
@@ -214,7 +221,13 @@ def compute_reward(
         base_scores = score(base, questions, config)
     if base_snapshot is None:
         base_snapshot = base.snapshot()
-    return reward_from_scores(base, fork, base_scores, score(fork, questions, config), base_snapshot, config)
+    if config.qa != "proxy":
+        return reward_from_scores(base, fork, base_scores, score(fork, questions, config), base_snapshot, config)
+    # One read of what the fork changed serves its search and its efficiency (see `score_fork`).
+    fork_scores, changes = score_fork(
+        base, fork, questions, context_tokens=config.context_tokens, candidates=config.candidates
+    )
+    return _reward(base, base_scores, fork_scores, base_snapshot, changes, config)
 
 
 def reward_from_scores(
@@ -226,10 +239,21 @@ def reward_from_scores(
     config: RewardConfig = RewardConfig(),
 ) -> RewardBreakdown:
     """`compute_reward` once both sides are scored (for callers that keep the fork's scores too)."""
-    after_snapshot = fork.snapshot()
+    # In SQL: counts and written rows, not a snapshot of the fork.
+    return _reward(base, base_scores, fork_scores, base_snapshot, fork.changes_from(base), config)
+
+
+def _reward(
+    base: MemoryStore,
+    base_scores: Sequence[QAScore],
+    fork_scores: Sequence[QAScore],
+    base_snapshot: Mapping[str, MemoryRecord],
+    changes: NamespaceChanges,
+    config: RewardConfig,
+) -> RewardBreakdown:
     delta, target_delta, collateral_delta = performance_delta(base_scores, fork_scores, config)
-    efficiency = memory_efficiency(base_snapshot, after_snapshot, config)
-    faithfulness = check_faithfulness(base, base_snapshot, after_snapshot)
+    efficiency = efficiency_of_changes(changes, config)
+    faithfulness = faithfulness_of_writes(base, base_snapshot, changes.written)
     penalty = unsupported_penalty(faithfulness, config)
     return RewardBreakdown(
         reward=combine(delta, efficiency.value) - penalty,

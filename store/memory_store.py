@@ -25,20 +25,26 @@ import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import lru_cache
 from typing import Any, Literal
 
 import numpy as np
 from sqlalchemy import (
+    ARRAY,
     ColumnElement,
     Engine,
     Row,
+    Text,
     bindparam,
+    cast,
+    column,
     delete,
     func,
     insert,
     literal,
     select,
     text,
+    true,
     update,
 )
 from sqlalchemy.dialects.postgresql import insert as pg_insert
@@ -86,6 +92,73 @@ SEARCH_BY_VECTOR = (
     select(*RECORD_COLUMNS, _TOP_K.c.distance)
     .join_from(memories, _TOP_K, memories.c.id == _TOP_K.c.id)
     .order_by(_TOP_K.c.distance, _TOP_K.c.key)
+)
+
+# search_many_by_vector's statement: the same top-k, once per query vector (a LATERAL join over the
+# unnested vectors), so the QA proxy scores all of a fork's questions in one round trip. The vectors
+# travel as text that reads back as the very float4s `search_by_vector` sends: the same distances and ranks.
+_QUERIES = (
+    func.unnest(cast(bindparam("query_vectors", type_=ARRAY(Text)), ARRAY(memories.c.embedding.type)))
+    .table_valued(column("query_vector", memories.c.embedding.type), with_ordinality="ordinal")
+    .render_derived()
+)
+_MANY_DISTANCE = memories.c.embedding.cosine_distance(_QUERIES.c.query_vector)
+_TOP_K_EACH = (
+    select(memories.c.id, memories.c.key, _MANY_DISTANCE.label("distance"))
+    .where(memories.c.namespace == bindparam("namespace"), memories.c.embedding.is_not(None))
+    .order_by(_MANY_DISTANCE, memories.c.key)
+    .limit(bindparam("top_k"))
+    .correlate(_QUERIES)
+    .lateral("top_k")
+)
+SEARCH_MANY_BY_VECTOR = (
+    select(_QUERIES.c.ordinal, *RECORD_COLUMNS, _TOP_K_EACH.c.distance)
+    .select_from(_QUERIES.join(_TOP_K_EACH, true()).join(memories, memories.c.id == _TOP_K_EACH.c.id))
+    .order_by(_QUERIES.c.ordinal, _TOP_K_EACH.c.distance, _TOP_K_EACH.c.key)
+)
+
+# changes_from's statements: the base's and the fork's rows joined by key, compared in SQL.
+_BASE = select(
+    memories.c.key, memories.c.content, memories.c.kind, memories.c.metadata, memories.c.embedding,
+    memories.c.seq, memories.c.updated_at,
+).where(memories.c.namespace == bindparam("base")).subquery("base")  # fmt: skip
+_FORK = (
+    select(*RECORD_COLUMNS, memories.c.embedding, memories.c.seq)
+    .where(memories.c.namespace == bindparam("fork"))
+    .subquery("fork")
+)
+_BY_KEY = _BASE.join(_FORK, _BASE.c.key == _FORK.c.key, full=True)
+# What `MemoryRecord.as_event()` compares (jsonb equality is Python's dict equality of the decoded values).
+_EDITED = (
+    _BASE.c.key.is_(None)
+    | _FORK.c.key.is_(None)
+    | (_BASE.c.content != _FORK.c.content)
+    | (_BASE.c.kind != _FORK.c.kind)
+    | (_BASE.c.metadata != _FORK.c.metadata)
+)
+# A row a search could see differently: edited, or re-embedded.
+_REPLACED = _EDITED | _BASE.c.embedding.is_distinct_from(_FORK.c.embedding)
+CHANGE_COUNTS = select(
+    func.count(_BASE.c.key).label("before"),
+    func.count(_FORK.c.key).label("after"),
+    func.count().filter(_EDITED).label("edited"),
+    func.coalesce(func.array_agg(_BASE.c.key).filter(_BASE.c.key.is_not(None) & _REPLACED), literal([], ARRAY(Text))).label("replaced"),
+    func.max(_BASE.c.seq).label("base_seq"),
+    func.max(_BASE.c.updated_at).label("base_updated_at"),
+).select_from(_BY_KEY)
+_WRITTEN = _BASE.c.key.is_(None) | (_BASE.c.content != _FORK.c.content)
+_QUERY_DISTANCES = func.array(
+    select(_FORK.c.embedding.cosine_distance(_QUERIES.c.query_vector))
+    .select_from(_QUERIES)
+    .order_by(_QUERIES.c.ordinal)
+    .correlate(_FORK)
+    .scalar_subquery()
+)
+CHANGED_ROWS = (
+    select(*(_FORK.c[c.name] for c in RECORD_COLUMNS), _WRITTEN.label("written"), _QUERY_DISTANCES.label("distances"))
+    .select_from(_FORK.outerjoin(_BASE, _BASE.c.key == _FORK.c.key))
+    .where(_REPLACED)
+    .order_by(_FORK.c.seq)
 )
 
 
@@ -160,6 +233,20 @@ class NamespaceDiff:
     @property
     def is_empty(self) -> bool:
         return not (self.added or self.removed or self.changed)
+
+
+@dataclass(frozen=True)
+class NamespaceChanges:
+    """How a namespace differs from the one it was forked from, read in SQL (`changes_from`)."""
+
+    memories_before: int
+    memories_after: int
+    edited: int  # keys added, removed, or with another content, kind or metadata
+    written: list[MemoryRecord]  # memories whose text the base does not hold under the same key, in order
+    replaced: frozenset[str] = frozenset()  # base keys the fork removed, edited or re-embedded
+    # Per query vector given: the fork's new, edited or re-embedded memories as (cosine distance, hit).
+    changed_hits: list[list[tuple[float, ScoredMemory]]] = field(default_factory=list)
+    base_version: tuple = ()  # (count, max seq, max updated_at) of the base: moves with every write
 
 
 @dataclass(frozen=True)
@@ -249,6 +336,29 @@ class MemoryStore:
             rows = conn.execute(SEARCH_BY_VECTOR, params)
             return [ScoredMemory(self._record(row), 1.0 - float(row.distance)) for row in rows]
 
+    def search_many_by_vector(
+        self, vectors: Sequence[np.ndarray | Sequence[float]], top_k: int = 5
+    ) -> list[list[ScoredMemory]]:
+        """`search_by_vector` for each vector, the same hits in the same order, in one statement."""
+        return [[hit for _, hit in ranked] for ranked in self.ranked_many_by_vector(vectors, top_k)]
+
+    def ranked_many_by_vector(
+        self, vectors: Sequence[np.ndarray | Sequence[float]], top_k: int = 5
+    ) -> list[list[tuple[float, ScoredMemory]]]:
+        """`search_many_by_vector` with each hit's cosine distance, the ranking key (with the memory's
+        key breaking ties): what merging a fork's changes into its base's hits sorts by."""
+        if top_k < 1:
+            raise InvalidMemory(f"top_k={top_k} must be at least 1")
+        if len(vectors) == 0:
+            return []
+        params = {"query_vectors": [_vector_text(v) for v in vectors], "namespace": self.path, "top_k": top_k}
+        hits: list[list[tuple[float, ScoredMemory]]] = [[] for _ in vectors]
+        with self.engine.connect() as conn:
+            for row in conn.execute(SEARCH_MANY_BY_VECTOR, params):
+                distance = float(row.distance)
+                hits[row.ordinal - 1].append((distance, ScoredMemory(self._record(row), 1.0 - distance)))
+        return hits
+
     def sample(self, strategy: SampleStrategy = "random", k: int = 5, *, seed: int | None = None) -> list[MemoryRecord]:
         """`k` memories: `random` (seedable), `diverse` (farthest-point over embeddings) or `recent`
         (latest session date, then latest update)."""
@@ -293,6 +403,32 @@ class MemoryStore:
             removed=sorted(before.keys() - after.keys()),
             changed=sorted(changed),
         )
+
+    def changes_from(
+        self, base: MemoryStore | Namespace | str, query_vectors: Sequence[np.ndarray] | None = None
+    ) -> NamespaceChanges:
+        """Counts and written memories of this namespace against `base`, compared in SQL: what the
+        reward needs of a fork, without reading either namespace whole. With `query_vectors`, also
+        the distance of every new, edited or re-embedded memory to each of them (`changed_hits`), so
+        a search of the fork is the base's hits minus `replaced` plus those."""
+        base_path = base.path if isinstance(base, MemoryStore) else namespace_path(to_namespace(base))
+        vectors = list(query_vectors) if query_vectors is not None else []
+        params = {"base": base_path, "fork": self.path, "query_vectors": [_vector_text(v) for v in vectors]}
+        with self.engine.connect() as conn:
+            counts = conn.execute(CHANGE_COUNTS, params).one()
+            changed = conn.execute(CHANGED_ROWS, params).all()
+        written, hits = [], [[] for _ in vectors]
+        for row in changed:
+            record = self._record(row)
+            if row.written:
+                written.append(record)
+            for i, distance in enumerate(row.distances or []):
+                if distance is not None:  # no embedding: no search finds it
+                    hits[i].append((float(distance), ScoredMemory(record, 1.0 - float(distance))))
+        return NamespaceChanges(
+            counts.before, counts.after, counts.edited, written, frozenset(counts.replaced), hits,
+            (counts.before, counts.base_seq, counts.base_updated_at),
+        )  # fmt: skip
 
     def events(self) -> list[MemoryEventRecord]:
         """The event log of this namespace, oldest first."""
@@ -574,6 +710,19 @@ def _check_kind(kind: str) -> None:
         raise InvalidMemory(f"memory kind {kind!r} is not one of {', '.join(MEMORY_KINDS)}")
 
 
+@lru_cache(maxsize=4096)
+def _vector_text_of(data: bytes) -> str:
+    # numpy prints a float32 as the shortest text that reads back as the same float32 (pgvector reads
+    # it with strtof): half the bytes of pgvector's own float64 text, the same vector on the server.
+    return "[" + ",".join(map(str, np.frombuffer(data, dtype=np.float32))) + "]"
+
+
+def _vector_text(vector: np.ndarray | Sequence[float]) -> str:
+    """pgvector's text form of `vector`, cached: the QA proxy sends the same question vectors for a
+    base and all its forks."""
+    return _vector_text_of(np.asarray(vector, dtype=np.float32).tobytes())
+
+
 def _from_vector_send(data: bytes | None, dims: int) -> np.ndarray:
     """Decode pgvector's binary form (int16 dims, int16 unused, then big-endian float4s)."""
     if data is None:
@@ -605,7 +754,8 @@ def _make_async(name: str):  # noqa: ANN202
 
 
 for _name in (
-    "get", "get_many", "list", "count", "search", "search_by_vector", "sample", "snapshot", "diff", "events", "deleted_keys",
+    "get", "get_many", "list", "count", "search", "search_by_vector", "search_many_by_vector", "ranked_many_by_vector",
+    "sample", "snapshot", "diff", "changes_from", "events", "deleted_keys",
     "list_namespaces", "create", "create_many", "update", "delete", "replace", "fork", "drop",
 ):  # fmt: skip
     setattr(MemoryStore, f"a{_name}", _make_async(_name))

@@ -7,13 +7,14 @@ Every command has `--help`.
     memupdate eval --locomo locomo10.json --conversations conv-48 --policy heuristic --json out.json
     memupdate agent run --namespace locomo/conv-26 --question "When did ...?" --policy heuristic
     memupdate tools schema                           # the six tools' OpenAI function schemas
+    memupdate bench all --json bench.json            # every benchmark figure (from the repository root)
 """
 
 from __future__ import annotations
 
 import typer
 
-from memupdate.cli import agent, data, db, distill, evaluate, rl, tools
+from memupdate.cli import agent, bench, data, db, distill, evaluate, rl, tools
 
 app = typer.Typer(help="Train and run an agent that edits a long-term memory database.", no_args_is_help=True)
 app.add_typer(db.app, name="db")
@@ -24,6 +25,7 @@ app.add_typer(rl.app, name="rl")
 rl.app.command("distill")(distill.distill_command)
 app.command("eval")(evaluate.eval_command)
 app.command("demo")(evaluate.demo)
+app.command("bench")(bench.bench_command)
 
 if __name__ == "__main__":
     app()

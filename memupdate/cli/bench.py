@@ -1,0 +1,108 @@
+"""`memupdate bench`: every benchmark figure from one command.
+
+    memupdate bench all --json bench.json --plot cost.png     # store, tools, reward, rollouts (~10 min)
+    memupdate bench store --sizes 200,5000                    # one benchmark, smaller
+    memupdate bench reward
+
+The benchmarks live in the repository's top-level `bench/` folder (not in the installed package):
+run from the repository root, or from an editable install. Each also runs alone as
+`python -m bench.<name>`. `all` runs them on one embedded server (or `--url`).
+"""
+
+from __future__ import annotations
+
+import atexit
+import importlib
+import importlib.util
+import json
+import shutil
+import sys
+import tempfile
+import time
+from enum import StrEnum
+from pathlib import Path
+
+import typer
+from rich.console import Console
+
+console = Console()
+
+
+class Benchmark(StrEnum):
+    store = "store"
+    tools = "tools"
+    reward = "reward"
+    rollouts = "rollouts"
+    all = "all"
+
+
+ORDER = ["store", "tools", "reward", "rollouts"]
+
+
+def bench_folder() -> Path | None:
+    """The folder that holds `bench/`: the editable install's repository, else the working directory."""
+    for root in (Path(__file__).resolve().parents[2], Path.cwd()):
+        if (root / "bench" / "common.py").is_file():
+            return root
+    return None
+
+
+def load_benchmark(name: str):  # noqa: ANN201
+    """The module `bench.<name>`, or None when it is not in this checkout (rollouts lands separately)."""
+    root = bench_folder()
+    if root is None:
+        console.print(
+            "[red]memupdate bench needs the repository's bench/ folder: run it from the repository root "
+            "(git clone ... && cd memupdate && memupdate bench ...)[/red]"
+        )
+        raise typer.Exit(2)
+    if str(root) not in sys.path:
+        sys.path.insert(0, str(root))
+    if importlib.util.find_spec(f"bench.{name}") is None:
+        return None
+    return importlib.import_module(f"bench.{name}")
+
+
+def bench_command(
+    which: Benchmark = typer.Argument(Benchmark.all, help="the benchmark to run, or all of them"),
+    json_out: Path | None = typer.Option(None, "--json", help="write every result to this JSON file"),
+    plot: Path | None = typer.Option(None, "--plot", help="draw the store's cost curve (search, fork) to this PNG"),
+    url: str | None = typer.Option(None, "--url", help="postgresql://... of a server instead of the embedded one"),
+    sizes: str = typer.Option("200,5000,100000", help="the store benchmark's sizes, comma-separated"),
+    queries: int = typer.Option(200, help="the store benchmark's search queries per size"),
+) -> None:
+    """Run the benchmarks and print their tables (ratios against baselines measured in the same run)."""
+    names = ORDER if which is Benchmark.all else [which.value]
+    if plot and "store" not in names:
+        raise typer.BadParameter("--plot draws the store benchmark's cost curve: run `bench store` or `bench all`")
+    data_dir = None
+    if not url:  # one embedded server for every benchmark of the run
+        data_dir = Path(tempfile.mkdtemp(prefix="memupdate-bench-"))
+        data_dir.chmod(0o755)  # the server runs as user `pgserver` when we are root
+        # Registered before the server starts: atexit runs last-in first-out, so after pgserver's stop.
+        atexit.register(shutil.rmtree, data_dir, ignore_errors=True)
+    common = ["--url", url] if url else ["--data-dir", str(data_dir)]
+    summary: dict[str, object] = {}
+    started = time.perf_counter()
+    for name in names:
+        module = load_benchmark(name)
+        if module is None:
+            console.print(f"[yellow]{name}: not available (bench/{name}.py is not in this checkout)[/yellow]")
+            summary[name] = "not available"
+            continue
+        console.rule(f"bench {name}")
+        out = Path(tempfile.mkstemp(prefix=f"bench-{name}-", suffix=".json")[1])
+        argv = [*common, "--json", str(out)]
+        if name == "store":
+            argv += ["--sizes", sizes, "--queries", str(queries)] + (["--plot", str(plot)] if plot else [])
+        began = time.perf_counter()
+        module.main(argv)
+        result = json.loads(out.read_text()) if out.stat().st_size else {}
+        out.unlink()
+        summary[name] = {"seconds": round(time.perf_counter() - began, 1), **result}
+    summary["seconds"] = round(time.perf_counter() - started, 1)
+    console.print(f"benchmarks done in {summary['seconds']:.0f} s")
+    if json_out:
+        json_out.write_text(json.dumps(summary, indent=2, default=str) + "\n")
+        console.print(f"wrote {json_out}")
+
