@@ -268,6 +268,19 @@ def prepare(engine: Any, embedder: Any) -> dict[str, Any]:
     }
 
 
+def _restore_process(saved_url: str | None) -> None:
+    """Undo `prepare`'s process-wide settings (`memupdate bench all` runs every benchmark in one process)."""
+    from memupdate.rl import forks
+    from memupdate.settings import get_settings
+
+    forks.use_worker_store(None)
+    if saved_url is None:
+        os.environ.pop("MEMUPDATE_DATABASE_URL", None)
+    else:
+        os.environ["MEMUPDATE_DATABASE_URL"] = saved_url
+    get_settings.cache_clear()
+
+
 def run(args: argparse.Namespace) -> dict:
     import contextlib
     import io
@@ -278,6 +291,7 @@ def run(args: argparse.Namespace) -> dict:
     engine = open_engine(args)
     embedder = load_embedder()
     console.print(f"{server_line(engine, embedder)}\nmemories: {source}")
+    saved_url = os.environ.get("MEMUPDATE_DATABASE_URL")
     with contextlib.redirect_stdout(io.StringIO()):  # verl prints every tool schema it loads
         env = prepare(engine, embedder)
     connections = count_connections(env["engine"])
@@ -318,6 +332,8 @@ def run(args: argparse.Namespace) -> dict:
                     })  # fmt: skip
     finally:
         embedder._embed_fn = model_fn
+        env["engine"].dispose()
+        _restore_process(saved_url)
     return {"source": source, "memories": N_MEMORIES, "worker_connections": WORKER_CONNECTIONS,
             "connections_opened_total": connections["opened"], "target_s": TARGET_SECONDS, "results": results}  # fmt: skip
 
