@@ -629,6 +629,9 @@ class MemoryStore:
 
     def _fetch(self, conn, keys: Sequence[str], *, lock: bool = False) -> list[MemoryRecord]:  # noqa: ANN001
         """The rows `keys` in that order (locked for this transaction if asked); MemoryNotFound if any is missing."""
+        for key in keys:
+            if "\x00" in key:  # PostgreSQL text cannot hold NUL, so no stored key does (and the query would fail)
+                raise MemoryNotFound(key, self.path)
         query = select(*RECORD_COLUMNS).where(memories.c.namespace == self.path, memories.c.key.in_(keys))
         found = {row.key: self._record(row) for row in conn.execute(query.with_for_update() if lock else query)}
         for key in keys:

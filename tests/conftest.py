@@ -14,12 +14,18 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
+from hypothesis import settings
 from sqlalchemy import text
 
 from memupdate.store import MemoryStore
 from memupdate.store.database import get_engine, start_embedded_server
 from memupdate.store.embeddings import get_embedder
 from memupdate.store.migrate import upgrade
+
+# CI replays the same examples every run (a failure there reproduces); locally, new examples each run.
+settings.register_profile("ci", derandomize=True)
+if os.environ.get("CI"):
+    settings.load_profile("ci")
 
 
 @pytest.fixture(scope="session")

@@ -148,6 +148,8 @@ BAD_CALLS = [
     ("merge_memory", {"memory_ids": ["f0000"]}, "at least two"),
     ("merge_memory", {"memory_ids": ["f0000", "f0000"]}, "at least two"),
     ("merge_memory", {"memory_ids": ["f0000", "zzz"]}, "unknown memory id 'zzz'"),
+    ("merge_memory", {"memory_ids": ["f0000", "f\x000"]}, "unknown memory id"),  # NUL: found by hypothesis
+    ("delete_memory", {"memory_id": "\x00"}, "unknown memory id"),
     ("merge_memory", {"memory_ids": ["f0002", "f0003"], "strategy": "extract_common"}, "share no fact"),
     ("split_memory", {"memory_id": "f0000", "strategy": "thematic"}, "nothing to split"),
     ("split_memory", {"memory_id": "f0002", "parts": ["only one"]}, "two or more"),
