@@ -345,23 +345,12 @@ def training_weights(advantages: Sequence[float], weighting: str) -> list[float]
 
 def check_student(path: str) -> None:
     """A clear error, before any rollout, when `path` is not a checkpoint a student can start from."""
-    from transformers import AutoTokenizer
+    from memupdate.agent.policies.hf import checkpoint_tokenizer
 
-    folder = Path(path)
-    if not (folder / "config.json").is_file():
-        raise MemupdateError(
-            f"--student {path!r}: no config.json there; give `tiny` or a Hugging Face checkpoint directory "
-            "(config, weights, tokenizer, chat template), e.g. a local copy of Qwen2.5-0.5B-Instruct"
-        )
     try:
-        tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
-    except (OSError, ValueError) as exc:
-        raise MemupdateError(f"--student {path!r}: cannot load its tokenizer ({exc}); copy the base model's tokenizer files there") from None
-    if not tokenizer.chat_template:
-        raise MemupdateError(
-            f"--student {path!r}: the tokenizer has no chat template; copy chat_template.jinja (or tokenizer_config.json's "
-            "chat_template) from the base model, e.g. Qwen2.5-Instruct, into it"
-        )
+        checkpoint_tokenizer(path)
+    except ValueError as exc:
+        raise MemupdateError(f"--student {path!r} (give `tiny` or a checkpoint folder): {exc}") from None
 
 
 def build_tiny_student(path: Path, records: Sequence[dict[str, Any]], config: DistillConfig) -> Path:

@@ -157,18 +157,15 @@ def _merge_fsdp_shards(actor: Path, out: Path) -> None:
 def check_hf_folder(path: Path) -> None:
     """The folder loads as the `hf` policy loads it: config, tokenizer, and a chat template that renders
     the tools, a Hermes tool call and a tool result. ExportError naming what is missing."""
-    from transformers import AutoConfig, AutoTokenizer
+    from transformers import AutoConfig
+
+    from memupdate.agent.policies.hf import checkpoint_tokenizer
 
     try:
         AutoConfig.from_pretrained(path, local_files_only=True)
-        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+        tokenizer = checkpoint_tokenizer(path)
     except (OSError, ValueError) as exc:
-        raise ExportError(f"{path} does not load as a Hugging Face model ({exc})") from None
-    if not tokenizer.chat_template:
-        raise ExportError(
-            f"the tokenizer in {path} has no chat template: copy chat_template.jinja (or tokenizer_config.json) "
-            "from the base model, e.g. Qwen2.5-Instruct, into the folder"
-        )
+        raise ExportError(f"{path} does not load as a Hugging Face model: {exc}") from None
     from memupdate.agent.tools import tool_schemas
 
     call = {"type": "function", "function": {"name": "search_memory", "arguments": {"query": "Ann"}}}

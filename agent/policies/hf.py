@@ -61,6 +61,30 @@ def to_chat_dicts(messages: Sequence[BaseMessage]) -> list[dict[str, str]]:
     return out
 
 
+def checkpoint_tokenizer(path: str | Path) -> Any:
+    """The tokenizer of the Hugging Face checkpoint folder `path`, which must hold config.json and a chat
+    template; ValueError naming what is missing and the fix. The one check of a checkpoint that the hf
+    policy, `rl distill` (its student) and `rl export` (its output) make."""
+    from transformers import AutoTokenizer
+
+    path = Path(path)
+    if not path.is_dir():
+        raise ValueError(f"checkpoint path {str(path)!r} does not exist or is not a directory; {CHECKPOINT_HELP}")
+    if not (path / "config.json").is_file():
+        raise ValueError(f"no config.json in {str(path)!r}; {CHECKPOINT_HELP}")
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+    except (OSError, ValueError) as e:
+        raise ValueError(f"cannot load the tokenizer in {str(path)!r} ({e}); {CHECKPOINT_HELP}") from e
+    if not tokenizer.chat_template:
+        raise ValueError(
+            f"the tokenizer in {str(path)!r} has no chat template; copy chat_template.jinja (or the "
+            "chat_template entry of tokenizer_config.json) from the base model, e.g. Qwen2.5-Instruct, "
+            "into the checkpoint directory"
+        )
+    return tokenizer
+
+
 class HuggingFaceChatModel(BaseChatModel):
     """Chat model over a local ``AutoModelForCausalLM`` whose chat template speaks Hermes tool calls.
 
@@ -93,26 +117,14 @@ class HuggingFaceChatModel(BaseChatModel):
         dtype: Any = "auto",
     ) -> HuggingFaceChatModel:
         """Load tokenizer and model from a local checkpoint directory onto the CPU (no downloads)."""
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers import AutoModelForCausalLM
 
         path = Path(path)
-        if not path.is_dir():
-            raise ValueError(
-                f"checkpoint path {str(path)!r} does not exist or is not a directory; {CHECKPOINT_HELP}"
-            )
-        if not (path / "config.json").is_file():
-            raise ValueError(f"no config.json in {str(path)!r}; {CHECKPOINT_HELP}")
+        tokenizer = checkpoint_tokenizer(path)
         try:
-            tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
             model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=dtype)
         except (OSError, ValueError) as e:
             raise ValueError(f"cannot load a model from {str(path)!r} ({e}); {CHECKPOINT_HELP}") from e
-        if not tokenizer.chat_template:
-            raise ValueError(
-                f"the tokenizer in {str(path)!r} has no chat template; copy chat_template.jinja (or the "
-                "chat_template entry of tokenizer_config.json) from the base model, e.g. Qwen2.5-Instruct, "
-                "into the checkpoint directory"
-            )
         model.eval()
         return cls(
             hf_model=model,
