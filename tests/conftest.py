@@ -12,11 +12,13 @@ import shutil
 import tempfile
 import uuid
 from collections.abc import Iterator
+from dataclasses import replace
 
 import pytest
 from hypothesis import settings
 from sqlalchemy import text
 
+from memupdate.rl.locomo import load_sample
 from memupdate.store import MemoryStore
 from memupdate.store.database import get_engine, start_embedded_server
 from memupdate.store.embeddings import get_embedder
@@ -66,6 +68,15 @@ def store(engine, embedder, namespace) -> Iterator[MemoryStore]:
     store = MemoryStore(engine, embedder, namespace)
     yield store
     for ns in store.list_namespaces(prefix=namespace):
+        store.scoped(ns).drop()
+
+
+@pytest.fixture
+def sample(store: MemoryStore):
+    """The shipped sample conversation, renamed per test so tests never share a base namespace."""
+    conversation = replace(load_sample()[0], sample_id=f"sample-{store.namespace[-1]}")
+    yield conversation
+    for ns in store.list_namespaces(prefix=("locomo", conversation.sample_id)):
         store.scoped(ns).drop()
 
 

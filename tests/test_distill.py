@@ -30,7 +30,6 @@ from memupdate.rl.distill import (
     training_prompts,
 )
 from memupdate.rl.ingest import ingest_conversation
-from memupdate.rl.locomo import load_sample
 from memupdate.store import MemoryStore, MemupdateError
 
 runner = CliRunner()
@@ -39,15 +38,6 @@ SMALL = DistillConfig(
     group_size=2, max_questions=2, eval_questions=1, epochs=1, batch_size=2, max_turns=2, max_new_tokens=24,
     tiny_vocab_size=600, tiny_hidden_size=32, tiny_layers=1, explore=0.5,
 )  # fmt: skip
-
-
-@pytest.fixture
-def sample(store: MemoryStore):
-    """The shipped sample conversation, renamed per test so tests never share a base namespace."""
-    conversation = replace(load_sample()[0], sample_id=f"sample-{store.namespace[-1]}")
-    yield conversation
-    for ns in store.list_namespaces(prefix=("locomo", conversation.sample_id)):
-        store.scoped(ns).drop()
 
 
 def test_heuristic_exploration_is_seeded_and_off_by_default(store: MemoryStore, sample) -> None:

@@ -19,14 +19,6 @@ from memupdate.rl.locomo import load_sample, sample_conversation_path
 from memupdate.store import MemoryStore
 
 
-@pytest.fixture
-def sample(store: MemoryStore):
-    conversation = replace(load_sample()[0], sample_id=f"sample-{store.namespace[-1]}")
-    yield conversation
-    for ns in store.list_namespaces(prefix=("locomo", conversation.sample_id)):
-        store.scoped(ns).drop()
-
-
 def test_reload_after_an_in_place_merge_does_not_resurrect_the_sources(store: MemoryStore, sample) -> None:
     first = ingest(store, sample)
     assert (first.added, first.present, first.removed_by_edit) == (len(sample.facts), 0, [])

@@ -5,7 +5,6 @@ off SQLAlchemy's cursor events."""
 from __future__ import annotations
 
 import os
-import uuid
 
 import pytest
 from alembic.script import ScriptDirectory
@@ -16,18 +15,6 @@ from memupdate.agent.tools import run_tool
 from memupdate.store import MemoryNotFound, MemoryStore, NewMemory
 from memupdate.store.database import get_engine
 from memupdate.store.migrate import alembic_config, current_revision, downgrade, head_revision, upgrade
-
-
-@pytest.fixture
-def fresh_database(engine):
-    name = f"mu_{uuid.uuid4().hex[:10]}"
-    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
-    url = engine.url.set(database=name)
-    yield url
-    get_engine(url).dispose()
-    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-        conn.execute(text(f'DROP DATABASE "{name}" WITH (FORCE)'))
 
 
 def test_upgrade_downgrade_upgrade_keeps_the_data(fresh_database, embedder) -> None:
