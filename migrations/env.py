@@ -21,8 +21,16 @@ def render_item(type_, obj, autogen_context):  # noqa: ANN001, ANN201 - Alembic'
     return False
 
 
+def include_name(name, type_, parent_names) -> bool:  # noqa: ANN001 - Alembic's hook signature
+    """Compare only memupdate's own tables: the same database may hold others (LangGraph's checkpointer
+    tables from `agent run --checkpoint`), which are not drift and must never be dropped."""
+    return type_ != "table" or name in target_metadata.tables
+
+
 def run_migrations(connection) -> None:  # noqa: ANN001
-    context.configure(connection=connection, target_metadata=target_metadata, render_item=render_item)
+    context.configure(
+        connection=connection, target_metadata=target_metadata, render_item=render_item, include_name=include_name
+    )
     with context.begin_transaction():
         context.run_migrations()
 

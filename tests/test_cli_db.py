@@ -56,6 +56,24 @@ def test_alembic_cli_check_reports_no_drift(database_url) -> None:
     assert "No new upgrade operations detected" in result.stdout + result.stderr
 
 
+def test_other_apps_tables_are_not_drift(fresh_database) -> None:
+    """LangGraph's checkpointer (`agent run --checkpoint`) shares the database; its tables are not ours."""
+    from sqlalchemy import text
+
+    from memupdate.store.database import get_engine
+    from memupdate.store.migrate import upgrade
+
+    engine = get_engine(fresh_database)
+    upgrade(engine)
+    with engine.begin() as conn:
+        conn.execute(text("CREATE TABLE checkpoint_migrations (v integer PRIMARY KEY)"))
+    env = {**os.environ, "MEMUPDATE_DATABASE_URL": fresh_database.render_as_string(hide_password=False)}
+    result = subprocess.run(
+        [sys.executable, "-m", "alembic", "check"], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
 @pytest.mark.parametrize(
     ("url", "message"),
     [
