@@ -163,7 +163,7 @@ def synthetic_facts(n: int, seed: int, names: Sequence[str] = NAMES) -> list[tup
 
 def locomo_file() -> Path | None:
     """$MEMUPDATE_LOCOMO_FILE, else the dev copy beside the repository, when it exists."""
-    from memupdate.rl.locomo import default_locomo_path
+    from memupdate.rl.data.locomo import default_locomo_path
 
     for path in (default_locomo_path(), LOCOMO_DEV_FILE):
         if path is not None and path.is_file():
@@ -174,8 +174,8 @@ def locomo_file() -> Path | None:
 def memory_bank(n_memories: int, n_questions: int, seed: int = 0) -> tuple[list[Any], list[Any], str]:
     """(memories to write, questions, where they come from): conv-26's facts padded with synthetic ones
     about its speakers and its first answered questions when LoCoMo is found, else all synthetic."""
-    from memupdate.rl.ingest import fact_metadata
-    from memupdate.rl.locomo import load_locomo
+    from memupdate.rl.data.ingest import fact_metadata
+    from memupdate.rl.data.locomo import load_locomo
     from memupdate.store import NewMemory
 
     def synthetic_memories(facts: list) -> list[NewMemory]:

@@ -45,9 +45,9 @@ from bench.common import (
     write_json,
 )
 from memupdate.agent.tools import run_tool
-from memupdate.rl.faithfulness import check_faithfulness
-from memupdate.rl.qa_proxy import QAScore, build_context, evidence_recall, qa_score, score_questions
-from memupdate.rl.reward import (
+from memupdate.rl.scoring.faithfulness import check_faithfulness
+from memupdate.rl.scoring.qa_proxy import QAScore, build_context, evidence_recall, qa_score, score_questions
+from memupdate.rl.scoring.reward import (
     RewardConfig,
     collateral_sample,
     combine,

@@ -5,7 +5,7 @@ Each rollout is what a training rollout does to the database: its first tool cal
 tool calls (search x3, sample x2, create, update, delete, merge, split), then the reward on the open
 fork (target question + 8 collateral ones), then the drop. The model is a scripted stand-in for the
 rollout server returning the token ids of those Hermes tool calls (tiny locally trained tokenizer,
-`memupdate.rl.tiny_student`; no LLM weights exist here).
+`memupdate.rl.distill.tiny_student`; no LLM weights exist here).
 
 Two paths, each with 8 and with 64 rollouts in flight:
 - `agent loop`: verl's real loop (`MemoryAgentLoop`: tokenization, Hermes parsing, our tools, reward);
@@ -147,7 +147,7 @@ async def run_agent_loops(rows, scripts, concurrency: int, env: dict) -> list[fl
 
     server = ScriptedServer(env["tokenizer"], [list(s) for s in scripts])
     gate = asyncio.Semaphore(concurrency)
-    target = {"_target_": "memupdate.rl.verl_agent_loop.MemoryAgentLoop"}
+    target = {"_target_": "memupdate.rl.verl.agent_loop.MemoryAgentLoop"}
 
     async def one(i: int) -> float:
         row = rows[i // ROLLOUTS_PER_QUESTION]
@@ -173,7 +173,7 @@ async def run_database_side(rows, scripts, concurrency: int, env: dict) -> list[
     """The same tool calls and rewards through the same verl tool objects, without verl's loop."""
     from verl.experimental.agent_loop.tool_agent_loop import AgentData
 
-    from memupdate.rl.forks import finish_rollout
+    from memupdate.rl.verl.forks import finish_rollout
 
     tools = {tool.name: tool for tool in env["tools"]}
     gate = asyncio.Semaphore(concurrency)
@@ -243,9 +243,9 @@ def prepare(engine: Any, embedder: Any) -> dict[str, Any]:
     from transformers import AutoTokenizer
     from verl.tools.tool_registry import initialize_tools_from_config
 
-    from memupdate.rl import forks
-    from memupdate.rl.tiny_student import build_tiny_checkpoint
-    from memupdate.rl.verl_launch import CONFIGS_DIR, compose_config
+    from memupdate.rl.distill.tiny_student import build_tiny_checkpoint
+    from memupdate.rl.verl import forks
+    from memupdate.rl.verl.launch import CONFIGS_DIR, compose_config
 
     model = build_tiny_checkpoint(tempfile.mkdtemp(prefix="memupdate-bench-tiny-"))
     config = compose_config(CONFIGS_DIR, "locomo_memory_grpo", [
@@ -270,7 +270,7 @@ def prepare(engine: Any, embedder: Any) -> dict[str, Any]:
 
 def _restore_process(saved_url: str | None) -> None:
     """Undo `prepare`'s process-wide settings (`memupdate bench all` runs every benchmark in one process)."""
-    from memupdate.rl import forks
+    from memupdate.rl.verl import forks
     from memupdate.settings import get_settings
 
     forks.use_worker_store(None)
@@ -285,7 +285,7 @@ def run(args: argparse.Namespace) -> dict:
     import contextlib
     import io
 
-    from memupdate.rl.forks import WORKER_CONNECTIONS
+    from memupdate.rl.verl.forks import WORKER_CONNECTIONS
 
     memories, questions, source = memory_bank(N_MEMORIES, N_QUESTIONS, SEED)
     engine = open_engine(args)
@@ -357,7 +357,7 @@ def report(summary: dict) -> None:
             "(driver, socket and server; the rest of the wall time is Python: tools, QA proxy, reward, verl).",
             "model s: the embedding model's time in the pass (the texts were embedded by an untimed pass first).",
             f"conns: connections opened during the pass / most in use at once; a worker process opens at most "
-            f"{summary['worker_connections']} (memupdate.rl.forks.WORKER_CONNECTIONS); this run opened "
+            f"{summary['worker_connections']} (memupdate.rl.verl.forks.WORKER_CONNECTIONS); this run opened "
             f"{summary['connections_opened_total']} in all.",
             "Timings on a shared 2-core machine vary by ±10-20% between runs, more when another process is busy.",
         ],

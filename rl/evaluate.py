@@ -25,11 +25,17 @@ from typing import Any, Literal
 from langchain_core.language_models import BaseChatModel
 
 from memupdate.agent.graph import run_episode
-from memupdate.rl.answerer import LLMAnswerer, answerer_report
-from memupdate.rl.ingest import base_namespace, ingest
-from memupdate.rl.locomo import ADVERSARIAL, Conversation, QAItem, category_name
-from memupdate.rl.qa_proxy import QAScore
-from memupdate.rl.reward import RewardBreakdown, RewardConfig, collateral_sample, reward_from_scores, score
+from memupdate.rl.data.ingest import base_namespace, ingest
+from memupdate.rl.data.locomo import ADVERSARIAL, Conversation, QAItem, category_name
+from memupdate.rl.scoring.answerer import LLMAnswerer, answerer_report
+from memupdate.rl.scoring.qa_proxy import QAScore
+from memupdate.rl.scoring.reward import (
+    RewardBreakdown,
+    RewardConfig,
+    collateral_sample,
+    reward_from_scores,
+    score,
+)
 from memupdate.store import MemoryRecord, MemoryStore, to_namespace
 
 Mode = Literal["targeted", "blind"]

@@ -18,7 +18,7 @@ import pytest
 from hypothesis import settings
 from sqlalchemy import text
 
-from memupdate.rl.locomo import load_sample
+from memupdate.rl.data.locomo import load_sample
 from memupdate.store import MemoryStore
 from memupdate.store.database import get_engine, start_embedded_server
 from memupdate.store.embeddings import get_embedder

@@ -21,7 +21,7 @@ from sqlalchemy import inspect
 from typer.testing import CliRunner
 
 from memupdate.cli import app
-from memupdate.rl.answerer import (
+from memupdate.rl.scoring.answerer import (
     DATE_HINT,
     AnswererError,
     AnswererUnavailable,
@@ -33,7 +33,7 @@ from memupdate.rl.answerer import (
     parse_judgement,
     pearson,
 )
-from memupdate.rl.metrics import bleu1, locomo_f1
+from memupdate.rl.scoring.metrics import bleu1, locomo_f1
 from memupdate.store.database import get_engine
 from memupdate.store.llm_cache import LLMReplyCache
 from memupdate.store.migrate import current_revision, downgrade, upgrade
@@ -259,7 +259,7 @@ def test_eval_cli_reports_the_answerer_and_a_rerun_asks_nothing(database_url, st
     """`memupdate eval --answerer --judge` on the shipped sample, real database and embedder; the stand-in
     reads the proxy's context. No policy (fast): after = before, so the after side is all cache hits,
     and the second run is answered from the cache entirely."""
-    from memupdate.rl.locomo import sample_conversation_path
+    from memupdate.rl.data.locomo import sample_conversation_path
 
     model = f"reader-{uuid.uuid4().hex[:6]}"
     standin.models = (model, "judge")
@@ -291,8 +291,8 @@ def test_eval_cli_reports_the_answerer_and_a_rerun_asks_nothing(database_url, st
 def test_reward_read_by_a_frozen_answerer(store, standin) -> None:
     """`RewardConfig(qa="answerer")`: the reward's QA term is the answerer's LoCoMo F1 on the same
     context; a no-op still scores exactly 0 (same context, cached answer) and adding the answer gains."""
-    from memupdate.rl.locomo import QAItem
-    from memupdate.rl.reward import RewardConfig, compute_reward
+    from memupdate.rl.data.locomo import QAItem
+    from memupdate.rl.scoring.reward import RewardConfig, compute_reward
     from memupdate.store import NewMemory
 
     store.create_many([

@@ -17,9 +17,9 @@ from memupdate.agent.dates import (
     has_relative_time,
     resolve_relative,
 )
-from memupdate.rl.locomo import parse_session_date
+from memupdate.rl.data.locomo import parse_session_date, sample_conversation_path
 
-SAMPLE = Path(__file__).resolve().parents[1] / "rl/sample_conversation.json"
+SAMPLE = sample_conversation_path()
 MONDAY = date(2023, 5, 8)  # LoCoMo's first session day
 
 

@@ -19,7 +19,8 @@ from typer.testing import CliRunner
 from memupdate.agent.policies import make_policy
 from memupdate.agent.policies.heuristic import HeuristicPolicy
 from memupdate.cli import app
-from memupdate.rl.distill import (
+from memupdate.rl.data.ingest import ingest_conversation
+from memupdate.rl.distill.run import (
     TRAJECTORIES,
     DistillConfig,
     Teacher,
@@ -29,7 +30,6 @@ from memupdate.rl.distill import (
     make_teacher,
     training_prompts,
 )
-from memupdate.rl.ingest import ingest_conversation
 from memupdate.store import MemoryStore, MemupdateError
 
 runner = CliRunner()
@@ -116,7 +116,7 @@ def test_tiny_student_end_to_end(store: MemoryStore, sample, database_url, tmp_p
 
 
 def load_sample_path():
-    from memupdate.rl.locomo import sample_conversation_path
+    from memupdate.rl.data.locomo import sample_conversation_path
 
     return sample_conversation_path()
 
@@ -127,7 +127,7 @@ def test_bad_input_gives_clear_errors(store: MemoryStore, sample, tmp_path) -> N
     with pytest.raises(MemupdateError, match="no config.json"):
         distill(store, [sample], [], replace(SMALL, student=str(tmp_path)), tmp_path / "b")
     # A student whose tokenizer has no chat template is refused before any rollout.
-    from memupdate.rl.tiny_student import build_tiny_checkpoint
+    from memupdate.rl.distill.tiny_student import build_tiny_checkpoint
 
     plain = build_tiny_checkpoint(tmp_path / "plain")
     (plain / "chat_template.jinja").unlink(missing_ok=True)

@@ -8,8 +8,8 @@ import random
 import numpy as np
 import pytest
 
-from memupdate.rl.advantages import group_advantages, plain_group_advantages, zero_variance_groups
-from memupdate.rl.distill import training_weights
+from memupdate.rl.distill.advantages import group_advantages, plain_group_advantages, zero_variance_groups
+from memupdate.rl.distill.run import training_weights
 
 
 def test_hand_worked_groups() -> None:
@@ -36,7 +36,7 @@ def test_single_member_group_and_dr_grpo() -> None:
 @pytest.mark.parametrize("normalize", [True, False])
 def test_plain_equals_verl(seed: int, normalize: bool) -> None:
     pytest.importorskip("verl")
-    from memupdate.rl.verl_advantage import verl_group_advantages
+    from memupdate.rl.verl.advantage import verl_group_advantages
 
     rng = random.Random(seed)
     groups = [f"q{rng.randrange(6)}" for _ in range(40)]

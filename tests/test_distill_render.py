@@ -2,7 +2,7 @@
 policy's parser, and a loss mask on the assistant's tokens only.
 
 No pretrained LLM weights can be downloaded here: the tokenizer is trained locally and carries the
-Qwen2.5-Instruct chat template (`memupdate.rl.tiny_student`).
+Qwen2.5-Instruct chat template (`memupdate.rl.distill.tiny_student`).
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, Tool
 from memupdate.agent.policies import hermes
 from memupdate.agent.policies.hf import HuggingFaceChatModel, to_chat_dicts
 from memupdate.agent.tools import tool_schemas
-from memupdate.rl.distill_render import assistant_spans, render_transcript, tokenize_with_mask
-from memupdate.rl.tiny_student import train_tokenizer
+from memupdate.rl.distill.render import assistant_spans, render_transcript, tokenize_with_mask
+from memupdate.rl.distill.tiny_student import train_tokenizer
 from memupdate.store import MemupdateError
 
 END = "<|im_end|>"
@@ -112,8 +112,8 @@ def test_template_that_rewrites_history_is_a_clear_error(tokenizer) -> None:
 def test_finetune_learns_the_turns_and_saves_a_plain_checkpoint(tmp_path, lora_rank: int) -> None:
     """A few steps on two trajectories lower the assistant-token loss; with LoRA the adapters are merged,
     so the output is a plain checkpoint the `hf` policy loads."""
-    from memupdate.rl.distill import DistillConfig, finetune
-    from memupdate.rl.tiny_student import build_tiny_checkpoint
+    from memupdate.rl.distill.run import DistillConfig, finetune
+    from memupdate.rl.distill.tiny_student import build_tiny_checkpoint
 
     start = build_tiny_checkpoint(tmp_path / "start", hidden_size=32, layers=1)
     records = [{"messages": to_chat_dicts(episode())}, {"messages": to_chat_dicts(episode()[:4])}]

@@ -12,10 +12,10 @@ from typer.testing import CliRunner
 
 from memupdate.agent.policies.heuristic import HeuristicPolicy
 from memupdate.cli import app
+from memupdate.rl.data.ingest import ingest_conversation
+from memupdate.rl.data.locomo import load_locomo, load_sample
+from memupdate.rl.data.preprocess import preprocess
 from memupdate.rl.evaluate import EvalConfig, evaluate, plot_report
-from memupdate.rl.ingest import ingest_conversation
-from memupdate.rl.locomo import load_locomo, load_sample
-from memupdate.rl.preprocess import preprocess
 from memupdate.store import MemoryStore
 
 runner = CliRunner()
@@ -181,7 +181,7 @@ def test_agent_run_can_checkpoint_the_graph_in_postgres(root: MemoryStore, datab
 def test_collateral_questions_count_in_the_reward(root: MemoryStore, sample) -> None:
     """Targeted episodes also score other questions: a no-op still scores 0, the per-question scores stay
     the target's, and the reward changes with the collateral sample."""
-    from memupdate.rl.reward import RewardConfig
+    from memupdate.rl.scoring.reward import RewardConfig
 
     try:
         none = evaluate(root, [sample], None, EvalConfig(reward=RewardConfig(collateral_questions=3)))

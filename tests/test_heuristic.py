@@ -8,8 +8,8 @@ import pytest
 
 from memupdate.agent.graph import run_episode
 from memupdate.agent.policies.heuristic import HeuristicPolicy, anchored
-from memupdate.rl.ingest import ingest_conversation
-from memupdate.rl.locomo import load_sample
+from memupdate.rl.data.ingest import ingest_conversation
+from memupdate.rl.data.locomo import load_sample
 from memupdate.store import MemoryStore
 
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from locomo_fixtures import locomo_dev_file_fixture, locomo_dev_path  # noqa: F401  (fixture `locomo_dev_file`)
 
-import memupdate.rl
-from memupdate.rl.locomo import (
+import memupdate.rl.data
+from memupdate.rl.data.locomo import (
     ADVERSARIAL,
     CATEGORY_NAMES,
     Conversation,
@@ -50,7 +50,7 @@ def write(tmp_path: Path, content: str, name: str = "locomo.json") -> Path:
 def test_sample_ships_with_the_package():
     path = sample_conversation_path()
     assert path.is_file()
-    assert path.parent == Path(memupdate.rl.__file__).resolve().parent  # package data, not a repo-only file
+    assert path.parent == Path(memupdate.rl.data.__file__).resolve().parent  # package data, not a repo-only file
 
 
 def test_sample_counts(sample):

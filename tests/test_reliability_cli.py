@@ -21,8 +21,8 @@ from typer.testing import CliRunner
 
 import memupdate.agent.policies as policies
 from memupdate.cli import app
+from memupdate.rl.data.locomo import load_locomo, sample_conversation_path
 from memupdate.rl.evaluate import EvalConfig, evaluate
-from memupdate.rl.locomo import load_locomo, sample_conversation_path
 from memupdate.settings import get_settings
 from memupdate.store import MemoryStore
 

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from memupdate.agent.tools import run_tool
-from memupdate.rl import ingest as ingest_module
-from memupdate.rl.ingest import ingest
-from memupdate.rl.locomo import load_sample, sample_conversation_path
+from memupdate.rl.data import ingest as ingest_module
+from memupdate.rl.data.ingest import ingest
+from memupdate.rl.data.locomo import load_sample, sample_conversation_path
 from memupdate.store import MemoryStore
 
 

@@ -14,11 +14,11 @@ from collections.abc import Sequence
 import pytest
 
 from memupdate.agent.tools import run_tool
-from memupdate.rl.faithfulness import check_faithfulness
-from memupdate.rl.locomo import QAItem
-from memupdate.rl.metrics import normalized_tokens
-from memupdate.rl.qa_proxy import Context, QAScore, evidence_recall, qa_score, score_questions
-from memupdate.rl.reward import (
+from memupdate.rl.data.locomo import QAItem
+from memupdate.rl.scoring.faithfulness import check_faithfulness
+from memupdate.rl.scoring.metrics import normalized_tokens
+from memupdate.rl.scoring.qa_proxy import Context, QAScore, evidence_recall, qa_score, score_questions
+from memupdate.rl.scoring.reward import (
     RewardBreakdown,
     RewardConfig,
     collateral_sample,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 from locomo_fixtures import locomo_dev_file_fixture  # noqa: F401  (fixture `locomo_dev_file`)
@@ -19,8 +18,9 @@ from memupdate.agent.text_strategies import (
     split_thematic,
     summarize,
 )
+from memupdate.rl.data.locomo import sample_conversation_path
 
-SAMPLE = Path(__file__).resolve().parents[1] / "rl/sample_conversation.json"
+SAMPLE = sample_conversation_path()
 
 # Near-duplicates of the sample conversation: the same fact told in sessions 1, 2 and 3.
 NURSE = [

@@ -28,7 +28,7 @@ from verl_support import (  # noqa: E402
     tool_call,
 )
 
-from memupdate.rl import forks  # noqa: E402
+from memupdate.rl.verl import forks  # noqa: E402
 from memupdate.store import MemoryStore  # noqa: E402
 
 CREATE_HELPFUL = tool_call("manage_memory", {"action": "create", "content": HELPFUL_FACT})
@@ -74,7 +74,7 @@ def make_loop(agent: str, config, server, tokenizer, tools):
     from verl.utils.dataset.rl_dataset import RLHFDataset
 
     registry = {
-        "memupdate_agent": {"_target_": "memupdate.rl.verl_agent_loop.MemoryAgentLoop"},
+        "memupdate_agent": {"_target_": "memupdate.rl.verl.agent_loop.MemoryAgentLoop"},
         **_agent_loop_registry,
     }
     return instantiate(
@@ -157,7 +157,7 @@ async def test_memory_agent_loop_forks_per_rollout_and_sets_the_reward(
 
 
 async def test_stock_tool_agent_loop_with_compute_score(config, tokenizer, tools, base) -> None:
-    from memupdate.rl.verl_reward import compute_score
+    from memupdate.rl.verl.compute_score import compute_score
 
     row = row_for(base)
     scripts = [[CREATE_HELPFUL, "Done."], ["No edits needed."]]
@@ -181,7 +181,7 @@ async def test_a_rollout_crashing_mid_episode_is_scored_logged_and_its_fork_drop
 ) -> None:
     row = row_for(base)
     scripts = [[CREATE_HELPFUL, "never reached"]]
-    with caplog.at_level(logging.ERROR, logger="memupdate.rl.verl_agent_loop"):
+    with caplog.at_level(logging.ERROR, logger="memupdate.rl.verl.agent_loop"):
         outputs, _ = await run_group(
             "memupdate_agent", scripts, config, tokenizer, tools, row, fail_at=(0, 1)
         )

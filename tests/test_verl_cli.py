@@ -18,8 +18,8 @@ from typer.testing import CliRunner  # noqa: E402
 from verl_support import REPO, load_base, row_for, write_parquet  # noqa: E402
 
 from memupdate.cli import app  # noqa: E402
-from memupdate.rl.forks import list_forks  # noqa: E402
-from memupdate.rl.verl_launch import plan_training  # noqa: E402
+from memupdate.rl.verl.forks import list_forks  # noqa: E402
+from memupdate.rl.verl.launch import plan_training  # noqa: E402
 
 runner = CliRunner()
 
@@ -51,7 +51,7 @@ def test_dry_run_prints_a_command_verl_runs_unchanged(dataset, database_url, tmp
     assert code == 0, output
     assert "ok database" in output and "1 base namespaces loaded" in output and "would drop 0" in output
     config_text, command_text = output.split("# resolved config\n", 1)[1].split("# command\n")
-    assert "memupdate.rl.verl_reward" in config_text and "n_gpus_per_node: 4" in config_text
+    assert "memupdate.rl.verl.compute_score" in config_text and "n_gpus_per_node: 4" in config_text
     assert f"MEMUPDATE_DATABASE_URL: {database_url.split('://')[0]}" in config_text
     assert (
         "python -m verl.trainer.main_ppo --config-path" in command_text
@@ -180,7 +180,7 @@ def test_cluster_script_runs_the_checked_launcher(dataset, database_url, tmp_pat
 
 
 def test_secrets_are_masked_and_local_databases_refused_for_several_nodes(monkeypatch) -> None:
-    from memupdate.rl.verl_launch import LaunchError, check_reachable_from_nodes, mask_secrets
+    from memupdate.rl.verl.launch import LaunchError, check_reachable_from_nodes, mask_secrets
 
     config = {"reward": {"custom_reward_function": {"reward_kwargs": {"answerer_api_key": "sk-1", "qa": "answerer"}}},
               "env_vars": {"MEMUPDATE_EMBEDDING_API_KEY": "sk-2", "MEMUPDATE_DATA_DIR": "/d"},

@@ -42,7 +42,7 @@ def test_grpo_config_composes_over_verl_and_validates() -> None:
     assert (REPO / rollout.multi_turn.tool_config_path) == TOOL_CONFIG
     assert (REPO / rollout.agent.agent_loop_config_path) == AGENT_LOOP_CONFIG
     assert rollout.agent.default_agent_loop == "memupdate_agent"
-    assert config.reward.custom_reward_function.path == "pkg://memupdate.rl.verl_reward"
+    assert config.reward.custom_reward_function.path == "pkg://memupdate.rl.verl.compute_score"
 
 
 def test_dapo_config_composes_over_verl_and_validates() -> None:
@@ -62,7 +62,7 @@ def test_agent_loop_config_names_our_loop() -> None:
     from omegaconf import OmegaConf
     from verl.utils.import_utils import load_class_from_fqn
 
-    from memupdate.rl.verl_agent_loop import MemoryAgentLoop
+    from memupdate.rl.verl.agent_loop import MemoryAgentLoop
 
     (entry,) = OmegaConf.load(AGENT_LOOP_CONFIG)
     assert entry.name == "memupdate_agent" and load_class_from_fqn(entry._target_) is MemoryAgentLoop
@@ -77,4 +77,4 @@ def test_verls_own_entry_point_composes_our_configs(name: str) -> None:
         capture_output=True, text=True, timeout=300, cwd=REPO,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-2000:]
-    assert "memupdate.rl.verl_reward" in result.stdout and "memupdate_agent" in result.stdout
+    assert "memupdate.rl.verl.compute_score" in result.stdout and "memupdate_agent" in result.stdout

@@ -23,7 +23,7 @@ from typer.testing import CliRunner  # noqa: E402
 from verl_support import REPO, load_base  # noqa: E402
 
 from memupdate.cli import app  # noqa: E402
-from memupdate.rl.verl_export import METADATA_FILE, TRAIN_CONFIG_FILE, ExportError, export_checkpoint  # noqa: E402
+from memupdate.rl.verl.export import METADATA_FILE, TRAIN_CONFIG_FILE, ExportError, export_checkpoint  # noqa: E402
 
 runner = CliRunner()
 

@@ -20,8 +20,8 @@ from verl.experimental.agent_loop.tool_agent_loop import AgentData  # noqa: E402
 from verl.tools.tool_registry import initialize_tools_from_config  # noqa: E402
 
 from memupdate.agent.tools import MEMORY_TOOLS  # noqa: E402
-from memupdate.rl import forks  # noqa: E402
-from memupdate.rl.verl_tools import MemoryEditTool  # noqa: E402
+from memupdate.rl.verl import forks  # noqa: E402
+from memupdate.rl.verl.tools import MemoryEditTool  # noqa: E402
 from memupdate.store import DatabaseError, MemoryStore, NewMemory  # noqa: E402
 from memupdate.store.memory_store import namespace_path  # noqa: E402
 

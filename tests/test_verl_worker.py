@@ -31,7 +31,7 @@ from verl_support import (  # noqa: E402
     write_parquet,
 )
 
-from memupdate.rl import forks  # noqa: E402
+from memupdate.rl.verl import forks  # noqa: E402
 from memupdate.store import MemoryStore  # noqa: E402
 
 OTHER_QUESTION, OTHER_ANSWER = "What instrument did Ben start learning?", "violin"

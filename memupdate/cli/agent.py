@@ -49,7 +49,7 @@ def agent_run(
 
     from memupdate.agent.policies import make_policy
     from memupdate.rl.evaluate import trajectory_id
-    from memupdate.rl.qa_proxy import score_questions
+    from memupdate.rl.scoring.qa_proxy import score_questions
     from memupdate.store import to_namespace
 
     root = open_store(url)

@@ -84,7 +84,7 @@ API_KEY_OPTION = typer.Option(None, "--api-key", help="openai: the key (default 
 
 
 def load_conversations(locomo, conversations: str | None):  # noqa: ANN001, ANN201
-    from memupdate.rl.locomo import default_locomo_path, load_locomo
+    from memupdate.rl.data.locomo import default_locomo_path, load_locomo
 
     path = locomo or default_locomo_path()
     if path is None:

@@ -31,7 +31,7 @@ def data_stats(
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of tables."),
 ) -> None:
     """Count conversations, sessions, turns, facts and QA per category."""
-    from memupdate.rl.locomo import locomo_stats
+    from memupdate.rl.data.locomo import locomo_stats
 
     stats = locomo_stats(load_conversations(locomo, conversations))
     if as_json:
@@ -53,7 +53,7 @@ def data_load(
     url: str | None = URL_OPTION,
 ) -> None:
     """Put each conversation's observation facts into its base namespace ("locomo", id). Idempotent."""
-    from memupdate.rl.ingest import ingest
+    from memupdate.rl.data.ingest import ingest
 
     chosen = load_conversations(locomo, conversations)
     store = open_store(url)
@@ -75,7 +75,7 @@ def data_preprocess(
     include_adversarial: bool = typer.Option(False, "--include-adversarial", help="Keep category 5 items."),
 ) -> None:
     """Write verl's RL dataset (one row per QA pair, unique trajectory ids)."""
-    from memupdate.rl.preprocess import preprocess
+    from memupdate.rl.data.preprocess import preprocess
 
     counts = preprocess(
         load_conversations(locomo, conversations), out, n_train=n_train, include_adversarial=include_adversarial

@@ -56,8 +56,8 @@ def distill_command(
     """Distill a teacher into a student: rollout groups -> rewards -> GRPO advantages -> fine-tune -> evaluate."""
     from transformers.utils import logging as transformers_logging
 
-    from memupdate.rl.distill import DistillConfig, distill
-    from memupdate.rl.locomo import split_conversations
+    from memupdate.rl.data.locomo import split_conversations
+    from memupdate.rl.distill.run import DistillConfig, distill
 
     transformers_logging.disable_progress_bar()  # our own bars say what is happening; its per-load bars are noise
 

@@ -86,7 +86,7 @@ def eval_command(
     """
     from memupdate.agent.policies import make_policy
     from memupdate.rl.evaluate import EvalConfig
-    from memupdate.rl.reward import RewardConfig
+    from memupdate.rl.scoring.reward import RewardConfig
 
     if mode not in ("targeted", "blind"):
         raise MemupdateError(f"--mode {mode!r} is not targeted or blind")
@@ -159,7 +159,7 @@ def checked_answerer(model: str | None, base_url: str | None, api_key: str | Non
         if judge is not None or base_url is not None:
             raise MemupdateError("--judge and --answerer-base-url need --answerer MODEL (the model that answers)")
         return None
-    from memupdate.rl.answerer import make_answerer
+    from memupdate.rl.scoring.answerer import make_answerer
 
     reader = make_answerer(model, base_url, api_key, judge=judge)
     reader.check()
@@ -259,8 +259,8 @@ def demo(
     """The main job: start the embedded database, migrate, load a conversation, let the heuristic
     policy edit the memory for a few questions, and print QA before -> after."""
     from memupdate.agent.policies import make_policy
+    from memupdate.rl.data.locomo import load_sample
     from memupdate.rl.evaluate import EvalConfig
-    from memupdate.rl.locomo import load_sample
 
     if conversations is not None and not locomo:
         raise MemupdateError(

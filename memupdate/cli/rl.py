@@ -33,8 +33,8 @@ def rl_train(
     url: str | None = URL_OPTION,
 ) -> None:
     """Check the database, base namespaces and parquet files, then run verl's trainer (GPUs needed)."""
-    from memupdate.rl.forks import parse_duration
-    from memupdate.rl.verl_launch import plan_training
+    from memupdate.rl.verl.forks import parse_duration
+    from memupdate.rl.verl.launch import plan_training
     from memupdate.store.errors import MemupdateError
 
     try:
@@ -63,7 +63,7 @@ def rl_export(
     merge: bool = typer.Option(False, "--merge", help="Join the FSDP shards even when a huggingface/ copy exists."),
 ) -> None:
     """Turn a verl FSDP checkpoint into a Hugging Face folder that `--policy hf --model OUT` loads."""
-    from memupdate.rl.verl_export import export_checkpoint
+    from memupdate.rl.verl.export import export_checkpoint
 
     with console.status(f"exporting {ckpt_dir} ..."):
         result = export_checkpoint(ckpt_dir, out, step=step, merge=merge)

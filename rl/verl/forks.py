@@ -1,7 +1,7 @@
 """Trajectory forks: one namespace per rollout, made at its first tool call and dropped after its
 reward; plus listing and pruning the forks that crashed runs left behind.
 
-    from memupdate.rl.forks import open_rollout_fork, finish_rollout, list_forks, prune_forks
+    from memupdate.rl.verl.forks import open_rollout_fork, finish_rollout, list_forks, prune_forks
 
     fork = await open_rollout_fork(agent_data, agent_data.extra_fields, RowBank.from_create_kwargs(kwargs))
     score = await finish_rollout(agent_data.extra_fields, extra_info)   # reward on the open fork, then drop
@@ -37,7 +37,7 @@ from typing import Any, TypeVar
 
 from sqlalchemy import Engine, func, select
 
-from memupdate.rl.reward import (
+from memupdate.rl.scoring.reward import (
     RewardBreakdown,
     RewardConfig,
     compute_reward,
@@ -48,7 +48,7 @@ from memupdate.rl.reward import (
 from memupdate.store import DatabaseError, MemoryStore, MemupdateError, to_namespace
 from memupdate.store.memory_store import SEPARATOR, events, memories, namespace_path
 
-log = logging.getLogger("memupdate.rl.forks")
+log = logging.getLogger("memupdate.rl.verl.forks")
 T = TypeVar("T")
 
 # The label that marks a trajectory namespace: `<base>/traj/<trajectory id>[/<rollout label>]`

@@ -1,6 +1,6 @@
 """Faithfulness: every word the agent writes into memory must come from the conversation.
 
-    from memupdate.rl.faithfulness import check_faithfulness
+    from memupdate.rl.scoring.faithfulness import check_faithfulness
     result = check_faithfulness(base, base.snapshot(), fork.snapshot())
     result.unsupported_tokens, result.examples
 
@@ -15,7 +15,7 @@ date itself and the dates relative expressions in its text resolve to, as `agent
 them). Stop words are free, negations excepted. Tokens are LoCoMo's normalised, stemmed tokens, the proxy's own.
 
 What this closes: lists of dates, months or numbers, question text, "not mentioned" and other words
-no source holds cost reward however retrieval ranks them (`rl/reward.py` charges per token).
+no source holds cost reward however retrieval ranks them (`rl/scoring/reward.py` charges per token).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from datetime import date
 
 from memupdate.agent.dates import anchor_relative_dates
 from memupdate.agent.text_strategies import STOPWORDS
-from memupdate.rl.metrics import normalized_tokens
+from memupdate.rl.scoring.metrics import normalized_tokens
 from memupdate.store import MemoryRecord, MemoryStore
 
 NEAREST_SOURCES = 3

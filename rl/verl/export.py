@@ -1,6 +1,6 @@
 """`memupdate rl export`: a verl FSDP checkpoint -> a Hugging Face folder the memory graph loads.
 
-    from memupdate.rl.verl_export import export_checkpoint
+    from memupdate.rl.verl.export import export_checkpoint
     result = export_checkpoint("checkpoints/memupdate/locomo_memory_grpo", "models/grpo")   # latest step
     result.out, result.step, result.source
 

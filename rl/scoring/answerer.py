@@ -1,6 +1,6 @@
 """An LLM answerer and judge on any OpenAI-compatible endpoint, scored with LoCoMo's own metrics.
 
-    from memupdate.rl.answerer import make_answerer, answerer_qa_scores
+    from memupdate.rl.scoring.answerer import make_answerer, answerer_qa_scores
     answerer = make_answerer("qwen2.5-7b-instruct", base_url="http://localhost:30000/v1",
                              judge="qwen2.5-7b-instruct", engine=store.engine)
     answerer.check()                                        # AnswererUnavailable: one line, before any work
@@ -46,8 +46,8 @@ from typing import Any, Protocol
 import httpx
 from sqlalchemy import Engine
 
-from memupdate.rl.locomo import ADVERSARIAL, CATEGORY_NAMES
-from memupdate.rl.metrics import bleu1, locomo_f1
+from memupdate.rl.data.locomo import ADVERSARIAL, CATEGORY_NAMES
+from memupdate.rl.scoring.metrics import bleu1, locomo_f1
 from memupdate.store.errors import MemupdateError
 from memupdate.store.llm_cache import LLMReplyCache, ReplyKey, content_hash
 

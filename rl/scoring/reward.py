@@ -4,7 +4,7 @@
     combine(d, e) = d × e            when d ≥ 0
                   = d × (2 − e)      when d < 0   (inefficiency never softens harm)
 
-- performance_delta: QA proxy (`rl/qa_proxy.py`) on the edited fork minus on the untouched base.
+- performance_delta: QA proxy (`rl/scoring/qa_proxy.py`) on the edited fork minus on the untouched base.
   `questions[0]` is the target question; `questions[1:]` are other questions of the same conversation
   (collateral): delta = target_weight × target delta + (1 − target_weight) × mean collateral delta.
   Deleting or merging away what other questions need is negative, not zero.
@@ -14,11 +14,11 @@
               `max_memory_tokens`): one giant memory is charged however big the bank is;
   - change  = 1 / (1 + change_penalty × max(0, edited − free_edits) / before).
 - unsupported_penalty = min(max_unsupported_penalty, unsupported_token_cost × tokens written that no
-  source supports) (`rl/faithfulness.py`): invented dates, copied questions and "not mentioned" cost.
+  source supports) (`rl/scoring/faithfulness.py`): invented dates, copied questions and "not mentioned" cost.
 A no-op scores exactly 0: the fork holds the same rows and embeddings as the base, search breaks ties
 by key, and nothing was written. The base is never written by an episode.
 
-    from memupdate.rl.reward import compute_reward
+    from memupdate.rl.scoring.reward import compute_reward
     breakdown = compute_reward(base_store, fork_store, [target, *collateral])
     breakdown.reward, breakdown.performance_delta, breakdown.efficiency.value, breakdown.as_dict()
 """
@@ -30,9 +30,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
-from memupdate.rl.faithfulness import Faithfulness, faithfulness_of_writes, written_memories
-from memupdate.rl.metrics import normalized_tokens
-from memupdate.rl.qa_proxy import (
+from memupdate.rl.scoring.faithfulness import Faithfulness, faithfulness_of_writes, written_memories
+from memupdate.rl.scoring.metrics import normalized_tokens
+from memupdate.rl.scoring.qa_proxy import (
     DEFAULT_CANDIDATES,
     DEFAULT_CONTEXT_TOKENS,
     QAScore,
@@ -179,7 +179,7 @@ def score(store: MemoryStore, questions: Sequence[Question], config: RewardConfi
     scores = score_questions(store, questions, context_tokens=config.context_tokens, candidates=config.candidates)
     if config.qa == "proxy":
         return scores
-    from memupdate.rl.answerer import answerer_qa_scores
+    from memupdate.rl.scoring.answerer import answerer_qa_scores
 
     f1 = answerer_qa_scores(_answerer(config, store), questions, [s.context for s in scores])
     return [replace(s, qa_score=value) for s, value in zip(scores, f1, strict=True)]
@@ -190,7 +190,7 @@ _answerers: dict[tuple, Any] = {}
 
 def _answerer(config: RewardConfig, store: MemoryStore) -> Any:
     """One answerer per endpoint and database in this process (rollout workers score many episodes)."""
-    from memupdate.rl.answerer import make_answerer
+    from memupdate.rl.scoring.answerer import make_answerer
 
     key = (config.answerer_model, config.answerer_base_url, config.answerer_api_key, str(store.engine.url))
     if key not in _answerers:
@@ -280,7 +280,7 @@ def collateral_sample(questions: Sequence[Question], target_index: int, k: int) 
 def questions_from_extra_info(extra_info: Mapping[str, Any]) -> list[Question]:
     """The scored questions of a preprocessed verl row: the target first, then `extra_info["collateral"]`
     (written by `memupdate data preprocess`); the shape `compute_reward` takes."""
-    from memupdate.rl.locomo import QAItem
+    from memupdate.rl.data.locomo import QAItem
 
     def item(row: Mapping[str, Any]) -> QAItem:
         return QAItem(

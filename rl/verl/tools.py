@@ -6,7 +6,7 @@
 
 verl's tool agent loop calls `create` -> `execute` -> `release` around *every* tool call, and one tool
 object serves every rollout of the worker. So a rollout's state lives in PostgreSQL (its fork) and
-in `agent_data.extra_fields` (the fork's path and call counts, see `memupdate.rl.forks`); the tool
+in `agent_data.extra_fields` (the fork's path and call counts, see `memupdate.rl.verl.forks`); the tool
 keeps only the row's `create_kwargs` between `create` and `release` of one call. The first call of a
 rollout forks the base (`open_rollout_fork`). Every problem comes back as the tool's text, never as
 an exception out of `execute`; results are capped by `run_tool` at `MAX_RESULT_CHARS` (2,000), within
@@ -23,10 +23,10 @@ from verl.tools.base_tool import BaseTool
 from verl.tools.schemas import OpenAIFunctionToolSchema, ToolResponse
 
 from memupdate.agent.tools import MEMORY_TOOLS, run_tool
-from memupdate.rl.forks import RowBank, count_call, in_db_thread, open_rollout_fork
+from memupdate.rl.verl.forks import RowBank, count_call, in_db_thread, open_rollout_fork
 from memupdate.store import MemupdateError
 
-log = logging.getLogger("memupdate.rl.verl_tools")
+log = logging.getLogger("memupdate.rl.verl.tools")
 
 
 class MemoryEditTool(BaseTool):

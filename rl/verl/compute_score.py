@@ -3,13 +3,13 @@
 
     reward:
       custom_reward_function:
-        path: pkg://memupdate.rl.verl_reward     # pkg://, not a file path: see VERL.md
+        path: pkg://memupdate.rl.verl.compute_score     # pkg://, not a file path: see VERL.md
         name: compute_score
-        reward_kwargs: {collateral_questions: 8}  # memupdate.rl.reward.RewardConfig fields
+        reward_kwargs: {collateral_questions: 8}  # memupdate.rl.scoring.reward.RewardConfig fields
 
 verl's reward worker calls it once per finished rollout with the row's `extra_info`, into which it
 has merged the rollout's `extra_fields`: the fork the rollout's first tool call made
-(`memupdate.rl.forks.FORK_KEY`). The fork is scored against its base while it is open, then dropped.
+(`memupdate.rl.verl.forks.FORK_KEY`). The fork is scored against its base while it is open, then dropped.
 A rollout without a fork (no tool call, or the fork failed) scores 0, and the reason is logged.
 It is a coroutine (verl's naive, dapo and limited reward managers await it), so reward work queues
 for the worker's few database threads instead of filling verl's executor.
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from memupdate.rl.forks import finish_rollout, reward_config
+from memupdate.rl.verl.forks import finish_rollout, reward_config
 
 
 async def compute_score(

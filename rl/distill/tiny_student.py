@@ -1,6 +1,6 @@
 """A tiny Qwen2-architecture student built from a config, with a tokenizer trained locally.
 
-    from memupdate.rl.tiny_student import build_tiny_checkpoint
+    from memupdate.rl.distill.tiny_student import build_tiny_checkpoint
     build_tiny_checkpoint("out/tiny", texts=rendered_transcripts, vocab_size=4000, hidden_size=128, layers=4)
 
 No pretrained weights are downloaded: the tokenizer (byte-level BPE, Qwen2.5's special tokens and chat

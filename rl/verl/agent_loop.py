@@ -3,11 +3,11 @@
 Registered as `memupdate_agent` through `configs/agent_loop.yaml`
 (`actor_rollout_ref.rollout.agent.agent_loop_config_path`); the configs make it the default loop.
 
-    [{"name": "memupdate_agent", "_target_": "memupdate.rl.verl_agent_loop.MemoryAgentLoop"}]
+    [{"name": "memupdate_agent", "_target_": "memupdate.rl.verl.agent_loop.MemoryAgentLoop"}]
 
 The multi-turn loop is verl's own: generate, parse Hermes `<tool_call>` blocks, run the memory tools
 (`MemoryEditTool`: the first call forks the base for this rollout), feed the results back. Then,
-while the fork is still open, the reward (`memupdate.rl.reward.compute_reward` through
+while the fork is still open, the reward (`memupdate.rl.scoring.reward.compute_reward` through
 `forks.finish_rollout`) becomes `reward_score`, so verl skips its reward workers; its parts go to
 `extra_fields["reward_extra_info"]`, which verl logs. The fork is dropped afterwards, also when the
 rollout fails: a crash mid-episode still returns the trajectory up to the crash, scored on what the
@@ -25,9 +25,9 @@ from typing import Any
 from verl.experimental.agent_loop.agent_loop import AgentLoopOutput
 from verl.experimental.agent_loop.tool_agent_loop import AgentData, AgentState, ToolAgentLoop
 
-from memupdate.rl.forks import drop_rollout_fork, finish_rollout, reward_config
+from memupdate.rl.verl.forks import drop_rollout_fork, finish_rollout, reward_config
 
-log = logging.getLogger("memupdate.rl.verl_agent_loop")
+log = logging.getLogger("memupdate.rl.verl.agent_loop")
 
 
 class MemoryAgentLoop(ToolAgentLoop):

@@ -1,6 +1,6 @@
 """`memupdate rl train`: check what a verl run needs, then run verl's own trainer.
 
-    from memupdate.rl.verl_launch import plan_training
+    from memupdate.rl.verl.launch import plan_training
     plan = plan_training("locomo_memory_grpo", ["trainer.n_gpus_per_node=4"])   # composes + checks
     print(plan.shell_command())                                                  # what runs
     plan.run()                                                                   # python -m verl.trainer.main_ppo ...
@@ -30,7 +30,7 @@ from typing import Any
 
 from memupdate.store import MemupdateError
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 CONFIGS_DIR = REPO / "configs"
 DEFAULT_CONFIG = "locomo_memory_grpo"
 DEFAULT_PRUNE_AFTER = timedelta(hours=1)
@@ -127,7 +127,7 @@ class TrainPlan:
 
     def save_config(self) -> Path:
         """Write the resolved config beside the checkpoints, where `memupdate rl export` reads it."""
-        from memupdate.rl.verl_export import TRAIN_CONFIG_FILE
+        from memupdate.rl.verl.export import TRAIN_CONFIG_FILE
 
         self.checkpoint_dir.mkdir(parents=True, exist_ok=True)
         path = self.checkpoint_dir / TRAIN_CONFIG_FILE
@@ -263,7 +263,7 @@ def check_database(
     """(the URL workers get, what was done); LaunchError when the database is unreachable, not migrated,
     or lacks a base namespace. Leftover forks under the bases are pruned when `prune_after` is set
     (only counted on a dry run)."""
-    from memupdate.rl.forks import list_forks, prune_forks
+    from memupdate.rl.verl.forks import list_forks, prune_forks
     from memupdate.store import MemoryStore
     from memupdate.store.database import get_engine
     from memupdate.store.embeddings import get_embedder

@@ -17,10 +17,10 @@ from typing import Any
 
 from memupdate.agent.prompts import system_prompt, task_prompt
 from memupdate.agent.tools import MEMORY_TOOLS
+from memupdate.rl.data.ingest import base_namespace
+from memupdate.rl.data.locomo import Conversation, split_conversations
 from memupdate.rl.evaluate import EvalConfig, eval_questions, trajectory_id, trajectory_namespace
-from memupdate.rl.ingest import base_namespace
-from memupdate.rl.locomo import Conversation, split_conversations
-from memupdate.rl.reward import RewardConfig, collateral_sample
+from memupdate.rl.scoring.reward import RewardConfig, collateral_sample
 from memupdate.store.memory_store import namespace_path
 
 DATA_SOURCE = "locomo"

@@ -1,6 +1,6 @@
 """Ingestion: a LoCoMo conversation's observation facts become the memories of its base namespace.
 
-    from memupdate.rl.ingest import ingest, ingest_conversation
+    from memupdate.rl.data.ingest import ingest, ingest_conversation
     report = ingest(store, conversation)     # IngestReport(added=167, present=0, removed_by_edit=[])
     base = ingest_conversation(store, conversation)     # the same, returning the base namespace's store
 
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from memupdate.rl.locomo import Conversation, Fact, Turn
+from memupdate.rl.data.locomo import Conversation, Fact, Turn
 from memupdate.store import MemoryStore, NewMemory
 
 BASE_PREFIX = "locomo"

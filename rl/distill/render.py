@@ -1,7 +1,7 @@
 """Trajectories as a student trains on them: the student's chat template, the tools in the Hermes
 `<tool_call>` format, and a loss mask over the assistant's tokens only.
 
-    from memupdate.rl.distill_render import render_transcript, tokenize_with_mask
+    from memupdate.rl.distill.render import render_transcript, tokenize_with_mask
     text = render_transcript(tokenizer, record["messages"])          # what the student sees and writes
     ids, mask = tokenize_with_mask(tokenizer, record["messages"], max_length=4096)
 

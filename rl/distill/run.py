@@ -1,6 +1,6 @@
 """Offline RL distillation: teacher rollout groups -> rewards -> GRPO advantages -> fine-tuned student.
 
-    from memupdate.rl.distill import DistillConfig, distill
+    from memupdate.rl.distill.run import DistillConfig, distill
     metrics = distill(store, train_conversations, eval_conversations, DistillConfig(teacher="heuristic",
                       student="tiny", group_size=4, iterations=1), out="runs/tiny")
     # runs/tiny: a Hugging Face checkpoint that `make_policy("hf", model=...)` and verl load unchanged
@@ -47,11 +47,11 @@ from langchain_core.messages import AIMessage, ToolMessage
 
 from memupdate.agent.graph import run_episode
 from memupdate.agent.policies.hf import to_chat_dicts
-from memupdate.rl.advantages import group_advantages, zero_variance_groups
+from memupdate.rl.data.ingest import ingest_conversation
+from memupdate.rl.data.locomo import Conversation, QAItem
+from memupdate.rl.distill.advantages import group_advantages, zero_variance_groups
 from memupdate.rl.evaluate import EvalConfig, Mode, eval_questions, trajectory_id, trajectory_namespace
-from memupdate.rl.ingest import ingest_conversation
-from memupdate.rl.locomo import Conversation, QAItem
-from memupdate.rl.reward import RewardConfig, collateral_sample, compute_reward, score
+from memupdate.rl.scoring.reward import RewardConfig, collateral_sample, compute_reward, score
 from memupdate.store import MemoryStore, MemupdateError
 
 Progress = Callable[[str, int, int], None]
@@ -355,8 +355,8 @@ def check_student(path: str) -> None:
 
 def build_tiny_student(path: Path, records: Sequence[dict[str, Any]], config: DistillConfig) -> Path:
     """A tiny Qwen2 whose tokenizer is trained on the rendered trajectories (nothing downloaded)."""
-    from memupdate.rl.distill_render import render_transcript
-    from memupdate.rl.tiny_student import build_tiny_checkpoint, train_tokenizer
+    from memupdate.rl.distill.render import render_transcript
+    from memupdate.rl.distill.tiny_student import build_tiny_checkpoint, train_tokenizer
 
     renderer = train_tokenizer()  # only its chat template is used, to render the texts the real one learns from
     texts = [render_transcript(renderer, r["messages"]) for r in records if r["messages"]]
@@ -374,7 +374,7 @@ def finetune(
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from memupdate.rl.distill_render import tokenize_with_mask
+    from memupdate.rl.distill.render import tokenize_with_mask
 
     tokenizer = AutoTokenizer.from_pretrained(start, local_files_only=True)
     examples, cut = [], 0

@@ -1,6 +1,6 @@
 """GRPO's group-relative advantage: each trajectory's reward against the others of its group.
 
-    from memupdate.rl.advantages import group_advantages
+    from memupdate.rl.distill.advantages import group_advantages
     advantages = group_advantages([0.2, 0.0, 0.1, 0.1], ["q7", "q7", "q9", "q9"])
     # q7: (r - mean) / (std + eps) -> [+0.707, -0.707]; q9 has zero variance -> [0, 0]
 
@@ -46,7 +46,7 @@ def group_advantages(
 ) -> np.ndarray:
     """The advantages from verl's own function when verl is installed, else from the plain one."""
     try:
-        from memupdate.rl.verl_advantage import verl_group_advantages
+        from memupdate.rl.verl.advantage import verl_group_advantages
     except ImportError:
         return plain_group_advantages(rewards, groups, epsilon, normalize_by_std)
     return verl_group_advantages(rewards, groups, epsilon, normalize_by_std)
