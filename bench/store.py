@@ -193,28 +193,6 @@ def time_each(fn: Callable[[Any], Any], args: Sequence[Any], warmup: int = WARMU
     return timings
 
 
-def insert_batches(store, texts: Sequence[str], batch: int, progress: Progress, description: str) -> float:  # noqa: ANN001
-    """`create_many` in batches of `batch`; returns the seconds spent inside `create_many` only."""
-    from memupdate.store import NewMemory
-
-    task = progress.add_task(description, total=len(texts))
-    elapsed = 0.0
-    for start in range(0, len(texts), batch):
-        items = [
-            NewMemory(
-                text,
-                kind="episodic",
-                metadata={"dia_ids": [f"D{(start + i) // 20 + 1}:{(start + i) % 20 + 1}"]},
-            )
-            for i, text in enumerate(texts[start : start + batch])
-        ]
-        began = time.perf_counter()
-        store.create_many(items)
-        elapsed += time.perf_counter() - began
-        progress.advance(task, len(items))
-    return elapsed
-
-
 # -- the three stores, behind the few verbs a row needs --------------------------------------------
 
 

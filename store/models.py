@@ -31,7 +31,6 @@ from memupdate.settings import get_settings
 MEMORY_KINDS = ("episodic", "semantic", "procedural")
 # Documented limit on one memory's text: LoCoMo facts are ~100 characters; 4,000 leaves room for merges.
 MAX_CONTENT_CHARS = 4000
-EVENT_OPS = ("create", "update", "delete", "fork", "drop")
 LLM_REPLY_KINDS = ("answer", "judge")
 
 

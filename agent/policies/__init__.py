@@ -7,13 +7,10 @@
 
 from __future__ import annotations
 
-from typing import Literal
-
 from langchain_core.language_models import BaseChatModel
 
 from memupdate.store import MemoryStore, MemupdateError
 
-PolicyName = Literal["heuristic", "openai", "hf", "none"]
 POLICY_NAMES = ("heuristic", "openai", "hf", "none")
 
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -205,7 +205,3 @@ def _base_model(train_config: dict[str, Any] | None, out: Path) -> str | None:
             return str(path)
     config = json.loads((out / "config.json").read_text())
     return config.get("_name_or_path") or None
-
-
-def result_dict(result: ExportResult) -> dict[str, Any]:
-    return {k: str(v) if isinstance(v, Path) else v for k, v in asdict(result).items()}
