@@ -74,11 +74,11 @@ SEPARATOR = "/"
 
 memories = Memory.__table__
 events = MemoryEvent.__table__
-# What a read returns: every column but the vector, which callers never need and costs ~20% to parse.
+# What a read returns: every column but the vector, which callers never need and is costly to parse.
 RECORD_COLUMNS = tuple(c for c in memories.c if c.name != "embedding")
 
 # search_by_vector's statement, built once: the top-k sort carries (id, key, distance) instead of
-# ~1.7 kB rows, and the k winners are fetched after (bench/store.py: p50 1.96 -> 1.07 ms at 200 memories).
+# whole rows, and only the k winners are fetched after (`python -m bench.store` times it).
 _QUERY_VECTOR = bindparam("query_vector", type_=memories.c.embedding.type)
 _DISTANCE = memories.c.embedding.cosine_distance(_QUERY_VECTOR)
 _TOP_K = (
@@ -377,7 +377,7 @@ class MemoryStore:
                     .limit(k)
                 )
                 return [self._record(row) for row in rows]
-            # vector_send: pgvector's binary form, ~10x cheaper to read than the text form of 200 vectors.
+            # vector_send: pgvector's binary form, far cheaper to read than the text form of many vectors.
             vectors = func.vector_send(memories.c.embedding).label("vector")
             columns = (*RECORD_COLUMNS, vectors) if strategy == "diverse" else RECORD_COLUMNS
             rows = conn.execute(select(*columns).where(where).order_by(memories.c.key)).all()

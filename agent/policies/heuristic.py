@@ -45,9 +45,8 @@ class HeuristicPolicy(PlanningPolicy):
 
     seed: int = 0
     max_operations: int = DEFAULT_MAX_OPERATIONS
-    # Off by default: on the training conversations (conv-26, conv-30) splitting packed facts lowered
-    # the QA proxy (targeted 0.387 -> 0.363, blind 0.416 -> 0.395): under top-5 retrieval the parts
-    # crowd other memories out of the context.
+    # Off by default: splitting packed facts lowers the QA proxy on the training conversations, because
+    # under top-k retrieval the parts crowd other memories out of the context.
     split_packed: bool = False
     # Distillation rollouts: > 0 makes a seeded variant of the plan (see `_explored`) so that a group of
     # episodes on one question differs; 0 keeps the plan exactly as the rules give it.
