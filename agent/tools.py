@@ -24,11 +24,11 @@ from pydantic import BaseModel, Field, ValidationError, field_validator
 
 from memupdate.agent import text_strategies
 from memupdate.store import MemoryNotFound, MemoryRecord, MemoryStore, MemupdateError, NewMemory
-from memupdate.store.models import MAX_CONTENT_CHARS
+from memupdate.store.memory_store import SampleStrategy
+from memupdate.store.models import MAX_CONTENT_CHARS, MemoryKind
 
 MAX_RESULT_CHARS = 2000
 MAX_TOP_K = 20
-MemoryKind = Literal["episodic", "semantic", "procedural"]
 
 
 def new_key() -> str:
@@ -69,7 +69,7 @@ class DeleteMemoryArgs(BaseModel):
 class SampleMemoryArgs(BaseModel):
     """Look at some memories to find what needs fixing."""
 
-    strategy: Literal["random", "diverse", "recent"] = Field(
+    strategy: SampleStrategy = Field(
         "random", description="random, diverse (spread over topics) or recent (latest sessions first)."
     )
     k: int = Field(5, ge=1, le=MAX_TOP_K, description="How many memories to return.")

@@ -26,7 +26,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import lru_cache
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import numpy as np
 from sqlalchemy import (
@@ -63,7 +63,7 @@ from memupdate.store.models import MAX_CONTENT_CHARS, MEMORY_KINDS, Memory, Memo
 
 Namespace = tuple[str, ...]
 SampleStrategy = Literal["random", "diverse", "recent"]
-SAMPLE_STRATEGIES: tuple[str, ...] = ("random", "diverse", "recent")
+SAMPLE_STRATEGIES: tuple[str, ...] = get_args(SampleStrategy)
 
 # Labels become a `/`-joined path; keep them to characters that need no quoting anywhere (URLs, shells, LIKE).
 # Matched with `fullmatch`: `$` alone would accept a label or key ending in a newline.

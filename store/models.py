@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal, get_args
 
 from pgvector.sqlalchemy import Vector
 from sqlalchemy import (
@@ -28,7 +28,9 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from memupdate.settings import get_settings
 
-MEMORY_KINDS = ("episodic", "semantic", "procedural")
+# One definition of the kinds: the tool schema types with MemoryKind, the CHECK constraint lists MEMORY_KINDS.
+MemoryKind = Literal["episodic", "semantic", "procedural"]
+MEMORY_KINDS: tuple[str, ...] = get_args(MemoryKind)
 # Documented limit on one memory's text: LoCoMo facts are ~100 characters; 4,000 leaves room for merges.
 MAX_CONTENT_CHARS = 4000
 LLM_REPLY_KINDS = ("answer", "judge")

@@ -8,6 +8,7 @@ from typing import Any
 from sqlalchemy import text
 
 from memupdate.store import MemoryStore
+from memupdate.store.memory_store import SAMPLE_STRATEGIES
 
 SQL_LOOKING = ["'; DROP TABLE memories; --", "\" OR 1=1 --", "$$ SELECT pg_sleep(10) $$", "%_\\", "f0001' --"]
 
@@ -55,7 +56,7 @@ def random_call(rng: random.Random, keys: list[str], foreign: list[str]) -> tupl
     if name == "search_memory":
         return name, {"query": words(), "top_k": rng.randint(1, 8)}
     if name == "sample_memory":
-        return name, {"strategy": rng.choice(["random", "diverse", "recent"]), "k": rng.randint(1, 6)}
+        return name, {"strategy": rng.choice(SAMPLE_STRATEGIES), "k": rng.randint(1, 6)}
     if name == "manage_memory":
         if rng.random() < 0.5:
             return name, {"action": "create", "content": words()}
