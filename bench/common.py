@@ -29,6 +29,8 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
+from memupdate.agent.dates import MONTHS
+
 REPO = Path(__file__).resolve().parent.parent
 LOCOMO_DEV_FILE = REPO.parent / "shared" / "data" / "locomo" / "locomo10-dev.json"
 CONVERSATION = "conv-26"
@@ -125,7 +127,6 @@ SKILLS = ["the violin", "the piano", "pottery", "Spanish", "photography", "chess
 JOBS = ["nurse", "teacher", "counselor", "chef", "baker", "photographer", "librarian", "firefighter"]
 PETS = ["dog", "cat", "parrot", "rabbit", "hamster", "turtle"]
 PET_NAMES = ["Oliver", "Luna", "Max", "Bailey", "Oscar", "Daisy", "Milo", "Coco"]
-MONTHS = "January February March April May June July August September October November December".split()
 
 # (fact, question, answer): the answer's words are in the fact, so the QA proxy can find them.
 TEMPLATES = [

@@ -45,6 +45,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from bench.common import console, open_engine, parse_args, percentile, write_json
+from memupdate.agent.dates import MONTHS
 
 STORES = ("memupdate", "InMemoryStore", "PostgresStore")
 MAX_NAMESPACE = 5_000  # above this, memories are spread over namespaces of SPREAD memories
@@ -101,10 +102,6 @@ CAUSES = [
 BOOKS = [
     "Becoming Nicole", "Charlotte's Web", "The Hobbit", "Dune", "Pride and Prejudice", "Educated",
     "The Alchemist", "Little Women", "Sapiens", "The Night Circus", "Circe", "Atomic Habits",
-]  # fmt: skip
-MONTHS = [
-    "January", "February", "March", "April", "May", "June", "July", "August", "September", "October",
-    "November", "December",
 ]  # fmt: skip
 YEARS = [str(y) for y in range(2018, 2025)]
 

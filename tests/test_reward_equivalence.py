@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 import pytest
 
+from memupdate.agent.dates import MONTHS
 from memupdate.agent.tools import run_tool
 from memupdate.rl.data.locomo import QAItem
 from memupdate.rl.scoring.faithfulness import check_faithfulness
@@ -33,7 +34,6 @@ from memupdate.store import MemoryStore, NewMemory, ScoredMemory
 NAMES = ["Caroline", "Melanie", "Jon", "Gina"]
 PLACES = ["Boston", "Lisbon", "Kyoto", "Denver", "Chicago", "Portland"]
 ACTIVITIES = ["hiking", "camping", "kayaking", "surfing", "skiing", "cycling"]
-MONTHS = "January February March April May June July August September October November December".split()
 
 
 # -- the reference: the plain path, as it was before the fast path -------------------------------

@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from memupdate.agent.dates import MONTHS
+
 __all__ = [
     "ADVERSARIAL",
     "CATEGORY_NAMES",
@@ -64,27 +66,9 @@ _SUMMARY_KEY = re.compile(r"session_(\d+)_summary")
 _DATE = re.compile(r"(\d{1,2})\s+([A-Za-z]+)\.?,?\s+(\d{4})")
 # A few evidence ids in the real file are typos like "D:11:26" for "D11:26".
 _STRAY_COLON = re.compile(r"D:(\d+):(\d+)")
-_MONTHS = {
-    name: number
-    for number, names in enumerate(
-        [
-            ("january", "jan"),
-            ("february", "feb"),
-            ("march", "mar"),
-            ("april", "apr"),
-            ("may",),
-            ("june", "jun"),
-            ("july", "jul"),
-            ("august", "aug"),
-            ("september", "sep", "sept"),
-            ("october", "oct"),
-            ("november", "nov"),
-            ("december", "dec"),
-        ],
-        start=1,
-    )
-    for name in names
-}
+# Month names and the abbreviations LoCoMo writes ("Jan", "Sept").
+_MONTHS = {form: number for number, name in enumerate(MONTHS, start=1) for form in (name.lower(), name[:3].lower())}
+_MONTHS["sept"] = 9
 
 
 class LocomoError(ValueError):
