@@ -18,6 +18,7 @@ from memupdate.cli.common import (
     open_store,
     user_errors,
 )
+from memupdate.rl.data.locomo import SINGLE_HOP
 from memupdate.store.errors import MemupdateError
 
 app = typer.Typer(help="Run the memory-editing agent on a live memory bank.", no_args_is_help=True)
@@ -120,6 +121,6 @@ class _Probe:
     LoCoMo's single-hop category)."""
 
     def __init__(self, question: str, answer: str):
-        self.question, self.answer, self.evidence, self.category = question, answer, (), 4
+        self.question, self.answer, self.evidence, self.category = question, answer, (), SINGLE_HOP
 
 

@@ -30,6 +30,10 @@ __all__ = [
     "ADVERSARIAL",
     "CATEGORY_NAMES",
     "LOCOMO_ENV_VAR",
+    "MULTI_HOP",
+    "OPEN_DOMAIN",
+    "SINGLE_HOP",
+    "TEMPORAL",
     "Conversation",
     "Fact",
     "LocomoError",
@@ -47,14 +51,14 @@ __all__ = [
 ]
 
 # LoCoMo's own evaluation code numbers the QA categories this way.
+MULTI_HOP, TEMPORAL, OPEN_DOMAIN, SINGLE_HOP, ADVERSARIAL = 1, 2, 3, 4, 5
 CATEGORY_NAMES: dict[int, str] = {
-    1: "multi-hop",
-    2: "temporal",
-    3: "open-domain",
-    4: "single-hop",
-    5: "adversarial",
+    MULTI_HOP: "multi-hop",
+    TEMPORAL: "temporal",
+    OPEN_DOMAIN: "open-domain",
+    SINGLE_HOP: "single-hop",
+    ADVERSARIAL: "adversarial",
 }
-ADVERSARIAL = 5
 LOCOMO_ENV_VAR = "MEMUPDATE_LOCOMO_FILE"
 
 _NOT_LOCOMO = "this does not look like LoCoMo's locomo10.json"

@@ -46,12 +46,11 @@ from typing import Any, Protocol
 import httpx
 from sqlalchemy import Engine
 
-from memupdate.rl.data.locomo import ADVERSARIAL, CATEGORY_NAMES
+from memupdate.rl.data.locomo import ADVERSARIAL, CATEGORY_NAMES, TEMPORAL
 from memupdate.rl.scoring.metrics import bleu1, locomo_f1
 from memupdate.store.errors import MemupdateError
 from memupdate.store.llm_cache import LLMReplyCache, ReplyKey, content_hash
 
-TEMPORAL = 2
 ANSWER_MAX_TOKENS = 32  # LoCoMo's num_tokens_request for one answer
 JUDGE_MAX_TOKENS = 256  # one sentence of reasoning, then the JSON label
 DEFAULT_TIMEOUT = 60.0

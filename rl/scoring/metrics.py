@@ -28,9 +28,8 @@ from functools import lru_cache
 
 from nltk.stem import PorterStemmer
 
-ADVERSARIAL = 5
-MULTI_HOP = 1
-OPEN_DOMAIN = 3
+from memupdate.rl.data.locomo import ADVERSARIAL, MULTI_HOP, OPEN_DOMAIN
+
 REFUSALS = ("no information available", "not mentioned")
 _PUNCTUATION = frozenset(string.punctuation)
 _ARTICLES = re.compile(r"\b(a|an|the|and)\b")

@@ -30,7 +30,8 @@ from typing import Protocol
 
 import numpy as np
 
-from memupdate.rl.scoring.metrics import ADVERSARIAL, answer_parts, normalized_tokens, token_f1
+from memupdate.rl.data.locomo import ADVERSARIAL
+from memupdate.rl.scoring.metrics import answer_parts, normalized_tokens, token_f1
 from memupdate.store import MemoryStore, NamespaceChanges, ScoredMemory
 
 DEFAULT_CONTEXT_TOKENS = 120
