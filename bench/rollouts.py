@@ -113,6 +113,7 @@ def make_rows(base: Any, questions: list[Any]) -> list[dict[str, Any]]:
     """One preprocessed row per question (the shape `memupdate data preprocess` writes), 8 collateral each."""
     from memupdate.agent.prompts import system_prompt, task_prompt
     from memupdate.agent.tools import MEMORY_TOOLS
+    from memupdate.rl.data.locomo import qa_row
     from memupdate.store.memory_store import namespace_path
 
     rows = []
@@ -122,12 +123,10 @@ def make_rows(base: Any, questions: list[Any]) -> list[dict[str, Any]]:
         create_kwargs = {"base_namespace": base.path, "namespace": bank, "trajectory_id": trajectory}
         others = random.Random(i).sample([o for o in questions if o is not q], 8)
         extra_info = {
-            "qa_index": i, "question": q.question, "answer": q.answer, "evidence": list(q.evidence), "category": 1,
-            "collateral": [{"qa_index": 1000 + j, "question": o.question, "answer": o.answer, "evidence": list(o.evidence)}
-                           for j, o in enumerate(others)],
+            **qa_row(q), "collateral": [qa_row(o) for o in others],
             "trajectory_id": trajectory, "base_namespace": base.path, "namespace": bank, "index": i,
             "tools_kwargs": {name: {"create_kwargs": create_kwargs} for name in MEMORY_TOOLS},
-        }  # fmt: skip
+        }
         prompt = [
             {"role": "system", "content": system_prompt()},
             {"role": "user", "content": task_prompt(bank, q.question)},

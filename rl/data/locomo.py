@@ -19,7 +19,7 @@ import json
 import os
 import re
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,6 +46,8 @@ __all__ = [
     "load_sample",
     "locomo_stats",
     "parse_session_date",
+    "qa_from_row",
+    "qa_row",
     "sample_conversation_path",
     "split_conversations",
 ]
@@ -164,6 +166,37 @@ class QAItem:
     @property
     def is_adversarial(self) -> bool:
         return self.category == ADVERSARIAL
+
+
+def qa_row(question: Any) -> dict[str, Any]:
+    """A question as a verl row's ``extra_info`` holds it (plain JSON types); :func:`qa_from_row` reads it back.
+
+        qa_row(item)   # {"qa_index": 3, "question": "When did ...?", "answer": "7 May 2023", "category": 2, ...}
+        qa_from_row(qa_row(item)) == item
+
+    ``question`` is a :class:`QAItem` or anything with its fields (``adversarial_answer`` may be absent).
+    """
+    return {
+        "qa_index": question.index,
+        "question": question.question,
+        "answer": question.answer,
+        "adversarial_answer": getattr(question, "adversarial_answer", None),
+        "category": question.category,
+        "evidence": list(question.evidence),
+    }
+
+
+def qa_from_row(row: Mapping[str, Any]) -> QAItem:
+    """The :class:`QAItem` a row written by :func:`qa_row` holds; a missing ``category`` reads as 0 and a
+    missing ``qa_index`` falls back to verl's ``index``."""
+    return QAItem(
+        index=int(row.get("qa_index", row.get("index", -1))),
+        question=str(row["question"]),
+        answer=_optional_str(row.get("answer")),
+        adversarial_answer=row.get("adversarial_answer"),
+        evidence=tuple(row.get("evidence") or ()),
+        category=int(row.get("category", 0)),
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,7 +18,7 @@ from typing import Any
 from memupdate.agent.prompts import system_prompt, task_prompt
 from memupdate.agent.tools import MEMORY_TOOLS
 from memupdate.rl.data.ingest import base_namespace
-from memupdate.rl.data.locomo import Conversation, split_conversations
+from memupdate.rl.data.locomo import Conversation, qa_row, split_conversations
 from memupdate.rl.evaluate import EvalConfig, eval_questions, trajectory_id, trajectory_namespace
 from memupdate.rl.scoring.reward import RewardConfig, collateral_sample
 from memupdate.store.memory_store import namespace_path
@@ -47,16 +47,10 @@ def qa_rows(conversation: Conversation, split: str, include_adversarial: bool = 
                 "extra_info": {
                     "split": split,
                     "sample_id": conversation.sample_id,
-                    "qa_index": qa.index,
-                    "category": qa.category,
-                    "question": qa.question,
-                    "answer": qa.answer,
-                    "evidence": list(qa.evidence),
+                    **qa_row(qa),
                     # Other questions of the conversation, scored with the target for collateral damage.
                     "collateral": [
-                        {"qa_index": o.index, "question": o.question, "answer": o.answer, "category": o.category,
-                         "evidence": list(o.evidence)}
-                        for o in collateral_sample(questions, qa.index, RewardConfig.collateral_questions)
+                        qa_row(o) for o in collateral_sample(questions, qa.index, RewardConfig.collateral_questions)
                     ],
                     "trajectory_id": trajectory,
                     "base_namespace": base,

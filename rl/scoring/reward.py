@@ -280,16 +280,6 @@ def collateral_sample(questions: Sequence[Question], target_index: int, k: int) 
 def questions_from_extra_info(extra_info: Mapping[str, Any]) -> list[Question]:
     """The scored questions of a preprocessed verl row: the target first, then `extra_info["collateral"]`
     (written by `memupdate data preprocess`); the shape `compute_reward` takes."""
-    from memupdate.rl.data.locomo import QAItem
+    from memupdate.rl.data.locomo import qa_from_row
 
-    def item(row: Mapping[str, Any]) -> QAItem:
-        return QAItem(
-            index=int(row.get("qa_index", row.get("index", -1))),
-            question=str(row["question"]),
-            answer=None if row.get("answer") is None else str(row["answer"]),
-            adversarial_answer=row.get("adversarial_answer"),
-            evidence=tuple(row.get("evidence") or ()),
-            category=int(row.get("category", 0)),
-        )
-
-    return [item(extra_info)] + [item(row) for row in extra_info.get("collateral") or []]
+    return [qa_from_row(extra_info)] + [qa_from_row(row) for row in extra_info.get("collateral") or []]
