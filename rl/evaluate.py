@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections import Counter, defaultdict
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
@@ -26,7 +26,7 @@ from langchain_core.language_models import BaseChatModel
 
 from memupdate.agent.graph import run_episode
 from memupdate.rl.data.ingest import base_namespace, ingest
-from memupdate.rl.data.locomo import ADVERSARIAL, Conversation, QAItem, category_name
+from memupdate.rl.data.locomo import ADVERSARIAL, Conversation, QAItem
 from memupdate.rl.scoring.answerer import LLMAnswerer, answerer_report
 from memupdate.rl.scoring.qa_proxy import QAScore
 from memupdate.rl.scoring.reward import (
@@ -36,6 +36,7 @@ from memupdate.rl.scoring.reward import (
     reward_from_scores,
     score,
 )
+from memupdate.rl.scoring.summaries import by_category, mean
 from memupdate.store import MemoryRecord, MemoryStore, to_namespace
 
 Mode = Literal["targeted", "blind"]
@@ -242,16 +243,13 @@ def _side(rows: list[dict[str, Any]], side: str) -> dict[str, Any]:
         recalls = [s["evidence_recall"] for s in scores if s["evidence_recall"] is not None]
         return {
             "questions": len(scores),
-            "qa_score": _mean([s["qa_score"] for s in scores]),
-            "evidence_recall": _mean(recalls),
-            "context_tokens": _mean([s["context_tokens"] for s in scores]),
+            "qa_score": mean([s["qa_score"] for s in scores]),
+            "evidence_recall": mean(recalls),
+            "context_tokens": mean([s["context_tokens"] for s in scores]),
         }
 
-    by_category: dict[int, list] = defaultdict(list)
-    for row in rows:
-        by_category[row["category"]].append(row)
     overall = summary(rows)
-    overall["by_category"] = {category_name(c): summary(by_category[c]) for c in sorted(by_category)}
+    overall["by_category"] = by_category(rows, lambda row: row["category"], summary)
     return overall
 
 
@@ -264,23 +262,19 @@ def _report(rows, episodes, errors, tool_counts, conversations, policy_name, con
         "questions": len(rows),
         "before": _side(rows, "before"),
         "after": _side(rows, "after"),
-        "reward_mean": _mean([r["reward"] for r in rows]),
+        "reward_mean": mean([r["reward"] for r in rows]),
         "episodes": len(episodes),
         "memories": {
-            "before": _mean([e.efficiency.memories_before for e in episodes]),
-            "after": _mean([e.efficiency.memories_after for e in episodes]),
+            "before": mean([e.efficiency.memories_before for e in episodes]),
+            "after": mean([e.efficiency.memories_after for e in episodes]),
         },
-        "unsupported_tokens": _mean([e.faithfulness.unsupported_tokens for e in episodes]),
-        "collateral_delta": _mean([e.collateral_delta for e in episodes if e.collateral_delta is not None]),
+        "unsupported_tokens": mean([e.faithfulness.unsupported_tokens for e in episodes]),
+        "collateral_delta": mean([e.collateral_delta for e in episodes if e.collateral_delta is not None]),
         "tool_calls": dict(sorted(tool_counts.items())),
         "errors": errors,
         "seconds": round(seconds, 2),
         "rows": rows,
     }
-
-
-def _mean(values: Sequence[float]) -> float:
-    return float(sum(values) / len(values)) if values else 0.0
 
 
 def answer_from_contexts(

@@ -20,6 +20,8 @@ from memupdate.rl.data.locomo import (
     load_sample,
     locomo_stats,
     parse_session_date,
+    qa_from_row,
+    qa_row,
     sample_conversation_path,
     split_conversations,
 )
@@ -110,6 +112,12 @@ def test_sample_adversarial_item(sample):
     assert item.category_name == "adversarial"
     assert item.answer is None
     assert item.adversarial_answer == "a retired racing greyhound"
+
+
+def test_qa_row_round_trips_every_question_through_json(sample):
+    """What `data preprocess` writes into a verl row is what the reward reads back, adversarial answer included."""
+    for item in sample.qa:
+        assert qa_from_row(json.loads(json.dumps(qa_row(item)))) == item
 
 
 def test_sample_stats(sample):

@@ -52,6 +52,7 @@ from memupdate.rl.data.locomo import Conversation, QAItem
 from memupdate.rl.distill.advantages import group_advantages, zero_variance_groups
 from memupdate.rl.evaluate import EvalConfig, Mode, eval_questions, trajectory_id, trajectory_namespace
 from memupdate.rl.scoring.reward import RewardConfig, collateral_sample, compute_reward, score
+from memupdate.rl.scoring.summaries import mean
 from memupdate.store import MemoryStore, MemupdateError
 
 Progress = Callable[[str, int, int], None]
@@ -324,7 +325,7 @@ def assign_advantages(records: Sequence[dict[str, Any]]) -> tuple[list[float], d
         "zero_variance_groups": len(flat),
         "trajectories": len(records),
         "positive": sum(a > 0 for a in advantages),
-        "reward_mean": _mean(rewards),
+        "reward_mean": mean(rewards),
     }
 
 
@@ -466,8 +467,8 @@ def summarize(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
     tools_ok = Counter(c["name"] for r in records for c in r["calls"] if c["ok"])
     return {
         "questions": len(records),
-        "reward_mean": _mean([r["reward"] for r in records]),
-        "qa_delta_mean": _mean([r["reward_parts"]["performance_delta"] for r in records]),
+        "reward_mean": mean([r["reward"] for r in records]),
+        "qa_delta_mean": mean([r["reward_parts"]["performance_delta"] for r in records]),
         "valid_call_share": valid / (valid + invalid) if valid + invalid else None,
         "ok_call_share": sum(r["ok_calls"] for r in records) / valid if valid else None,
         "calls_per_episode": (valid + invalid) / len(records) if records else 0.0,
@@ -613,7 +614,3 @@ def _plain(config: DistillConfig) -> dict[str, Any]:
     # Never write a key to disk.
     plain = asdict(replace(config, api_key=None, reward=replace(config.reward, answerer_api_key=None)))
     return json.loads(json.dumps(plain))
-
-
-def _mean(values: Sequence[float]) -> float:
-    return float(sum(values) / len(values)) if values else 0.0

@@ -37,7 +37,7 @@ import os
 import re
 import threading
 import time
-from collections import Counter, defaultdict
+from collections import Counter
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -46,8 +46,9 @@ from typing import Any, Protocol
 import httpx
 from sqlalchemy import Engine
 
-from memupdate.rl.data.locomo import ADVERSARIAL, CATEGORY_NAMES, TEMPORAL
+from memupdate.rl.data.locomo import ADVERSARIAL, TEMPORAL
 from memupdate.rl.scoring.metrics import bleu1, locomo_f1
+from memupdate.rl.scoring.summaries import by_category, mean
 from memupdate.store.errors import MemupdateError
 from memupdate.store.llm_cache import LLMReplyCache, ReplyKey, content_hash
 
@@ -484,22 +485,15 @@ def _summary(
         judged = [verdicts[i] for i in indices if verdicts[i] is not None]
         return {
             "questions": len(indices),
-            "f1": _mean([f1s[i] for i in indices]),
-            "bleu1": _mean([bleus[i] for i in indices]),
-            "judge_accuracy": _mean([float(v) for v in judged]) if judged else None,
+            "f1": mean([f1s[i] for i in indices]),
+            "bleu1": mean([bleus[i] for i in indices]),
+            "judge_accuracy": mean([float(v) for v in judged]) if judged else None,
             "judged": len(judged),
         }
 
-    by_category: dict[int, list[int]] = defaultdict(list)
-    for i, question in enumerate(questions):
-        by_category[question.category].append(i)
     overall = block(list(range(len(questions))))
-    overall["by_category"] = {CATEGORY_NAMES[c]: block(by_category[c]) for c in sorted(by_category)}
+    overall["by_category"] = by_category(range(len(questions)), lambda i: questions[i].category, block)
     return overall
-
-
-def _mean(values: Sequence[float]) -> float:
-    return float(sum(values) / len(values)) if values else 0.0
 
 
 __all__ = [
