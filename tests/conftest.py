@@ -91,3 +91,13 @@ def fresh_database(engine):
     get_engine(url).dispose()
     with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
         conn.execute(text(f'DROP DATABASE "{name}" WITH (FORCE)'))
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory):
+    """A tiny Qwen2 checkpoint (random weights, a locally trained tokenizer, Qwen2.5's chat template), built
+    once a session by the package's builder: no pretrained LLM weights can be downloaded here. Read-only:
+    a test that changes it copies it first."""
+    from memupdate.rl.distill.tiny_student import build_tiny_checkpoint
+
+    return build_tiny_checkpoint(tmp_path_factory.mktemp("tiny-qwen2"))

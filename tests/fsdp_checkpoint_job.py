@@ -2,7 +2,7 @@
 
     torchrun --nproc_per_node 2 tests/fsdp_checkpoint_job.py MODEL_DIR CKPT_DIR
 
-Two processes (gloo) shard the tiny Qwen2 from `tests/tiny_checkpoint.py` with FSDP2, train a step,
+Two processes (gloo) shard the tiny Qwen2 of the `tiny_model` fixture (conftest.py) with FSDP2, train a step,
 and save with verl's `FSDPCheckpointManager`: `global_step_1/actor` holds the FSDP shards only
 (verl's default contents), `global_step_2/actor` also the Hugging Face copy (`hf_model`, what our
 configs ask for). Rank 0 writes the trained weights of each step to `reference_step_N.pt`.

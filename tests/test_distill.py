@@ -121,15 +121,13 @@ def load_sample_path():
     return sample_conversation_path()
 
 
-def test_bad_input_gives_clear_errors(store: MemoryStore, sample, tmp_path) -> None:
+def test_bad_input_gives_clear_errors(store: MemoryStore, sample, tmp_path, tiny_model) -> None:
     with pytest.raises(MemupdateError, match="--teacher 'gpt'"):
         distill(store, [sample], [], replace(SMALL, teacher="gpt"), tmp_path / "a")
     with pytest.raises(MemupdateError, match="no config.json"):
         distill(store, [sample], [], replace(SMALL, student=str(tmp_path)), tmp_path / "b")
     # A student whose tokenizer has no chat template is refused before any rollout.
-    from memupdate.rl.distill.tiny_student import build_tiny_checkpoint
-
-    plain = build_tiny_checkpoint(tmp_path / "plain")
+    plain = shutil.copytree(tiny_model, tmp_path / "plain")
     (plain / "chat_template.jinja").unlink(missing_ok=True)
     config = json.loads((plain / "tokenizer_config.json").read_text())
     config.pop("chat_template", None)

@@ -7,21 +7,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from langchain_core.language_models.fake_chat_models import FakeMessagesListChatModel
 from langchain_core.messages import AIMessage, ToolMessage
+from scripted_chat import ScriptedModel
 
 from memupdate.agent.graph import arun_episode, run_episode
 from memupdate.store import MemoryStore, NewMemory
-
-
-class ScriptedModel(FakeMessagesListChatModel):
-    """Replays `responses` in order and records the tools it was bound to."""
-
-    bound: list[Any] = []
-
-    def bind_tools(self, tools: Any, **kwargs: Any) -> ScriptedModel:
-        self.bound = list(tools)
-        return self
 
 
 def call(name: str, i: int = 0, **args: Any) -> dict:

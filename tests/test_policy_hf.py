@@ -1,7 +1,7 @@
 """HuggingFaceChatModel and the Hermes tool-call parser.
 
 No pretrained LLM weights can be downloaded here: the model is a tiny Qwen2 built from a config,
-the tokenizer trained locally (see tiny_checkpoint.py). Its weights are random, so generated text
+the tokenizer trained locally (the `tiny_model` fixture of conftest.py). Its weights are random, so generated text
 is arbitrary; tests check types, prompts, determinism and, with a scripted generation, the full
 decode -> parse -> AIMessage path.
 """
@@ -15,21 +15,15 @@ import pytest
 import torch
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
 from langchain_core.tools import tool
-from tiny_checkpoint import build_tiny_checkpoint
 
 from memupdate.agent.policies import hermes
 from memupdate.agent.policies.hermes import parse_tool_calls
 from memupdate.agent.policies.hf import HuggingFaceChatModel
 
 
-@pytest.fixture(scope="session")
-def tiny_checkpoint(tmp_path_factory):
-    return build_tiny_checkpoint(tmp_path_factory.mktemp("tiny_qwen2"))
-
-
 @pytest.fixture
-def policy(tiny_checkpoint):
-    return HuggingFaceChatModel.from_pretrained(tiny_checkpoint, max_new_tokens=16)
+def policy(tiny_model):
+    return HuggingFaceChatModel.from_pretrained(tiny_model, max_new_tokens=16)
 
 
 @tool
@@ -109,10 +103,10 @@ def test_invalid_call_from_model_lands_in_invalid_tool_calls(policy, monkeypatch
     assert "invalid JSON" in bad["error"] and bad["id"] != reply.tool_calls[0]["id"]
 
 
-def test_seeded_sampling_is_reproducible(tiny_checkpoint):
+def test_seeded_sampling_is_reproducible(tiny_model):
     def sample(seed):
         model = HuggingFaceChatModel.from_pretrained(
-            tiny_checkpoint, max_new_tokens=24, temperature=1.0, seed=seed
+            tiny_model, max_new_tokens=24, temperature=1.0, seed=seed
         )
         replies = [model.invoke(CONVERSATION) for _ in range(2)]
         return [(r.content, r.tool_calls, r.invalid_tool_calls, r.usage_metadata) for r in replies]
@@ -136,8 +130,8 @@ def test_bad_checkpoint_path_is_a_clear_error(tmp_path, make):
         HuggingFaceChatModel.from_pretrained(path)
 
 
-def test_missing_chat_template_is_a_clear_error(tiny_checkpoint, tmp_path):
-    path = shutil.copytree(tiny_checkpoint, tmp_path / "no_template")
+def test_missing_chat_template_is_a_clear_error(tiny_model, tmp_path):
+    path = shutil.copytree(tiny_model, tmp_path / "no_template")
     (path / "chat_template.jinja").unlink(missing_ok=True)
     config = json.loads((path / "tokenizer_config.json").read_text())
     config.pop("chat_template", None)

@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from langchain_core.language_models.fake_chat_models import FakeMessagesListChatModel
 from langchain_core.messages import AIMessage
+from scripted_chat import ScriptedModel
 from typer.testing import CliRunner
 
 import memupdate.agent.policies as policies
@@ -28,11 +28,6 @@ from memupdate.store import MemoryStore
 
 runner = CliRunner()
 MEMUPDATE = str(Path(sys.executable).parent / "memupdate")
-
-
-class ScriptedModel(FakeMessagesListChatModel):
-    def bind_tools(self, tools: Any, **kwargs: Any) -> ScriptedModel:
-        return self
 
 
 class FailingModel(ScriptedModel):

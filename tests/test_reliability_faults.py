@@ -11,9 +11,9 @@ import tempfile
 from typing import Any
 
 import pytest
-from langchain_core.language_models.fake_chat_models import FakeMessagesListChatModel
 from langchain_core.messages import AIMessage
 from reliability_helpers import as_events, replay
+from scripted_chat import ScriptedModel
 from sqlalchemy import event, text
 from sqlalchemy.exc import OperationalError
 
@@ -24,11 +24,6 @@ from memupdate.store.database import get_engine, start_embedded_server
 from memupdate.store.migrate import upgrade
 
 FACTS = ["Melanie painted a lake sunrise", "Melanie paints lake sunrises", "Caroline moved from Sweden"]
-
-
-class ScriptedModel(FakeMessagesListChatModel):
-    def bind_tools(self, tools: Any, **kwargs: Any) -> ScriptedModel:
-        return self
 
 
 def call(name: str, i: int, **args: Any) -> dict:

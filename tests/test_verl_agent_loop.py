@@ -16,7 +16,6 @@ import pytest
 
 pytest.importorskip("verl")
 
-from tiny_checkpoint import build_tiny_checkpoint  # noqa: E402
 from verl_support import (  # noqa: E402
     HELPFUL_FACT,
     TOOL_CONFIG,
@@ -33,11 +32,6 @@ from memupdate.store import MemoryStore  # noqa: E402
 
 CREATE_HELPFUL = tool_call("manage_memory", {"action": "create", "content": HELPFUL_FACT})
 SAMPLING = {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "repetition_penalty": 1.0, "logprobs": True}
-
-
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory):
-    return build_tiny_checkpoint(tmp_path_factory.mktemp("tiny-qwen2"))
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,6 @@
 """`memupdate rl export`: verl checkpoints -> Hugging Face folders the memory graph loads.
 
-No pretrained weights exist here: the model is the tiny Qwen2 of `tests/tiny_checkpoint.py` (built from
+No pretrained weights exist here: the model is the tiny Qwen2 of the `tiny_model` fixture (conftest.py, built from
 a config, tokenizer trained locally). The fast tests use the layout of verl's `hf_model` copy; the slow
 one makes real checkpoints with verl's FSDPCheckpointManager in two CPU processes (torchrun, gloo),
 merges one with verl's model merger, and runs the exported model in the memory graph.
@@ -18,7 +18,6 @@ import pytest
 
 pytest.importorskip("verl")
 
-from tiny_checkpoint import build_tiny_checkpoint  # noqa: E402
 from typer.testing import CliRunner  # noqa: E402
 from verl_support import REPO, load_base  # noqa: E402
 
@@ -26,11 +25,6 @@ from memupdate.cli import app  # noqa: E402
 from memupdate.rl.verl.export import METADATA_FILE, TRAIN_CONFIG_FILE, ExportError, export_checkpoint  # noqa: E402
 
 runner = CliRunner()
-
-
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory):
-    return build_tiny_checkpoint(tmp_path_factory.mktemp("tiny-qwen2"))
 
 
 @pytest.fixture

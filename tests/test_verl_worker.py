@@ -18,7 +18,6 @@ import pytest
 
 pytest.importorskip("verl")
 
-from tiny_checkpoint import build_tiny_checkpoint  # noqa: E402
 from verl_support import (  # noqa: E402
     HELPFUL_FACT,
     QUESTION,
@@ -48,11 +47,6 @@ SCRIPTS = {
 }
 KIND = {"Added where Ann moved.": "helps", "Nothing to change.": "silent", "Removed a memory.": "harms",
         "Looked around.": "reads", "Fine as it is.": "reads", "All good.": "silent"}  # fmt: skip
-
-
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory):
-    return build_tiny_checkpoint(tmp_path_factory.mktemp("tiny-qwen2"))
 
 
 @pytest.fixture

@@ -2,7 +2,7 @@
 stand-in for verl's rollout server, and a loaded base with preprocessed rows.
 
 No LLM weights exist here: the "server" returns the token ids of scripted Hermes tool calls, encoded
-with the tiny tokenizer trained locally by `tests/tiny_checkpoint.py`; everything else (verl's agent
+with the tiny tokenizer trained locally by the `tiny_model` fixture (conftest.py); everything else (verl's agent
 loop, tool registry, dataset, reward managers, PostgreSQL, the embedding model) is real.
 """
 
