@@ -18,8 +18,9 @@ $(VENV)/.installed: pyproject.toml
 demo: install
 	$(BIN)/memupdate demo
 
+# --durations=25: CI's log names the slowest tests, so a test that grows slow is seen where it lands.
 test: install
-	$(BIN)/pytest
+	$(BIN)/pytest --durations=25
 
 bench: install
 	$(BIN)/python -m bench.store
