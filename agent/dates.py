@@ -34,11 +34,11 @@ __all__ = [
 ]
 
 MONTHS = ["January", "February", "March", "April", "May", "June", "July",
-          "August", "September", "October", "November", "December"]  # fmt: skip
+          "August", "September", "October", "November", "December"]
 WEEKDAYS = ["monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"]
 SEASON_START = {"spring": 3, "summer": 6, "fall": 9, "autumn": 9, "winter": 12}
 NUMBER_WORDS = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7,
-                "eight": 8, "nine": 9, "ten": 10, "eleven": 11, "twelve": 12}  # fmt: skip
+                "eight": 8, "nine": 9, "ten": 10, "eleven": 11, "twelve": 12}
 APPROXIMATE = {"a couple": 2, "a couple of": 2, "a few": 3, "few": 3, "several": 3}
 
 _MONTH = "(?-i:" + "|".join(MONTHS) + ")"  # case-sensitive: "this May" is a month, "this may help" is not

@@ -101,7 +101,7 @@ def build_memory_graph(
             return "turn_budget"
         return "policy"
 
-    def stop(reason: StopReason):  # noqa: ANN202
+    def stop(reason: StopReason):
         return lambda state: {"stop_reason": reason}
 
     graph = StateGraph(MemoryEditState)
@@ -157,7 +157,7 @@ async def arun_episode(
     return _result(await graph.ainvoke(state, config))
 
 
-def _prepare(policy, store, question, max_turns, max_operations, checkpointer, thread_id):  # noqa: ANN001, ANN202
+def _prepare(policy, store, question, max_turns, max_operations, checkpointer, thread_id):
     """The compiled graph, its first state and its run config."""
     graph = build_memory_graph(policy, store, max_turns=max_turns, max_operations=max_operations, checkpointer=checkpointer)
     state = initial_state(store, question, max_turns=max_turns, max_operations=max_operations)

@@ -60,7 +60,7 @@ AUXILIARIES = frozenset(
     "isn't aren't wasn't weren't hasn't haven't hadn't doesn't didn't won't can't couldn't".split()
 )
 ADVERBS = frozenset("also still now recently often always never just then later finally usually even already "
-                    "not currently sometimes again soon".split())  # fmt: skip
+                    "not currently sometimes again soon".split())
 # Finite verbs (3rd person, past) common in LoCoMo facts: only these start a subject-less clause, so
 # "to express himself and stay positive" or "given her courage" is never cut off.
 _REGULAR = """love like enjoy want plan hope need try start finish join attend adopt play paint work volunteer

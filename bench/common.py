@@ -48,7 +48,7 @@ def parse_args(parser: argparse.ArgumentParser, argv: Sequence[str] | None = Non
     return parser.parse_args(argv)
 
 
-def open_engine(args: argparse.Namespace):  # noqa: ANN201
+def open_engine(args: argparse.Namespace):
     """The engine to benchmark on, migrated: `--url`, else the embedded server in `--data-dir` or a temp dir."""
     from memupdate.store.database import get_engine
     from memupdate.store.embedded import start_embedded_server, temporary_data_dir
@@ -64,7 +64,7 @@ def open_engine(args: argparse.Namespace):  # noqa: ANN201
     return engine
 
 
-def load_embedder():  # noqa: ANN201
+def load_embedder():
     """The real embedder, warmed up on texts nothing else uses (its first batches run 3-5x slower)."""
     from memupdate.store.embeddings import get_embedder
 
@@ -77,7 +77,7 @@ def load_embedder():  # noqa: ANN201
 
 
 @contextmanager
-def bench_namespace(engine, embedder) -> Iterator[Any]:  # noqa: ANN001
+def bench_namespace(engine, embedder) -> Iterator[Any]:
     """A root store at bench/<run id>; every namespace below it is dropped on the way out."""
     from memupdate.store import MemoryStore
 
@@ -93,7 +93,7 @@ def bench_namespace(engine, embedder) -> Iterator[Any]:  # noqa: ANN001
         engine.dispose()
 
 
-def server_line(engine, embedder) -> str:  # noqa: ANN001
+def server_line(engine, embedder) -> str:
     from memupdate.store.database import server_info
 
     info = server_info(engine)
@@ -129,7 +129,7 @@ TEMPLATES = [
     ("{name} started learning {skill} in {month} {year}.", "What did {name} start learning in {month} {year}?",
      "{skill}"),
     ("{name} has worked as a {job} in {place} since {year}.", "Since when has {name} worked as a {job}?", "{year}"),
-]  # fmt: skip
+]
 
 
 def synthetic_facts(n: int, seed: int, names: Sequence[str] = NAMES) -> list[tuple[str, BenchQuestion, dict]]:
@@ -144,14 +144,14 @@ def synthetic_facts(n: int, seed: int, names: Sequence[str] = NAMES) -> list[tup
             name=rng.choice(names), place=rng.choice(PLACES), activity=rng.choice(ACTIVITIES),
             skill=rng.choice(SKILLS), job=rng.choice(JOBS), pet=rng.choice(PETS), pet_name=rng.choice(PET_NAMES),
             month=MONTHS[month], year=year, date=f"{day} {MONTHS[month]} {year}",
-        )  # fmt: skip
+        )
         text, question = fact.format(**values), question.format(**values)
         if text in seen or question in seen:  # one fact per question, so every answer is unambiguous
             continue
         seen |= {text, question}
         dia_id = f"S{len(facts) // 10 + 1}:{len(facts) % 10 + 1}"
         metadata = {"dia_ids": [dia_id], "date": f"{year}-{month + 1:02d}-{day:02d}", "speaker": values["name"],
-                    "source": "bench:synthetic"}  # fmt: skip
+                    "source": "bench:synthetic"}
         facts.append((text, BenchQuestion(question, answer.format(**values), (dia_id,), len(facts)), metadata))
     return facts
 
@@ -204,7 +204,7 @@ class Meter:
 def timed(fn: Callable, meter: Meter) -> Callable:
     """`fn`, adding its time and calls to `meter`."""
 
-    def wrapper(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+    def wrapper(*args, **kwargs):
         start = time.perf_counter()
         try:
             return fn(*args, **kwargs)

@@ -91,7 +91,7 @@ def make_forks(base: MemoryStore, questions: list) -> list[tuple[list, MemorySto
                                    "content": f"{target.content} (mentioned again in session {j + 2})"}),
                 ("manage_memory", {"action": "create", "content": created}),
                 ("delete_memory", {"memory_id": victim}),
-            ]))  # fmt: skip
+            ]))
     # The new texts in one batch first: ~10x faster than 1,024 one-text calls, and it is only setup.
     with console.status("embedding the edits' new texts ..."):
         base.embedder.embed([c[1]["content"] for _, _, calls in plans for c in calls if "content" in c[1]])
@@ -111,7 +111,7 @@ def make_forks(base: MemoryStore, questions: list) -> list[tuple[list, MemorySto
 
 
 @contextmanager
-def metering(embedder):  # noqa: ANN001, ANN201
+def metering(embedder):
     """Meters on `embedder.embed` (cache included), the store's search methods and its fork-vs-base
     reads; lists the texts the model itself embeds (`_embed_fn` runs only on a cache miss)."""
     meters = {"embed": Meter(), "search": Meter(), "diff": Meter()}
@@ -119,7 +119,7 @@ def metering(embedder):  # noqa: ANN001, ANN201
     model_fn = embedder._embed_fn
     originals = {name: getattr(MemoryStore, name) for name in SEARCH_METHODS + DIFF_METHODS if hasattr(MemoryStore, name)}
 
-    def counted_model(texts: list[str]):  # noqa: ANN202
+    def counted_model(texts: list[str]):
         embedded.extend(texts)
         return model_fn(texts)
 
@@ -149,7 +149,7 @@ def score_round(base: MemoryStore, forks: list, questions: list) -> dict:
                 base_scores=[base_scores[q.index] for q in scored], base_snapshot=base_snapshot,
             )
             for scored, fork in forks
-        ]  # fmt: skip
+        ]
         total = time.perf_counter() - start
     # Memories were embedded when they were written: scoring may embed the questions, nothing else.
     assert set(embedded) <= {q.question for q in questions} and len(embedded) <= len(questions), embedded[:3]

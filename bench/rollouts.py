@@ -156,12 +156,12 @@ async def run_agent_loops(rows, scripts, concurrency: int, env: dict) -> list[fl
                 target, trainer_config=DictConfigWrap(env["config"]), server_manager=server, tokenizer=env["tokenizer"],
                 processor=None, hf_model_type="qwen2", dataset_cls=RLHFDataset,
                 data_config=DictConfigWrap(env["config"].data), tools=ToolListWrap(env["tools"]),
-            )  # fmt: skip
+            )
             output = await loop.run(
                 {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "logprobs": False},
                 raw_prompt=row["prompt"], tools_kwargs=row["extra_info"]["tools_kwargs"], extra_info=row["extra_info"],
                 index=i, uid=str(i // ROLLOUTS_PER_QUESTION), data_source="locomo",
-            )  # fmt: skip
+            )
             assert output.extra_fields["reward_extra_info"]["tool_calls"] == 10, output.extra_fields
             return time.perf_counter() - start
 
@@ -250,7 +250,7 @@ def prepare(engine: Any, embedder: Any) -> dict[str, Any]:
     config = compose_config(CONFIGS_DIR, "locomo_memory_grpo", [
         f"actor_rollout_ref.model.path={model}", "actor_rollout_ref.rollout.prompt_length=4096",
         "actor_rollout_ref.rollout.response_length=8192", "data.max_prompt_length=4096", "data.max_response_length=8192",
-    ])  # fmt: skip
+    ])
     os.environ["MEMUPDATE_DATABASE_URL"] = engine.url.render_as_string(hide_password=False)
     from memupdate.settings import get_settings
 
@@ -328,13 +328,13 @@ def run(args: argparse.Namespace) -> dict:
                         "connections_peak": connections["peak"],
                         "statements_per_rollout": (connections["statements"] - before["statements"]) / len(seconds),
                         "sql_s": connections["sql_s"] - before["sql_s"],
-                    })  # fmt: skip
+                    })
     finally:
         embedder._embed_fn = model_fn
         env["engine"].dispose()
         _restore_process(saved_url)
     return {"source": source, "memories": N_MEMORIES, "worker_connections": WORKER_CONNECTIONS,
-            "connections_opened_total": connections["opened"], "target_s": TARGET_SECONDS, "results": results}  # fmt: skip
+            "connections_opened_total": connections["opened"], "target_s": TARGET_SECONDS, "results": results}
 
 
 def report(summary: dict) -> None:
@@ -343,11 +343,11 @@ def report(summary: dict) -> None:
         met = verdict(r["wall_s"] < TARGET_SECONDS) if r["path"] == "database side" else "-"
         rows.append([r["path"], str(r["concurrency"]), str(r["rollouts"]), f"{r['wall_s']:.2f}", f"{r['p50_s'] * 1000:.0f}",
                      f"{r['p95_s'] * 1000:.0f}", f"{r['statements_per_rollout']:.0f}", f"{r['sql_s']:.1f}",
-                     f"{r['model_s']:.2f}", f"{r['connections_opened']}/{r['connections_peak']}", met])  # fmt: skip
+                     f"{r['model_s']:.2f}", f"{r['connections_opened']}/{r['connections_peak']}", met])
     print_table(
         f"{rows[0][2] if rows else 0} rollouts (fork + 10 tool calls + reward + drop) on a {summary['memories']}-memory base",
         ["path", "in flight", "rollouts", "wall s", "p50 ms", "p95 ms", "stmts", "SQL s", "model s",
-         "conns new/peak", f"< {TARGET_SECONDS:g} s"],  # fmt: skip
+         "conns new/peak", f"< {TARGET_SECONDS:g} s"],
         rows,
         [
             f"memories: {summary['source']}",

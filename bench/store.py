@@ -70,39 +70,39 @@ NAMES = [
     "James", "Deborah", "Jolene", "Evan", "Sam", "Calvin", "Dave", "Priya", "Omar", "Lena", "Hiro",
     "Sofia", "Mateo", "Aisha", "Ravi", "Chloe", "Lucas", "Nadia", "Ethan", "Yuki", "Fatima", "Noah",
     "Elena", "Kwame", "Ingrid", "Diego", "Mei", "Tom", "Zara",
-]  # fmt: skip
+]
 PLACES = [
     "Sweden", "Boston", "Lisbon", "Kyoto", "Denver", "the Rockies", "Lake Tahoe", "Chicago", "Portland",
     "Barcelona", "Vancouver", "Seattle", "Nairobi", "Cape Town", "Austin", "Dublin", "Prague", "Oslo",
     "Yosemite", "Banff", "Hawaii", "Berlin", "Mexico City", "Montreal", "Edinburgh", "Sydney", "Seoul",
     "Rome", "the Grand Canyon", "Amsterdam",
-]  # fmt: skip
+]
 ACTIVITIES = [
     "hiking", "camping", "kayaking", "surfing", "skiing", "cycling", "fishing", "birdwatching",
     "rock climbing", "swimming", "sailing", "running", "snowboarding", "horseback riding", "scuba diving",
     "ice skating", "paddleboarding", "bowling", "dancing", "stargazing",
-]  # fmt: skip
+]
 SKILLS = [
     "the violin", "the piano", "the guitar", "pottery", "Spanish", "Japanese", "photography", "oil painting",
     "woodworking", "salsa dancing", "coding in Python", "calligraphy", "chess", "baking sourdough",
     "knitting", "the cello",
-]  # fmt: skip
+]
 RELATIVES = ["sister", "brother", "mother", "father", "cousin", "grandmother", "aunt", "uncle", "best friend"]
 JOBS = [
     "nurse", "software engineer", "teacher", "counselor", "chef", "architect", "photographer", "accountant",
     "graphic designer", "firefighter", "veterinarian", "librarian", "pharmacist", "electrician",
-]  # fmt: skip
+]
 PETS = ["dog", "cat", "parrot", "rabbit", "hamster", "turtle", "puppy", "kitten"]
-PET_NAMES = ["Oliver", "Luna", "Max", "Bailey", "Oscar", "Daisy", "Milo", "Coco", "Pepper", "Shadow", "Biscuit"]  # fmt: skip
+PET_NAMES = ["Oliver", "Luna", "Max", "Bailey", "Oscar", "Daisy", "Milo", "Coco", "Pepper", "Shadow", "Biscuit"]
 FOODS = ["peanuts", "shellfish", "gluten", "dairy", "strawberries", "eggs", "soy", "sesame", "mushrooms"]
 CAUSES = [
     "mental health", "animal shelters", "cancer research", "LGBTQ youth", "clean oceans", "literacy",
     "homeless veterans", "children's hospitals",
-]  # fmt: skip
+]
 BOOKS = [
     "Becoming Nicole", "Charlotte's Web", "The Hobbit", "Dune", "Pride and Prejudice", "Educated",
     "The Alchemist", "Little Women", "Sapiens", "The Night Circus", "Circe", "Atomic Habits",
-]  # fmt: skip
+]
 YEARS = [str(y) for y in range(2018, 2025)]
 
 FACT_TEMPLATES = [
@@ -198,14 +198,14 @@ class Ours:
 
     name = "memupdate"
 
-    def __init__(self, engine, embedder, root: tuple[str, ...]):  # noqa: ANN001
+    def __init__(self, engine, embedder, root: tuple[str, ...]):
         from memupdate.store import MemoryStore
 
         self.engine, self.embedder, self.root = engine, embedder, root
         self._stores: dict[tuple, Any] = {}
         self._make = lambda ns: MemoryStore(engine, self.embedder, (*root, *ns))
 
-    def store(self, ns: tuple[str, ...]):  # noqa: ANN201
+    def store(self, ns: tuple[str, ...]):
         if ns not in self._stores:
             self._stores[ns] = self._make(ns)
         return self._stores[ns]
@@ -234,7 +234,7 @@ class Ours:
 class LangGraph:
     """LangGraph's `InMemoryStore` or `PostgresStore`, both with an index on the memory's `content`."""
 
-    def __init__(self, name: str, store, embed: SwitchableEmbed, conn=None):  # noqa: ANN001
+    def __init__(self, name: str, store, embed: SwitchableEmbed, conn=None):
         self.name, self.lg, self.embed, self.conn = name, store, embed, conn
 
     def insert(self, ns: tuple[str, ...], items: Sequence[tuple[str, str]]) -> None:
@@ -271,7 +271,7 @@ class SwitchableEmbed:
 
 
 @contextmanager
-def postgres_store(engine, dims: int, embed: SwitchableEmbed) -> Iterator[LangGraph]:  # noqa: ANN001
+def postgres_store(engine, dims: int, embed: SwitchableEmbed) -> Iterator[LangGraph]:
     """LangGraph's `PostgresStore` in a database of its own on the same server, dropped at the end."""
     from langgraph.store.postgres import PostgresStore
     from sqlalchemy import text
@@ -366,7 +366,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     for backend in backends:
                         embedder._cache.clear()
                         seconds = insert_all(backend, {("embed", f"n{size}"): keyed}, args.batch, progress,
-                                             f"n={size:,} {backend.name}: insert + embed", embedder)  # fmt: skip
+                                             f"n={size:,} {backend.name}: insert + embed", embedder)
                         results[size][backend.name]["insert_embed_per_s"] = size / seconds
                     ours.store(("embed", f"n{size}")).drop()
                     in_memory.lg = new_in_memory()
@@ -391,7 +391,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     task = progress.add_task(f"n={size:,} {backend.name}: search, get, delete", total=3)
                     found: list[list[str]] = []
 
-                    def search(i: int, b=backend, out=found, ns=searched) -> None:  # noqa: ANN001
+                    def search(i: int, b=backend, out=found, ns=searched) -> None:
                         out.append(b.search(ns, queries[i], query_vectors[i]))
 
                     ms = time_each(search, range(len(queries)))
@@ -427,13 +427,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "server": info,
         "embedder": embedder.name,
         "config": {"sizes": sizes, "queries": len(queries), "batch": args.batch, "fork_reps": args.fork_reps,
-                   "top_k": TOP_K, "seed": args.seed, "modelled_texts": modelled, "spread": SPREAD, "noise": NOISE},  # fmt: skip
+                   "top_k": TOP_K, "seed": args.seed, "modelled_texts": modelled, "spread": SPREAD, "noise": NOISE},
         "results": {str(size): values for size, values in results.items()},
         "targets": targets(results),
     }
 
 
-def insert_all(backend, chunks: dict, batch: int, progress: Progress, description: str, model=None) -> float:  # noqa: ANN001
+def insert_all(backend, chunks: dict, batch: int, progress: Progress, description: str, model=None) -> float:
     """Insert every chunk in batches of `batch`; returns the seconds inside the stores' calls only.
     With `model`, the stores embed with the real model (ours through its embedder, LangGraph's through embed)."""
     total = sum(len(items) for items in chunks.values())
@@ -450,7 +450,7 @@ def insert_all(backend, chunks: dict, batch: int, progress: Progress, descriptio
 
 
 @contextmanager
-def embedding_with(backend, model) -> Iterator[None]:  # noqa: ANN001
+def embedding_with(backend, model) -> Iterator[None]:
     """Point `backend`'s embedding at the real `model` for the duration (None: keep the precomputed vectors)."""
     if model is None:
         yield
@@ -471,7 +471,7 @@ def embedding_with(backend, model) -> Iterator[None]:  # noqa: ANN001
         backend.embed.model = None
 
 
-def fork_and_drop(store, reps: int, size: int) -> tuple[list[float], list[float]]:  # noqa: ANN001
+def fork_and_drop(store, reps: int, size: int) -> tuple[list[float], list[float]]:
     fork_ms, drop_ms = [], []
     for rep in range(reps):
         began = time.perf_counter()
@@ -494,7 +494,7 @@ def targets(results: dict[int, dict[str, dict]]) -> list[dict[str, Any]]:
          "met": ours["search_p50_ms"] <= TARGET_SEARCH_P50_MS},
         {"metric": "fork_p50_ms", "size": TARGET_SIZE, "value": ours["fork_p50_ms"], "target": TARGET_FORK_MS,
          "met": ours["fork_p50_ms"] <= TARGET_FORK_MS},
-    ]  # fmt: skip
+    ]
 
 
 # -- report ---------------------------------------------------------------------------------------

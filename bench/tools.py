@@ -80,7 +80,7 @@ def make_arguments(tool: str, variant: str, i: int, keys: Iterator[str], snapsho
     return {"memory_ids": [key, other], "content": f"{content} {snapshot[other].content}"}
 
 
-def time_calls(base, tool: str, variant: str, writes: bool, snapshot: dict, fresh: list, model: Meter) -> dict:  # noqa: ANN001
+def time_calls(base, tool: str, variant: str, writes: bool, snapshot: dict, fresh: list, model: Meter) -> dict:
     """CALLS timed calls (after WARMUP_CALLS untimed) of one tool variant through `run_tool`, on a fork."""
     # One shuffled pass over the keys: no memory is edited twice (every new text is unseen),
     # and every key taken is still in the fork, which is re-made from the base.
@@ -108,7 +108,7 @@ def time_calls(base, tool: str, variant: str, writes: bool, snapshot: dict, fres
         "embed_p50_ms": percentile(embed_ms, 50),
         "overhead_p50_ms": percentile(overhead, 50), "overhead_p95_ms": percentile(overhead, 95),
         "met": percentile(overhead, 50) <= TARGET_P50_MS,
-    }  # fmt: skip
+    }
 
 
 def run(args: argparse.Namespace) -> dict:

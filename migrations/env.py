@@ -13,7 +13,7 @@ from memupdate.store.models import Base
 target_metadata = Base.metadata
 
 
-def render_item(type_, obj, autogen_context):  # noqa: ANN001, ANN201 - Alembic's hook signature
+def render_item(type_, obj, autogen_context):
     """Render pgvector columns as `Vector(n)` with its import, for hand-checked autogenerate output."""
     if type_ == "type" and isinstance(obj, Vector):
         autogen_context.imports.add("from pgvector.sqlalchemy import Vector")
@@ -21,13 +21,13 @@ def render_item(type_, obj, autogen_context):  # noqa: ANN001, ANN201 - Alembic'
     return False
 
 
-def include_name(name, type_, parent_names) -> bool:  # noqa: ANN001 - Alembic's hook signature
+def include_name(name, type_, parent_names) -> bool:
     """Compare only memupdate's own tables: the same database may hold others (LangGraph's checkpointer
     tables from `agent run --checkpoint`), which are not drift and must never be dropped."""
     return type_ != "table" or name in target_metadata.tables
 
 
-def run_migrations(connection) -> None:  # noqa: ANN001
+def run_migrations(connection) -> None:
     context.configure(
         connection=connection, target_metadata=target_metadata, render_item=render_item, include_name=include_name
     )

@@ -107,7 +107,7 @@ def evaluate(
         base = loaded.base
         ingested[conversation.sample_id] = {
             "added": loaded.added, "present": loaded.present, "removed_by_edit": loaded.removed_by_edit,
-        }  # fmt: skip
+        }
         if base.count() == 0:
             errors.append({"sample_id": conversation.sample_id, "error": "conversation has no facts to remember"})
             continue
@@ -143,7 +143,7 @@ def evaluate(
                 errors.append({
                     "sample_id": conversation.sample_id, "qa_index": qa.index, "episode_failed": True,
                     "error": f"{type(exc).__name__}: {exc}",
-                })  # fmt: skip
+                })
             done += 1
             if progress:
                 progress(done, total)
@@ -152,7 +152,7 @@ def evaluate(
     report["failures"] = {
         "episodes": failed["run"], "failed": failed["failed"], "share": round(share, 4),
         "threshold": config.max_failure_share, "over_threshold": share > config.max_failure_share,
-    }  # fmt: skip
+    }
     report["ingested"] = ingested
     if answerer is not None:
         report["answerer"] = answer_from_contexts(answerer, rows, plans, progress)
@@ -253,7 +253,7 @@ def _side(rows: list[dict[str, Any]], side: str) -> dict[str, Any]:
     return overall
 
 
-def _report(rows, episodes, errors, tool_counts, conversations, policy_name, config, seconds) -> dict[str, Any]:  # noqa: ANN001
+def _report(rows, episodes, errors, tool_counts, conversations, policy_name, config, seconds) -> dict[str, Any]:
     """The evaluation's summary; `rows` (one per question, with its episode's reward parts) at the end."""
     return {
         "policy": policy_name,

@@ -27,7 +27,7 @@ from memupdate.store.memory_store import (
 )
 
 
-def as_langgraph_store(store: MemoryStore | None = None, **kwargs):  # noqa: ANN003, ANN201
+def as_langgraph_store(store: MemoryStore | None = None, **kwargs):
     """A `langgraph.store.base.BaseStore` over the same tables (see `memupdate.store.langgraph_store`)."""
     from memupdate.store.langgraph_store import PostgresMemoryStore
 

@@ -40,7 +40,7 @@ class Embedder(Protocol):
 class CachedEmbedder:
     """Wraps an embedding function with a bounded LRU cache, so a text is embedded once per process."""
 
-    def __init__(self, name: str, dims: int, embed_fn, cache_size: int = CACHE_SIZE):  # noqa: ANN001
+    def __init__(self, name: str, dims: int, embed_fn, cache_size: int = CACHE_SIZE):
         self.name, self.dims = name, dims
         self._embed_fn = embed_fn
         self._cache: OrderedDict[str, np.ndarray] = OrderedDict()

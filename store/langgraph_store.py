@@ -246,7 +246,7 @@ class PostgresMemoryStore(BaseStore):
             return Item(
                 namespace=tuple(found.namespace.split(SEPARATOR)), key=found.key, value=found.value,
                 created_at=found.created_at, updated_at=found.updated_at,
-            ) if found else None  # fmt: skip
+            ) if found else None
         if isinstance(op, SearchOp):
             return self._search(conn, op, vectors.get(op.query) if op.query else None)
         if isinstance(op, ListNamespacesOp):

@@ -121,7 +121,7 @@ SEARCH_MANY_BY_VECTOR = (
 _BASE = select(
     memories.c.key, memories.c.content, memories.c.kind, memories.c.metadata, memories.c.embedding,
     memories.c.seq, memories.c.updated_at,
-).where(memories.c.namespace == bindparam("base")).subquery("base")  # fmt: skip
+).where(memories.c.namespace == bindparam("base")).subquery("base")
 _FORK = (
     select(*RECORD_COLUMNS, memories.c.embedding, memories.c.seq)
     .where(memories.c.namespace == bindparam("fork"))
@@ -428,7 +428,7 @@ class MemoryStore:
         return NamespaceChanges(
             counts.before, counts.after, counts.edited, written, frozenset(counts.replaced), hits,
             (counts.before, counts.base_seq, counts.base_updated_at),
-        )  # fmt: skip
+        )
 
     def events(self) -> list[MemoryEventRecord]:
         """The event log of this namespace, oldest first."""
@@ -627,7 +627,7 @@ class MemoryStore:
             updated_at=row.updated_at,
         )
 
-    def _fetch(self, conn, keys: Sequence[str], *, lock: bool = False) -> list[MemoryRecord]:  # noqa: ANN001
+    def _fetch(self, conn, keys: Sequence[str], *, lock: bool = False) -> list[MemoryRecord]:
         """The rows `keys` in that order (locked for this transaction if asked); MemoryNotFound if any is missing."""
         for key in keys:
             if "\x00" in key:  # PostgreSQL text cannot hold NUL, so no stored key does (and the query would fail)
@@ -639,7 +639,7 @@ class MemoryStore:
                 raise MemoryNotFound(key, self.path)
         return [found[key] for key in keys]
 
-    def _log(self, conn, entries: Iterable[tuple[str, str | None, dict | None, dict | None]]) -> None:  # noqa: ANN001
+    def _log(self, conn, entries: Iterable[tuple[str, str | None, dict | None, dict | None]]) -> None:
         rows = [
             {"namespace": self.path, "memory_key": key, "op": op, "before": before, "after": after, "episode": self.episode}
             for op, key, before, after in entries
@@ -745,7 +745,7 @@ def _farthest_points(matrix: np.ndarray, k: int, start: int) -> list[int]:
     return picked
 
 
-def _make_async(name: str):  # noqa: ANN202
+def _make_async(name: str):
     sync = getattr(MemoryStore, name)
 
     async def method(self: MemoryStore, *args: Any, **kwargs: Any) -> Any:
@@ -760,5 +760,5 @@ for _name in (
     "get", "get_many", "list", "count", "search", "search_by_vector", "search_many_by_vector", "ranked_many_by_vector",
     "sample", "snapshot", "diff", "changes_from", "events", "deleted_keys",
     "list_namespaces", "create", "create_many", "update", "delete", "replace", "fork", "drop",
-):  # fmt: skip
+):
     setattr(MemoryStore, f"a{_name}", _make_async(_name))

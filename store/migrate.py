@@ -26,7 +26,7 @@ from memupdate.store.models import Base, Memory
 MIGRATIONS_DIR = Path(memupdate.migrations.__file__).parent
 
 
-def alembic_config(connection=None) -> Config:  # noqa: ANN001
+def alembic_config(connection=None) -> Config:
     """An Alembic config pointing at the packaged migrations, optionally bound to an open connection."""
     config = Config()
     config.set_main_option("script_location", str(MIGRATIONS_DIR))

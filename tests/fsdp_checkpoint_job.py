@@ -56,7 +56,7 @@ def main(model_dir: str, ckpt_dir: str) -> None:
         manager = FSDPCheckpointManager(
             model, optimizer, None, processing_class=tokenizer,
             checkpoint_config={"save_contents": contents, "load_contents": contents},
-        )  # fmt: skip
+        )
         manager.save_checkpoint(str(Path(ckpt_dir) / f"global_step_{step}" / "actor"), global_step=step)
         state = full_state(model)
         if rank == 0:

@@ -13,7 +13,7 @@ from memupdate.store.memory_store import SAMPLE_STRATEGIES
 SQL_LOOKING = ["'; DROP TABLE memories; --", "\" OR 1=1 --", "$$ SELECT pg_sleep(10) $$", "%_\\", "f0001' --"]
 
 
-def replay(base: dict[str, dict[str, Any]], events: list) -> dict[str, dict[str, Any]]:  # noqa: ANN001
+def replay(base: dict[str, dict[str, Any]], events: list) -> dict[str, dict[str, Any]]:
     """The memories a namespace must hold: `base` (key -> as_event()) with its events applied in order."""
     state = dict(base)
     for event in events:
@@ -49,10 +49,10 @@ def random_call(rng: random.Random, keys: list[str], foreign: list[str]) -> tupl
         if rng.random() < 0.15:
             return rng.choice(SQL_LOOKING)
         return " ".join(rng.choice(["Caroline", "ran", "a", "marathon", "in", "May", "2023", "Melanie", "painted", "é", "猫"])
-                        for _ in range(rng.randint(1, 12)))  # fmt: skip
+                        for _ in range(rng.randint(1, 12)))
 
     name = rng.choice(["search_memory", "search_memory", "sample_memory", "manage_memory", "manage_memory",
-                       "delete_memory", "merge_memory", "split_memory"])  # fmt: skip
+                       "delete_memory", "merge_memory", "split_memory"])
     if name == "search_memory":
         return name, {"query": words(), "top_k": rng.randint(1, 8)}
     if name == "sample_memory":

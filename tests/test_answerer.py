@@ -192,7 +192,7 @@ def test_report_has_metrics_per_category_and_the_correlation(engine, standin) ->
     assert [r["after"]["f1"] for r in rows] == f1s and f1s[3] == 1.0
     assert after["f1"] == pytest.approx(np.mean(f1s))
     assert after["bleu1"] == pytest.approx(np.mean([bleu1(r["after"]["answer"], q.answer or "Not mentioned in the conversation")
-                                                    for r, q in zip(rows, QUESTIONS, strict=True)]))  # fmt: skip
+                                                    for r, q in zip(rows, QUESTIONS, strict=True)]))
     assert after["by_category"]["temporal"]["f1"] == pytest.approx(f1s[0]) and f1s[0] > 0.4
     assert after["by_category"]["multi-hop"]["judge_accuracy"] == 0.0, "'Owen likes sailing and chess' lacks 'sailing, chess'"
     assert after["judge_accuracy"] == pytest.approx(2 / 3) and after["judged"] == 3
@@ -266,7 +266,7 @@ def test_eval_cli_reports_the_answerer_and_a_rerun_asks_nothing(database_url, st
     out = tmp_path / "report.json"
     args = ["eval", "--locomo", str(sample_conversation_path()), "--policy", "none", "--max-questions", "4",
             "--url", database_url, "--answerer", model, "--answerer-base-url", standin.base_url,
-            "--judge", "judge", "--json", str(out)]  # fmt: skip
+            "--judge", "judge", "--json", str(out)]
     result = runner.invoke(app, args, env={"COLUMNS": "200"})
     assert result.exit_code == 0, result.output
     assert f"answerer {model}, judge judge" in result.output and "Pearson r" in result.output
@@ -299,7 +299,7 @@ def test_reward_read_by_a_frozen_answerer(store, standin) -> None:
         NewMemory("Caroline went to a LGBTQ support group yesterday", key="f0000",
                   metadata={"dia_ids": ["D1:3"], "date": "2023-05-08"}),
         NewMemory("Melanie painted a lake sunrise last year", key="f0001", metadata={"date": "2023-05-08"}),
-    ])  # fmt: skip
+    ])
     qa = QAItem(0, "When did Caroline go to the LGBTQ support group?", "7 May 2023", None, ("D1:3",), 2)
     config = RewardConfig(qa="answerer", answerer_model="reader", answerer_base_url=standin.base_url)
     noop = compute_reward(store, store.fork((*store.namespace, "traj", "noop")), [qa], config)

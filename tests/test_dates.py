@@ -147,7 +147,7 @@ def test_anchoring_is_idempotent():
 def test_time_expression_finds_relative_and_absolute():
     found = [m.group(0) for m in TIME_EXPRESSION.finditer(
         "Owen bought a boat in 2019, sailed last weekend (the weekend of 6-7 May 2023) and races on 8 June."
-    )]  # fmt: skip
+    )]
     assert found == ["2019", "last weekend (the weekend of 6-7 May 2023)", "8 June"]
 
 

@@ -37,7 +37,7 @@ runner = CliRunner()
 SMALL = DistillConfig(
     group_size=2, max_questions=2, eval_questions=1, epochs=1, batch_size=2, max_turns=2, max_new_tokens=24,
     tiny_vocab_size=600, tiny_hidden_size=32, tiny_layers=1, explore=0.5,
-)  # fmt: skip
+)
 
 
 def test_heuristic_exploration_is_seeded_and_off_by_default(store: MemoryStore, sample) -> None:
@@ -106,7 +106,7 @@ def test_tiny_student_end_to_end(store: MemoryStore, sample, database_url, tmp_p
     raw[0]["sample_id"] = sample.sample_id
     sample_file.write_text(json.dumps(raw))
     result = runner.invoke(app, ["eval", "--policy", "hf", "--model", str(out), "--locomo", str(sample_file),
-                                 "--max-questions", "1", "--max-operations", "4", "--url", database_url, "--json", str(report)])  # fmt: skip
+                                 "--max-questions", "1", "--max-operations", "4", "--url", database_url, "--json", str(report)])
     assert result.exit_code == 0, result.output
     assert json.loads(report.read_text())["questions"] == 1
 

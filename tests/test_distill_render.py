@@ -28,8 +28,8 @@ def tokenizer():
 
 def episode() -> list:
     search = {"name": "search_memory", "args": {"query": "When did Ann move?", "top_k": 5}, "id": "c0", "type": "tool_call"}
-    merge = {"name": "merge_memory", "args": {"memory_ids": ["f0001", "f0007"], "content": "Ann moved to Berlin on 2023-05-08 ("}, "id": "c1", "type": "tool_call"}  # fmt: skip
-    update = {"name": "manage_memory", "args": {"action": "update", "memory_id": "f0002", "content": "Ann's café, \"Kaffee\""}, "id": "c2", "type": "tool_call"}  # fmt: skip
+    merge = {"name": "merge_memory", "args": {"memory_ids": ["f0001", "f0007"], "content": "Ann moved to Berlin on 2023-05-08 ("}, "id": "c1", "type": "tool_call"}
+    update = {"name": "manage_memory", "args": {"action": "update", "memory_id": "f0002", "content": "Ann's café, \"Kaffee\""}, "id": "c2", "type": "tool_call"}
     return [
         SystemMessage("You maintain a memory bank."),
         HumanMessage("Memory bank: locomo/x/traj/t1\nTarget question: When did Ann move?"),
@@ -102,7 +102,7 @@ def test_truncation_keeps_the_start(tokenizer) -> None:
 def test_template_that_rewrites_history_is_a_clear_error(tokenizer) -> None:
     rewriting = train_tokenizer()
     # A template that numbers the turns at the top: a turn's rendering is no continuation of its prefix.
-    rewriting.chat_template = "{{ messages | length }}{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"  # noqa: E501
+    rewriting.chat_template = "{{ messages | length }}{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
     with pytest.raises(MemupdateError, match="continuation.*Qwen2.5-style"):
         tokenize_with_mask(rewriting, to_chat_dicts(episode()))
 

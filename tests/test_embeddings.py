@@ -26,7 +26,7 @@ def endpoint():
     requests: list[dict] = []
 
     class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+        def do_POST(self) -> None:
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
             requests.append({"path": self.path, "body": body, "auth": self.headers.get("Authorization")})
             if body["model"] == "broken":

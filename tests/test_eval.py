@@ -151,13 +151,13 @@ def test_heuristic_improves_conv48_in_both_modes(root: MemoryStore, locomo_dev_f
 def test_eval_and_agent_commands(root: MemoryStore, database_url, tmp_path) -> None:
     out = tmp_path / "report.json"
     result = runner.invoke(app, ["eval", "--policy", "none", "--url", database_url, "--json", str(out),
-                                 "--locomo", str(tmp_path / "missing.json")])  # fmt: skip
+                                 "--locomo", str(tmp_path / "missing.json")])
     assert result.exit_code == 2 and "missing.json" in result.output
     demo = runner.invoke(app, ["demo", "--url", database_url, "--questions", "3"])
     assert demo.exit_code == 0, demo.output
     assert "heuristic policy, targeted mode, 3 questions" in demo.output
     run = runner.invoke(app, ["agent", "run", "--namespace", "locomo/sample-1", "--url", database_url,
-                              "--question", "When did Nadia start night shifts?", "--answer", "March 2024"])  # fmt: skip
+                              "--question", "When did Nadia start night shifts?", "--answer", "March 2024"])
     assert run.exit_code == 0, run.output
     assert "> search_memory" in run.output and "QA proxy for the question:" in run.output
     missing = runner.invoke(app, ["agent", "run", "--namespace", "locomo/nothing-here", "--url", database_url])
@@ -169,7 +169,7 @@ def test_agent_run_can_checkpoint_the_graph_in_postgres(root: MemoryStore, datab
     from sqlalchemy.engine import make_url
 
     result = runner.invoke(app, ["agent", "run", "--namespace", "locomo/sample-1", "--url", database_url,
-                                 "--question", "Where does Owen teach?", "--checkpoint"])  # fmt: skip
+                                 "--question", "Where does Owen teach?", "--checkpoint"])
     assert result.exit_code == 0, result.output
     thread = result.output.split("thread_id '")[1].split("'")[0]
     conninfo = make_url(database_url).set(drivername="postgresql").render_as_string(hide_password=False)

@@ -41,7 +41,7 @@ def test_multi_turn_tool_use_edits_the_bank(bank: MemoryStore) -> None:
                          content="Caroline went to a LGBTQ support group on 7 May 2023"),
                     call("merge_memory", 2, memory_ids=["f0001", "f0002"], strategy="concatenate"),
                 ],
-            ),  # fmt: skip
+            ),
             AIMessage("Done."),
         ]
     )
@@ -51,7 +51,7 @@ def test_multi_turn_tool_use_edits_the_bank(bank: MemoryStore) -> None:
     assert result.tool_counts == {"search_memory": 1, "manage_memory": 1, "merge_memory": 1}
     assert [t["function"]["name"] for t in model.bound] == [
         "search_memory", "manage_memory", "delete_memory", "sample_memory", "merge_memory", "split_memory",
-    ]  # fmt: skip
+    ]
     tool_results = [m for m in result.messages if isinstance(m, ToolMessage)]
     assert "[f0000]" in tool_results[0].content
     assert bank.get("f0000").content.endswith("7 May 2023")

@@ -36,7 +36,7 @@ class FailingModel(ScriptedModel):
     error: BaseException = RuntimeError("Connection refused")
     turns: int = 0
 
-    def _generate(self, *args: Any, **kwargs: Any):  # noqa: ANN202
+    def _generate(self, *args: Any, **kwargs: Any):
         self.turns += 1
         if self.turns % 2 == 0:
             raise self.error
@@ -45,7 +45,7 @@ class FailingModel(ScriptedModel):
 
 def edit_then_fail(error: BaseException) -> FailingModel:
     create = {"name": "manage_memory", "args": {"action": "create", "content": "a note [/] with [bold]brackets"},
-              "id": "c1", "type": "tool_call"}  # fmt: skip
+              "id": "c1", "type": "tool_call"}
     return FailingModel(responses=[AIMessage("", tool_calls=[create])], error=error)
 
 
@@ -77,7 +77,7 @@ def one_line(output: str) -> str:
 
 def test_unreachable_openai_endpoint_is_one_line_before_the_run(store, sample_file, database_url) -> None:
     result = runner.invoke(app, ["eval", "--policy", "openai", "--model", "m", "--base-url", "http://127.0.0.1:9/v1",
-                                 "--mode", "blind", "--locomo", str(sample_file), "--url", database_url])  # fmt: skip
+                                 "--mode", "blind", "--locomo", str(sample_file), "--url", database_url])
     assert result.exit_code == 2
     assert "does not answer" in one_line(result.output) and "--base-url" in result.output
     assert namespaces_under(store, sample_file) == [], "nothing loaded, nothing forked"
@@ -88,14 +88,14 @@ def test_failed_episodes_are_counted_and_exit_non_zero(store, sample_file, datab
     monkeypatch.setattr(policies, "make_policy", lambda *a, **k: edit_then_fail(RuntimeError("Connection refused")))
     out = sample_file.parent / "report.json"
     result = runner.invoke(app, ["eval", "--policy", "heuristic", "--mode", mode, "--max-questions", "3",
-                                 "--locomo", str(sample_file), "--url", database_url, "--json", str(out)])  # fmt: skip
+                                 "--locomo", str(sample_file), "--url", database_url, "--json", str(out)])
     assert result.exit_code == 1, result.output
     assert "episodes failed" in result.output and "this is not a result" in result.output
     report = json.loads(out.read_text())
     episodes = 3 if mode == "targeted" else 1
     assert report["failures"] | {"share": 1.0} == {
         "episodes": episodes, "failed": episodes, "share": 1.0, "threshold": 0.1, "over_threshold": True,
-    }  # fmt: skip
+    }
     assert namespaces_under(store, sample_file) == [("locomo", json.loads(sample_file.read_text())[0]["sample_id"])]
 
 
@@ -119,7 +119,7 @@ def test_json_into_a_missing_folder_is_created(sample_file, database_url) -> Non
     out = sample_file.parent / "out" / "deeper" / "eval.json"
     plot = sample_file.parent / "plots" / "eval.png"
     result = runner.invoke(app, ["eval", "--policy", "none", "--max-questions", "1", "--locomo", str(sample_file),
-                                 "--url", database_url, "--json", str(out), "--plot", str(plot)])  # fmt: skip
+                                 "--url", database_url, "--json", str(out), "--plot", str(plot)])
     assert result.exit_code == 0, result.output
     assert json.loads(out.read_text())["questions"] == 1 and plot.stat().st_size > 1000
 
@@ -131,7 +131,7 @@ def test_json_into_a_missing_folder_is_created(sample_file, database_url) -> Non
 def test_bad_output_paths_fail_before_the_run(store, sample_file, database_url, option, name, message) -> None:
     target = str(sample_file.parent / name) if name else str(sample_file.parent)
     result = runner.invoke(app, ["eval", "--policy", "none", "--locomo", str(sample_file), "--url", database_url,
-                                 option, target])  # fmt: skip
+                                 option, target])
     assert result.exit_code == 2 and message in one_line(result.output)
     assert namespaces_under(store, sample_file) == [], "the run never started"
 
@@ -167,7 +167,7 @@ def test_ctrl_c_on_a_real_eval_process(store, sample_file, database_url) -> None
     """SIGINT at several moments of a real `memupdate eval` process: exit 130, one line, no fork left."""
     for delay in (1.0, 2.5, 4.0):
         proc = subprocess.Popen([MEMUPDATE, "eval", "--policy", "heuristic", "--locomo", str(sample_file), "--url",
-                                 database_url], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+                                 database_url], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         # Wait until the run has begun (the base is loaded), then interrupt it.
         deadline = time.monotonic() + 120
         while not namespaces_under(store, sample_file) and time.monotonic() < deadline and proc.poll() is None:
@@ -189,7 +189,7 @@ def test_agent_run_with_no_server_is_one_line(store, sample_file, database_url) 
     assert runner.invoke(app, ["data", "load", "--locomo", str(sample_file), "--url", database_url]).exit_code == 0
     namespace = "/".join(namespaces_under(store, sample_file)[0])
     result = runner.invoke(app, ["agent", "run", "--namespace", namespace, "--policy", "openai", "--model", "m",
-                                 "--base-url", "http://127.0.0.1:9/v1", "--url", database_url])  # fmt: skip
+                                 "--base-url", "http://127.0.0.1:9/v1", "--url", database_url])
     assert result.exit_code == 2 and "does not answer" in one_line(result.output)
     assert len(namespaces_under(store, sample_file)) == 1, "no fork left behind"
 
@@ -209,7 +209,7 @@ def test_agent_run_prints_handles_and_brackets_as_they_are(store, sample_file, d
     namespace = "/".join(namespaces_under(store, sample_file)[0])
     search = {"name": "search_memory", "args": {"query": "half marathon"}, "id": "s", "type": "tool_call"}
     create = {"name": "manage_memory", "args": {"action": "create", "content": "a note [/] with [bold]brackets"},
-              "id": "c", "type": "tool_call"}  # fmt: skip
+              "id": "c", "type": "tool_call"}
     script = [AIMessage("", tool_calls=[search]), AIMessage("", tool_calls=[create]), AIMessage("done [/]")]
     monkeypatch.setattr(policies, "make_policy", lambda *a, **k: ScriptedModel(responses=script))
     result = runner.invoke(app, ["agent", "run", "--namespace", namespace, "--url", database_url])
@@ -243,7 +243,7 @@ def test_an_unknown_category_is_reported_by_number(store: MemoryStore, tmp_path)
     [["--max-questions", "-150"], ["--max-questions", "0"], ["--max-operations", "0"], ["--max-operations", "-1"],
      ["--collateral", "-2"], ["--max-failure-share", "1.5"]],
     ids=" ".join,
-)  # fmt: skip
+)
 def test_out_of_range_numbers_are_refused(sample_file, database_url, extra) -> None:
     result = runner.invoke(app, ["eval", "--policy", "none", "--locomo", str(sample_file), "--url", database_url, *extra])
     assert result.exit_code == 2 and "Invalid value" in result.output
@@ -324,6 +324,6 @@ def test_no_loading_weights_bar() -> None:
     variables that silence it are read when transformers is first imported)."""
     script = "import memupdate.cli.common; from memupdate.store.embeddings import get_embedder; get_embedder().embed(['x'])"
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=180,
-                            env={**os.environ, "COLUMNS": "100"})  # fmt: skip
+                            env={**os.environ, "COLUMNS": "100"})
     assert result.returncode == 0, result.stderr
     assert "Loading weights" not in result.stderr and "it/s" not in result.stderr

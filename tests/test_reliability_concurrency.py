@@ -30,7 +30,7 @@ FACTS = [
 def run_agents(store: MemoryStore, agents: int, operations: int, processes: bool, database_url: str) -> None:
     base = store.scoped((*store.namespace, "base"))
     base.create_many([NewMemory(t, metadata={"source": "test", "dia_ids": [f"D1:{i}"]}, key=f"f{i:04d}")
-                      for i, t in enumerate(FACTS)])  # fmt: skip
+                      for i, t in enumerate(FACTS)])
     base_state, base_events = as_events(base), len(base.events())
     forks = []
     for i in range(agents):

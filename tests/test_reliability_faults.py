@@ -35,11 +35,11 @@ def fill(bank: MemoryStore) -> None:
     bank.create_many([NewMemory(t, metadata={"source": "test"}, key=f"f{i:04d}") for i, t in enumerate(FACTS)])
 
 
-def between_delete_and_insert(engine, action) -> Any:  # noqa: ANN001
+def between_delete_and_insert(engine, action) -> Any:
     """Run `action(connection)` once, just before the INSERT that follows a merge's DELETE."""
     state = {"deleted": False, "done": False}
 
-    def before(conn, cursor, statement, parameters, context, executemany):  # noqa: ANN001, ANN202
+    def before(conn, cursor, statement, parameters, context, executemany):
         if statement.startswith("DELETE FROM memories"):
             state["deleted"] = True
         elif statement.startswith("INSERT INTO memories") and state["deleted"] and not state["done"]:
@@ -55,7 +55,7 @@ def test_merge_cut_off_between_delete_and_insert_leaves_the_sources(store: Memor
     fill(store)
     before, events = as_events(store), len(store.events())
 
-    def kill(conn) -> None:  # noqa: ANN001
+    def kill(conn) -> None:
         pid = conn.connection.dbapi_connection.info.backend_pid
         with engine.connect() as other:
             other.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
@@ -99,7 +99,7 @@ def test_server_stopped_mid_episode(own_server, embedder) -> None:
     remove = between_delete_and_insert(bank.engine, lambda conn: stop())
     script = [
         AIMessage("", tool_calls=[call("manage_memory", 1, action="update", memory_id="f0002",
-                                       content="Caroline moved from Sweden in 2019")]),  # fmt: skip
+                                       content="Caroline moved from Sweden in 2019")]),
         AIMessage("", tool_calls=[call("merge_memory", 2, memory_ids=["f0000", "f0001"])]),
         AIMessage("done"),
     ]

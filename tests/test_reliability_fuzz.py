@@ -16,7 +16,7 @@ from memupdate.store import MemoryStore, NewMemory
 from memupdate.store.models import MAX_CONTENT_CHARS
 
 FACTS = ["Caroline went to a support group on 7 May 2023", "Melanie painted a lake sunrise",
-         "Melanie paints lake sunrises", "Caroline moved from Sweden", "Melanie ran a charity race"]  # fmt: skip
+         "Melanie paints lake sunrises", "Caroline moved from Sweden", "Melanie ran a charity race"]
 
 text = st.one_of(
     st.text(max_size=40),
@@ -41,7 +41,7 @@ arguments = st.fixed_dictionaries(
         "memory_id": st.one_of(handle, st.none()),
         "memory_ids": st.one_of(st.lists(handle, max_size=5), st.lists(st.sampled_from(["f0000", "f0001"]), min_size=2, max_size=4)),
         "strategy": st.sampled_from(["random", "diverse", "recent", "summarize", "concatenate", "extract_common",
-                                     "temporal", "thematic", "speaker", "bogus"]),  # fmt: skip
+                                     "temporal", "thematic", "speaker", "bogus"]),
         "kind": st.sampled_from(["episodic", "semantic", "procedural", "other", ""]),
         "parts": st.one_of(st.lists(text, max_size=4), st.none()),
         "reason": text,
@@ -58,7 +58,7 @@ def bank(store: MemoryStore) -> MemoryStore:
 
 def refill(bank: MemoryStore) -> None:
     missing = [NewMemory(t, metadata={"source": "test", "dia_ids": [f"D1:{i}"]}, key=f"f{i:04d}")
-               for i, t in enumerate(FACTS) if f"f{i:04d}" not in bank.snapshot()]  # fmt: skip
+               for i, t in enumerate(FACTS) if f"f{i:04d}" not in bank.snapshot()]
     if missing:
         bank.create_many(missing)
 

@@ -26,7 +26,7 @@ def test_upgrade_downgrade_upgrade_keeps_the_data(fresh_database, embedder) -> N
     upgrade(engine, chain[0])
     store = MemoryStore(engine, embedder, ("locomo", "migrate"))
     store.create_many([NewMemory("Caroline moved from Sweden", metadata={"dia_ids": ["D1:3"]}, key="f0000"),
-                       NewMemory("Melanie painted a lake sunrise", key="f0001")])  # fmt: skip
+                       NewMemory("Melanie painted a lake sunrise", key="f0001")])
     store.update("f0001", content="Melanie painted a lake sunrise in 2022")
     written, events = as_events(store), [(e.op, e.memory_key) for e in store.events()]
 
@@ -55,18 +55,18 @@ def test_a_store_cannot_reach_another_namespace(store: MemoryStore) -> None:
     before = as_events(theirs)
     statements: list[tuple[str, object]] = []
 
-    def record(conn, cursor, statement, parameters, context, executemany):  # noqa: ANN001, ANN202
+    def record(conn, cursor, statement, parameters, context, executemany):
         statements.append((statement, parameters))
 
     event.listen(store.engine, "before_cursor_execute", record)
     try:
         for attempt in (lambda: mine.get(secret.key), lambda: mine.update(secret.key, content="stolen"),
-                        lambda: mine.delete(secret.key), lambda: mine.replace([secret.key, "mine"], [])):  # fmt: skip
+                        lambda: mine.delete(secret.key), lambda: mine.replace([secret.key, "mine"], [])):
             with pytest.raises(MemoryNotFound):
                 attempt()
         for name, args in [("delete_memory", {"memory_id": "secret"}), ("merge_memory", {"memory_ids": ["mine", "secret"]}),
                            ("manage_memory", {"action": "update", "memory_id": "secret", "content": "x"}),
-                           ("split_memory", {"memory_id": "secret", "parts": ["a", "b"]})]:  # fmt: skip
+                           ("split_memory", {"memory_id": "secret", "parts": ["a", "b"]})]:
             assert not run_tool(mine, name, args).ok
         assert all(hit.memory.key == "mine" for hit in mine.search("their secret memory", top_k=10))
     finally:
@@ -84,7 +84,7 @@ def test_a_store_cannot_reach_another_namespace(store: MemoryStore) -> None:
 def test_text_is_always_a_bound_parameter(store: MemoryStore, payload: str) -> None:
     statements: list[str] = []
 
-    def record(conn, cursor, statement, parameters, context, executemany):  # noqa: ANN001, ANN202
+    def record(conn, cursor, statement, parameters, context, executemany):
         statements.append(statement)
 
     event.listen(store.engine, "before_cursor_execute", record)

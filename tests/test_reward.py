@@ -162,7 +162,7 @@ def test_merging_true_duplicates_earns_reward(store: MemoryStore) -> None:
         NewMemory(duplicate + ".", metadata={"dia_ids": ["D3:1"], "date": "2023-05-08"}, key="f0001"),
         NewMemory("Caroline moved from Sweden", metadata={"dia_ids": ["D3:2"], "date": "2023-05-08"}, key="f0002"),
         *[NewMemory(text, key=f"f{i + 3:04d}") for i, (text, _) in enumerate(FACTS[1:5])],
-    ])  # fmt: skip
+    ])
     qa = QAItem(3, "Where did Caroline move to a new city from?", "Sweden", None, ("D3:2",), 4)
     ranked = [hit.memory.key for hit in store.search(qa.question, 3)]
     assert ranked[-1] == "f0002", f"the duplicates must outrank the answer for this test: {ranked}"
@@ -180,7 +180,7 @@ def test_a_memory_built_from_the_source_turns_earns_reward(store: MemoryStore) -
         NewMemory("Caroline is researching adoption agencies", key="f0000",
                   metadata={"dia_ids": ["D2:1"], "date": "2023-05-08", "turns": {"D2:1": turn}}),
         *[NewMemory(text, key=f"f{i + 1:04d}") for i, (text, _) in enumerate(FACTS[3:])],
-    ])  # fmt: skip
+    ])
     qa = QAItem(1, "Which adoption agency is Caroline looking at?", "Rainbow Families", None, ("D2:1",), 4)
     fork = store.fork((*store.namespace, "traj", "turns"))
     fork.create("Caroline is looking at Rainbow Families, an adoption agency in Portland")

@@ -71,7 +71,7 @@ def reference_scores(store: MemoryStore, questions: Sequence[QAItem], config: Re
         results.append(
             QAScore(qa_score(question, context), evidence_recall(question.evidence, context.whole), context.tokens,
                     context.keys, context.text)
-        )  # fmt: skip
+        )
     return results
 
 
@@ -85,7 +85,7 @@ def reference_reward(base: MemoryStore, fork: MemoryStore, questions: Sequence[Q
     return RewardBreakdown(
         combine(delta, efficiency.value) - penalty, delta, target_delta, collateral_delta, before[0].qa_score,
         after[0].qa_score, before[0].context_tokens, after[0].context_tokens, efficiency, faithfulness, penalty,
-    )  # fmt: skip
+    )
 
 
 # -- a base, its questions and edited forks ---------------------------------------------------
@@ -103,9 +103,9 @@ def facts(n: int, seed: int = 0) -> list[tuple[NewMemory, QAItem]]:
         i = len(out)
         dia = f"D{i // 5 + 1}:{i % 5 + 1}"
         metadata = {"dia_ids": [dia], "date": f"{year}-{month + 1:02d}-{day:02d}", "speaker": name,
-                    "turns": {dia: f"{name}: I went {activity} last week in {place}!"}}  # fmt: skip
+                    "turns": {dia: f"{name}: I went {activity} last week in {place}!"}}
         question = QAItem(index=i, question=f"Where did {name} go {activity} on {day} {MONTHS[month]} {year}?",
-                          answer=place, adversarial_answer=None, evidence=(dia,), category=4 if i % 3 else 2)  # fmt: skip
+                          answer=place, adversarial_answer=None, evidence=(dia,), category=4 if i % 3 else 2)
         out.append((NewMemory(text, kind="episodic", metadata=metadata, key=f"f{i:04d}"), question))
     return out
 
@@ -126,7 +126,7 @@ EDITS = {
         ("delete_memory", {"memory_id": "f0007"}),
         ("merge_memory", {"memory_ids": ["f0008", "f0009"], "strategy": "summarize"}),
     ],
-}  # fmt: skip
+}
 
 
 @pytest.fixture

@@ -214,7 +214,7 @@ async def test_async_api(store: MemoryStore) -> None:
 
 def test_diverse_sample_spreads_over_topics(store: MemoryStore) -> None:
     dog = ["Caroline walks her dog every morning", "Caroline's dog loves morning walks",
-           "Every morning Caroline takes her dog for a walk", "Caroline and her dog walk each morning"]  # fmt: skip
+           "Every morning Caroline takes her dog for a walk", "Caroline and her dog walk each morning"]
     store.create_many([NewMemory(t) for t in [*dog, "Melanie ran a marathon in Boston", "The stock market fell sharply"]])
     for seed in range(4):
         picked = [m.content for m in store.sample("diverse", 3, seed=seed)]

@@ -51,7 +51,7 @@ def assert_keeps_content(content: str, parts: list[str]) -> None:
 def test_content_words_and_jaccard():
     assert content_words("Owen's sister Mara is getting married next month.") == {
         "owen", "sister", "mara", "getting", "married", "next", "month"
-    }  # fmt: skip
+    }
     assert jaccard({"a", "b"}, {"b", "c"}) == pytest.approx(1 / 3)
     assert jaccard("Owen teaches chemistry.", "Owen teaches chemistry at Harbor High.") == pytest.approx(
         3 / 5
@@ -80,7 +80,7 @@ def test_sentences_keeps_abbreviations_and_decimals_together():
 
 def test_concatenate_drops_exact_duplicates_and_terminates_sentences():
     merged = concatenate(["Owen teaches chemistry at Harbor High", "Owen teaches chemistry at Harbor High.",
-                          "Owen bought his sailboat in 2019. Owen teaches chemistry at harbor high!"])  # fmt: skip
+                          "Owen bought his sailboat in 2019. Owen teaches chemistry at harbor high!"])
     assert merged == "Owen teaches chemistry at Harbor High. Owen bought his sailboat in 2019."
 
 
@@ -94,7 +94,7 @@ def test_extract_common_keeps_the_longest_shared_variant_once():
         "Owen teaches chemistry at Harbor High.",
         "Owen teaches chemistry at Harbor High. Owen bought his sailboat in 2019.",
         "Owen's sister Mara is getting married next month.",
-    ])  # fmt: skip
+    ])
     assert shared == "Owen teaches chemistry at Harbor High."
 
 
@@ -104,7 +104,7 @@ def test_extract_common_is_none_without_shared_facts():
 
 def test_summarize_collapses_near_duplicates_and_respects_the_budget():
     pets = ["Nadia has a cat named Pickle and is allergic to shellfish.",
-            "Nadia adopted a retired racing greyhound named Biscuit last week."]  # fmt: skip
+            "Nadia adopted a retired racing greyhound named Biscuit last week."]
     summary = summarize([*NURSE, *pets], max_words=60)
     assert summary == " ".join([NURSE[1], *pets])  # the three nurse facts become their longest variant
     short = summarize([*NURSE, *pets], max_words=20)
@@ -117,7 +117,7 @@ def test_summarize_collapses_near_duplicates_and_respects_the_budget():
 
 def test_summarize_keeps_the_central_sentences_in_order():
     contents = ["Nadia adopted Biscuit last week.", "Owen teaches chemistry.",
-                "Biscuit is a retired racing greyhound.", "Biscuit and Pickle nap together."]  # fmt: skip
+                "Biscuit is a retired racing greyhound.", "Biscuit and Pickle nap together."]
     assert (
         summarize(contents, max_words=12)
         == "Nadia adopted Biscuit last week. Biscuit is a retired racing greyhound."
@@ -145,7 +145,7 @@ def test_summarize_keeps_the_central_sentences_in_order():
         ("Nadia sprained her ankle. She withdrew from the Riverside Half Marathon.",
          ["Nadia sprained her ankle.", "Nadia withdrew from the Riverside Half Marathon."]),
     ],
-)  # fmt: skip
+)
 def test_split_thematic_packed_facts(content, parts):
     assert split_thematic(content) == parts
 
@@ -188,7 +188,7 @@ def test_split_temporal_one_time_expression_per_part():
         "Nadia will run the Riverside Half Marathon in May.",
     ]
     text = ("Nadia adopted Biscuit last week (the week before 16 March 2024). Biscuit raced for four years. "
-            "She sprained her ankle yesterday and withdrew from the race.")  # fmt: skip
+            "She sprained her ankle yesterday and withdrew from the race.")
     assert split_temporal(text) == [  # the undated sentence stays with the one before, the anchor counts once
         "Nadia adopted Biscuit last week (the week before 16 March 2024). Biscuit raced for four years.",
         "Nadia sprained her ankle yesterday and withdrew from the race.",
@@ -197,13 +197,13 @@ def test_split_temporal_one_time_expression_per_part():
 
 def test_split_temporal_nothing_to_split():
     for content in ["Owen moved into the flat on Juniper Street last Saturday and has started learning the banjo.",
-                    "Owen teaches chemistry at Harbor High.", ""]:  # fmt: skip
+                    "Owen teaches chemistry at Harbor High.", ""]:
         assert split_temporal(content) == [content]
 
 
 def test_split_speaker_groups_by_first_named_speaker():
     text = ("Nadia adopted Biscuit last week. Owen took the boat out with his dad and got caught in a squall. "
-            "He was fine. Nadia is an ER nurse.")  # fmt: skip
+            "He was fine. Nadia is an ER nurse.")
     assert split_speaker(text, ["Nadia", "Owen"]) == [
         "Nadia adopted Biscuit last week. Nadia is an ER nurse.",
         "Owen took the boat out with his dad and got caught in a squall. He was fine.",

@@ -16,7 +16,7 @@ import pytest
 
 pytest.importorskip("verl")
 
-from verl_support import (  # noqa: E402
+from verl_support import (
     HELPFUL_FACT,
     TOOL_CONFIG,
     ScriptedServer,
@@ -27,8 +27,8 @@ from verl_support import (  # noqa: E402
     tool_call,
 )
 
-from memupdate.rl.verl import forks  # noqa: E402
-from memupdate.store import MemoryStore  # noqa: E402
+from memupdate.rl.verl import forks
+from memupdate.store import MemoryStore
 
 CREATE_HELPFUL = tool_call("manage_memory", {"action": "create", "content": HELPFUL_FACT})
 SAMPLING = {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "repetition_penalty": 1.0, "logprobs": True}
@@ -75,7 +75,7 @@ def make_loop(agent: str, config, server, tokenizer, tools):
         registry[agent], trainer_config=DictConfigWrap(config), server_manager=server, tokenizer=tokenizer,
         processor=None, hf_model_type="qwen2", dataset_cls=RLHFDataset, data_config=DictConfigWrap(config.data),
         tools=ToolListWrap(tools),
-    )  # fmt: skip
+    )
 
 
 def rollout_kwargs(row: dict) -> dict:
@@ -84,7 +84,7 @@ def rollout_kwargs(row: dict) -> dict:
         "raw_prompt": row["prompt"], "tools_kwargs": row["extra_info"]["tools_kwargs"], "extra_info": row["extra_info"],
         "index": row["extra_info"]["index"], "uid": str(uuid.uuid4()), "data_source": row["data_source"],
         "reward_model": row["reward_model"],
-    }  # fmt: skip
+    }
 
 
 async def run_group(agent: str, scripts, config, tokenizer, tools, row, **server_options):
@@ -123,7 +123,7 @@ async def test_memory_agent_loop_forks_per_rollout_and_sets_the_reward(
         [tool_call("search_memory", {"query": "Ann moved"}), "Nothing to fix."],      # reads only
         ["The memory looks fine to me."],                                             # no tool call
         [tool_call("delete_memory", {"memory_id": "f0001"}), "Deleted."],             # hurts a collateral question
-    ]  # fmt: skip
+    ]
     outputs, server = await run_group("memupdate_agent", scripts, config, tokenizer, tools, row)
     helped, read, silent, harmed = (by_script(outputs, scripts, tokenizer)[i] for i in range(4))
 

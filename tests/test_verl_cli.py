@@ -14,12 +14,12 @@ import pytest
 
 pytest.importorskip("verl")
 
-from typer.testing import CliRunner  # noqa: E402
-from verl_support import REPO, load_base, row_for, write_parquet  # noqa: E402
+from typer.testing import CliRunner
+from verl_support import REPO, load_base, row_for, write_parquet
 
-from memupdate.cli import app  # noqa: E402
-from memupdate.rl.verl.forks import list_forks  # noqa: E402
-from memupdate.rl.verl.launch import plan_training  # noqa: E402
+from memupdate.cli import app
+from memupdate.rl.verl.forks import list_forks
+from memupdate.rl.verl.launch import plan_training
 
 runner = CliRunner()
 
@@ -100,7 +100,7 @@ def test_start_up_drops_leftover_forks_of_the_datasets_bases_only(dataset, store
         (["trainer.no_such_key=1"], "does not compose"),
         (["--config", "locomo_memory_ppo"], "no training config 'locomo_memory_ppo': choose one of locomo_memory_dapo, locomo_memory_grpo"),
     ],
-)  # fmt: skip
+)
 def test_bad_launch_input_is_one_clear_line(dataset, database_url, change, message) -> None:
     code, output = invoke("rl", "train", "--dry-run", "--url", database_url, *dataset, *change)
     assert code == 2 and message in " ".join(output.split()), output
@@ -184,7 +184,7 @@ def test_secrets_are_masked_and_local_databases_refused_for_several_nodes(monkey
 
     config = {"reward": {"custom_reward_function": {"reward_kwargs": {"answerer_api_key": "sk-1", "qa": "answerer"}}},
               "env_vars": {"MEMUPDATE_EMBEDDING_API_KEY": "sk-2", "MEMUPDATE_DATA_DIR": "/d"},
-              "data": {"tokenizer": "t", "max_prompt_tokens": 3}}  # fmt: skip
+              "data": {"tokenizer": "t", "max_prompt_tokens": 3}}
     masked = mask_secrets(config)
     assert masked["reward"]["custom_reward_function"]["reward_kwargs"] == {"answerer_api_key": "***", "qa": "answerer"}
     assert masked["env_vars"] == {"MEMUPDATE_EMBEDDING_API_KEY": "***", "MEMUPDATE_DATA_DIR": "/d"}

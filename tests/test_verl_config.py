@@ -10,7 +10,7 @@ import pytest
 
 pytest.importorskip("verl")
 
-from verl_support import AGENT_LOOP_CONFIG, CONFIGS, REPO, TOOL_CONFIG, compose  # noqa: E402
+from verl_support import AGENT_LOOP_CONFIG, CONFIGS, REPO, TOOL_CONFIG, compose
 
 
 def validate(config) -> None:
@@ -75,6 +75,6 @@ def test_verls_own_entry_point_composes_our_configs(name: str) -> None:
     result = subprocess.run(
         [sys.executable, "-m", "verl.trainer.main_ppo", "--config-path", str(CONFIGS), "--config-name", name, "--cfg", "job"],
         capture_output=True, text=True, timeout=300, cwd=REPO,
-    )  # fmt: skip
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     assert "memupdate.rl.verl.compute_score" in result.stdout and "memupdate_agent" in result.stdout

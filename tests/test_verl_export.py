@@ -18,11 +18,11 @@ import pytest
 
 pytest.importorskip("verl")
 
-from typer.testing import CliRunner  # noqa: E402
-from verl_support import REPO, load_base  # noqa: E402
+from typer.testing import CliRunner
+from verl_support import REPO, load_base
 
-from memupdate.cli import app  # noqa: E402
-from memupdate.rl.verl.export import METADATA_FILE, TRAIN_CONFIG_FILE, ExportError, export_checkpoint  # noqa: E402
+from memupdate.cli import app
+from memupdate.rl.verl.export import METADATA_FILE, TRAIN_CONFIG_FILE, ExportError, export_checkpoint
 
 runner = CliRunner()
 
@@ -106,7 +106,7 @@ def test_fsdp_checkpoints_from_two_cpu_processes_export_and_run_in_the_graph(
         [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
          str(REPO / "tests" / "fsdp_checkpoint_job.py"), str(tiny_model), str(ckpt)],
         capture_output=True, text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"},
-    )  # fmt: skip
+    )
     assert job.returncode == 0, job.stderr[-3000:]
     merged = export_checkpoint(ckpt, tmp_path / "merged", step=1)  # FSDP shards only
     copied = export_checkpoint(ckpt, tmp_path / "copied")  # latest step: shards + the hf_model copy
@@ -119,6 +119,6 @@ def test_fsdp_checkpoints_from_two_cpu_processes_export_and_run_in_the_graph(
 
     load_base(store)
     result = runner.invoke(app, ["agent", "run", "--namespace", store.path, "--policy", "hf",
-                                 "--model", str(merged.out), "--url", database_url])  # fmt: skip
+                                 "--model", str(merged.out), "--url", database_url])
     assert result.exit_code == 0, result.output
     assert "stopped:" in result.output and store.count() == 6

@@ -16,14 +16,14 @@ import pytest
 
 pytest.importorskip("verl")
 
-from verl.experimental.agent_loop.tool_agent_loop import AgentData  # noqa: E402
-from verl.tools.tool_registry import initialize_tools_from_config  # noqa: E402
+from verl.experimental.agent_loop.tool_agent_loop import AgentData
+from verl.tools.tool_registry import initialize_tools_from_config
 
-from memupdate.agent.tools import MEMORY_TOOLS  # noqa: E402
-from memupdate.rl.verl import forks  # noqa: E402
-from memupdate.rl.verl.tools import MemoryEditTool  # noqa: E402
-from memupdate.store import DatabaseError, MemoryStore, NewMemory  # noqa: E402
-from memupdate.store.memory_store import namespace_path  # noqa: E402
+from memupdate.agent.tools import MEMORY_TOOLS
+from memupdate.rl.verl import forks
+from memupdate.rl.verl.tools import MemoryEditTool
+from memupdate.store import DatabaseError, MemoryStore, NewMemory
+from memupdate.store.memory_store import namespace_path
 
 TOOL_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "tool_config" / "memory_tools.yaml"
 FACTS = [
@@ -59,7 +59,7 @@ def row(store, root):
         "evidence": [], "collateral": [{"qa_index": 1, "question": "What is Ann's job?", "answer": "nurse"}],
         "trajectory_id": trajectory, "base_namespace": store.path, "namespace": create_kwargs["namespace"],
         "tools_kwargs": {name: {"create_kwargs": create_kwargs} for name in MEMORY_TOOLS},
-    }  # fmt: skip
+    }
     return extra_info
 
 
@@ -73,7 +73,7 @@ def agent_data(extra_info: dict) -> AgentData:
     return AgentData(
         messages=[], image_data=None, video_data=None, audio_data=None, mm_processor_kwargs=None,
         metrics={}, request_id=uuid.uuid4().hex, tools_kwargs=extra_info["tools_kwargs"],
-    )  # fmt: skip
+    )
 
 
 async def call(tool: MemoryEditTool, data: AgentData, arguments) -> str:
@@ -107,7 +107,7 @@ async def test_each_tool_runs_create_execute_release_on_one_fork(tools, row, sto
         "merge_memory": await call(tools["merge_memory"], data, {"memory_ids": ["f0000", "f0001"]}),
         "split_memory": await call(tools["split_memory"], data, {"memory_id": "f0004",
                                                                  "parts": ["Ann likes green tea.", "Ben plays chess on Sundays."]}),
-    }  # fmt: skip
+    }
     assert "[f0000]" in results["search_memory"] and results["sample_memory"].count("[") == 3
     assert results["manage_memory"].startswith("created [m") and results["delete_memory"] == "deleted [f0003]"
     assert results["merge_memory"].startswith("merged 2 memories") and results["split_memory"].startswith(

@@ -18,7 +18,7 @@ import pytest
 
 pytest.importorskip("verl")
 
-from verl_support import (  # noqa: E402
+from verl_support import (
     HELPFUL_FACT,
     QUESTION,
     ScriptedServer,
@@ -30,8 +30,8 @@ from verl_support import (  # noqa: E402
     write_parquet,
 )
 
-from memupdate.rl.verl import forks  # noqa: E402
-from memupdate.store import MemoryStore  # noqa: E402
+from memupdate.rl.verl import forks
+from memupdate.store import MemoryStore
 
 OTHER_QUESTION, OTHER_ANSWER = "What instrument did Ben start learning?", "violin"
 N = 4
@@ -46,7 +46,7 @@ SCRIPTS = {
     OTHER_QUESTION: [[tool_call("sample_memory", {"k": 2}), "Fine as it is."]] + [["All good."]] * (N - 1),
 }
 KIND = {"Added where Ann moved.": "helps", "Nothing to change.": "silent", "Removed a memory.": "harms",
-        "Looked around.": "reads", "Fine as it is.": "reads", "All good.": "silent"}  # fmt: skip
+        "Looked around.": "reads", "Fine as it is.": "reads", "All good.": "silent"}
 
 
 @pytest.fixture

@@ -150,7 +150,7 @@ def row_for(
             "need_tools_kwargs": True, "index": qa_index,
             "tools_kwargs": {name: {"create_kwargs": create_kwargs} for name in MEMORY_TOOLS},
         },
-    }  # fmt: skip
+    }
 
 
 def write_parquet(rows: list[dict[str, Any]], path: Path) -> Path:

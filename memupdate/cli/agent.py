@@ -95,7 +95,7 @@ def agent_run(
         console.print(f"QA proxy for the question: {before:.3f} -> {after:.3f}")
 
 
-def _episode(chat_model, target, question: str | None, checkpoint_store):  # noqa: ANN001, ANN202
+def _episode(chat_model, target, question: str | None, checkpoint_store):
     """Run the episode, with its graph state in LangGraph's Postgres checkpointer if a store is given."""
     from memupdate.agent.graph import run_episode
 

@@ -45,7 +45,7 @@ def bench_folder() -> Path | None:
     return None
 
 
-def load_benchmark(name: str):  # noqa: ANN201
+def load_benchmark(name: str):
     """The module `bench.<name>`, or None when it is not in this checkout (rollouts lands separately)."""
     root = bench_folder()
     if root is None:

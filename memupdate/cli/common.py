@@ -29,7 +29,7 @@ EXIT_FAILED_RUN, EXIT_USER_ERROR, EXIT_INTERRUPTED = 1, 2, 130
 _interrupted = threading.Event()
 
 
-def user_errors(fn):  # noqa: ANN001, ANN201
+def user_errors(fn):
     """Turn memupdate's errors into one red line and exit code 2, and Ctrl-C into one line and exit
     code 130, not a traceback. The code under it drops what it forked before the interrupt goes on."""
 
@@ -52,13 +52,13 @@ def user_errors(fn):  # noqa: ANN001, ANN201
     return wrapper
 
 
-def _watch_interrupts():  # noqa: ANN202
+def _watch_interrupts():
     """Remember Ctrl-C as well as raising it: a KeyboardInterrupt raised inside a finalizer is printed and
     swallowed by Python, so `raise_if_interrupted` raises it again at the next safe point."""
     if threading.current_thread() is not threading.main_thread():
         return None
 
-    def on_sigint(signum, frame):  # noqa: ANN001, ANN202
+    def on_sigint(signum, frame):
         _interrupted.set()
         raise KeyboardInterrupt
 
@@ -83,7 +83,7 @@ BASE_URL_OPTION = typer.Option(None, "--base-url", help="openai: the endpoint, e
 API_KEY_OPTION = typer.Option(None, "--api-key", help="openai: the key (default $OPENAI_API_KEY, else EMPTY).")
 
 
-def load_conversations(locomo, conversations: str | None):  # noqa: ANN001, ANN201
+def load_conversations(locomo, conversations: str | None):
     from memupdate.rl.data.locomo import default_locomo_path, load_locomo
 
     path = locomo or default_locomo_path()
@@ -108,7 +108,7 @@ def conversation_ids(conversations: str | None) -> list[str] | None:
     return ids
 
 
-def check_sample_ids(conversations) -> None:  # noqa: ANN001
+def check_sample_ids(conversations) -> None:
     """Every conversation's trajectory namespaces must be valid labels: a long sample id would make every
     fork fail one by one, so say so before the run."""
     from memupdate.rl.evaluate import trajectory_id, trajectory_namespace
@@ -153,7 +153,7 @@ def check_policy_endpoint(policy: str, model: str | None, base_url: str | None, 
     check_openai_endpoint(model, base_url, api_key)
 
 
-def open_store(url: str | None = None):  # noqa: ANN201
+def open_store(url: str | None = None):
     """The root store on the configured database, migrated to head first (the embedded one needs it)."""
     from memupdate.store import MemoryStore
     from memupdate.store.database import get_engine
@@ -166,7 +166,7 @@ def open_store(url: str | None = None):  # noqa: ANN201
     return MemoryStore(engine, get_embedder(), ("memupdate",))
 
 
-def progress_bar(description: str):  # noqa: ANN201
+def progress_bar(description: str):
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     return Progress(TextColumn(description), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=err_console)

@@ -91,7 +91,7 @@ def db_forks(
     if as_json:
         rows = [{"namespace": f.namespace, "base": f.base, "memories": f.memories, "events": f.events,
                  "created_at": f.created_at, "last_write": f.last_write, "age_seconds": f.age(now).total_seconds()}
-                for f in found]  # fmt: skip
+                for f in found]
         console.print_json(json.dumps({"pruned" if prune else "forks": rows}, default=str))
         return
     table = Table("fork", "base", "memories", "events", "last write", "age")

@@ -77,7 +77,7 @@ def distill_command(
         batch_size=batch_size, max_length=max_length, max_new_tokens=max_new_tokens, lora_rank=lora_rank,
         gradient_checkpointing=gradient_checkpointing, tiny_hidden_size=tiny_hidden_size, tiny_layers=tiny_layers,
         max_turns=max_turns, max_operations=max_operations, seed=seed,
-    )  # fmt: skip
+    )
     store = open_store(url)
     console.print(
         f"training on {', '.join(c.sample_id for c in train)}; held back: {', '.join(c.sample_id for c in held_back)}"
@@ -87,10 +87,10 @@ def distill_command(
     _print_summary(metrics, out)
 
 
-class _stage_bars:  # noqa: N801 - used as a context manager
+class _stage_bars:  # lower-case: used like a function, as a context manager
     """One rich progress bar per stage (rollouts, fine-tune, evaluation)."""
 
-    def __enter__(self):  # noqa: ANN204
+    def __enter__(self):
         from rich.progress import (
             BarColumn,
             MofNCompleteColumn,
@@ -101,7 +101,7 @@ class _stage_bars:  # noqa: N801 - used as a context manager
         )
 
         self.bars = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                             TimeRemainingColumn(), console=err_console)  # fmt: skip
+                             TimeRemainingColumn(), console=err_console)
         self.tasks: dict[str, int] = {}
         self.bars.__enter__()
         return self.update
@@ -111,7 +111,7 @@ class _stage_bars:  # noqa: N801 - used as a context manager
             self.tasks[stage] = self.bars.add_task(stage, total=total)
         self.bars.update(self.tasks[stage], completed=done, total=total)
 
-    def __exit__(self, *exc) -> None:  # noqa: ANN002
+    def __exit__(self, *exc) -> None:
         self.bars.__exit__(*exc)
 
 

@@ -153,7 +153,7 @@ def save_report(report: dict[str, Any], json_out: Path | None, plot: Path | None
             err_console.print(f"[yellow]could not write the plot {plot}: {exc}[/]", highlight=False)
 
 
-def checked_answerer(model: str | None, base_url: str | None, api_key: str | None, judge: str | None):  # noqa: ANN201
+def checked_answerer(model: str | None, base_url: str | None, api_key: str | None, judge: str | None):
     """The LLM answerer (and judge), its endpoint checked with one cheap request; None without --answerer."""
     if model is None:
         if judge is not None or base_url is not None:
@@ -166,7 +166,7 @@ def checked_answerer(model: str | None, base_url: str | None, api_key: str | Non
     return reader
 
 
-def evaluate_with_progress(description: str, store, conversations, policy, config, policy_name: str, answerer=None) -> dict[str, Any]:  # noqa: ANN001
+def evaluate_with_progress(description: str, store, conversations, policy, config, policy_name: str, answerer=None) -> dict[str, Any]:
     """`evaluate` under a progress bar of questions done (then of answers, with an answerer)."""
     from memupdate.rl.evaluate import evaluate
 
@@ -191,11 +191,11 @@ def print_report(report: dict[str, Any]) -> None:
         table.add_row(
             name, str(b["questions"]), f"{b['qa_score']:.3f}", f"{a['qa_score']:.3f}",
             f"{b['evidence_recall']:.3f}", f"{a['evidence_recall']:.3f}",
-        )  # fmt: skip
+        )
     table.add_row(
         "[bold]all[/]", str(report["questions"]), f"[bold]{before['qa_score']:.3f}[/]", f"[bold]{after['qa_score']:.3f}[/]",
         f"{before['evidence_recall']:.3f}", f"{after['evidence_recall']:.3f}",
-    )  # fmt: skip
+    )
     console.print(table)
     console.print(
         f"reward mean {report['reward_mean']:+.4f} | memories {report['memories']['before']:.1f} -> "
@@ -227,7 +227,7 @@ def print_answerer_report(section: dict[str, Any]) -> None:
     judge = f", judge {section['judge']}" if section["judge"] else ""
     table = Table(title=f"answerer {section['model']}{judge}: read from the proxy's context")
     for column in ("category", "questions", "F1 before", "F1 after", "BLEU-1 before", "BLEU-1 after",
-                   "judge before", "judge after"):  # fmt: skip
+                   "judge before", "judge after"):
         table.add_column(column, justify="right")
 
     def judged(block: dict[str, Any]) -> str:
@@ -239,7 +239,7 @@ def print_answerer_report(section: dict[str, Any]) -> None:
         table.add_row(
             name, str(b["questions"]), f"{b['f1']:.3f}", f"{a['f1']:.3f}", f"{b['bleu1']:.3f}", f"{a['bleu1']:.3f}",
             judged(b), judged(a),
-        )  # fmt: skip
+        )
     console.print(table)
     r = section["proxy_f1_pearson"]
     shown = " | ".join(f"{side} {'-' if r[side] is None else f'{r[side]:+.3f}'}" for side in ("before", "after", "all"))

@@ -128,7 +128,7 @@ def make_teacher(spec: str, store: MemoryStore, config: DistillConfig, *, temper
             return HuggingFaceChatModel(
                 hf_model=loaded.hf_model, tokenizer=loaded.tokenizer, max_new_tokens=config.max_new_tokens,
                 temperature=temperature, seed=seed,
-            )  # fmt: skip
+            )
 
         return Teacher(spec, member)
     raise MemupdateError(f"--teacher {spec!r} is not one of heuristic, openai:MODEL (e.g. openai:Qwen/Qwen2.5-7B-Instruct), hf:DIR")
@@ -364,13 +364,13 @@ def build_tiny_student(path: Path, records: Sequence[dict[str, Any]], config: Di
     return build_tiny_checkpoint(
         path, config.tiny_vocab_size, texts=texts, hidden_size=config.tiny_hidden_size, layers=config.tiny_layers,
         max_positions=max(config.max_length, 4096),
-    )  # fmt: skip
+    )
 
 
 def finetune(
     start: Path, out: Path, records: Sequence[dict[str, Any]], weights: Sequence[float], config: DistillConfig, *, tiny: bool,
     progress: Progress | None = None,
-) -> dict[str, Any]:  # fmt: skip
+) -> dict[str, Any]:
     """Fine-tune the checkpoint at `start` on the weighted records, loss on assistant tokens; save to `out`."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -454,7 +454,7 @@ def finetune(
 def evaluate_policy(
     store: MemoryStore, teacher: Teacher, prompts: Sequence[Prompt], label: str, log: TrajectoryLog, config: DistillConfig,
     progress: Progress | None = None,
-) -> dict[str, Any]:  # fmt: skip
+) -> dict[str, Any]:
     """One greedy rollout per held-back prompt, logged under `eval/{label}`; the summary."""
     records = collect(store, teacher, prompts, 1, f"eval/{label}", log, config, progress, f"eval {label}")
     return summarize(records)

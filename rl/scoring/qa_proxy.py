@@ -164,7 +164,7 @@ def score_questions(
         return []
     vectors = store.embedder.embed([q.question for q in questions])
     return [_score(question, build_context(hits, context_tokens))
-            for question, hits in zip(questions, store.search_many_by_vector(vectors, candidates), strict=True)]  # fmt: skip
+            for question, hits in zip(questions, store.search_many_by_vector(vectors, candidates), strict=True)]
 
 
 def score_fork(

@@ -144,7 +144,7 @@ def _merge_fsdp_shards(actor: Path, out: Path) -> None:
     config = ModelMergerConfig(
         operation="merge", backend="fsdp", local_dir=str(actor), target_dir=str(out),
         hf_model_config_path=str(actor / "huggingface"),
-    )  # fmt: skip
+    )
     merger = FSDPModelMerger(config)
     try:
         merger.merge_and_save()
@@ -172,7 +172,7 @@ def check_hf_folder(path: Path) -> None:
     messages = [
         {"role": "system", "content": "s"}, {"role": "user", "content": "u"},
         {"role": "assistant", "content": "", "tool_calls": [call]}, {"role": "tool", "content": "[f0001] result"},
-    ]  # fmt: skip
+    ]
     try:
         text = tokenizer.apply_chat_template(
             messages, tools=tool_schemas(), add_generation_prompt=True, tokenize=False

@@ -379,7 +379,7 @@ def list_forks(store: MemoryStore, prefix: Sequence[str] | str | None = None) ->
     found: dict[str, dict[str, Any]] = {}
     with store.engine.connect() as conn:
         for table, newest in ((memories, func.max(func.greatest(memories.c.created_at, memories.c.updated_at))),
-                              (events, func.max(events.c.created_at))):  # fmt: skip
+                              (events, func.max(events.c.created_at))):
             query = (
                 select(table.c.namespace, func.count(), func.min(table.c.created_at), newest)
                 .where(table.c.namespace.like(f"%{SEPARATOR}{TRAJ_LABEL}{SEPARATOR}%"))
