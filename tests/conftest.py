@@ -6,7 +6,9 @@ Set MEMUPDATE_TEST_DATABASE_URL to run the suite against another server instead.
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import uuid
 from collections.abc import Iterator
 from dataclasses import replace
@@ -98,3 +100,14 @@ def tiny_model(tmp_path_factory):
     from memupdate.rl.distill.tiny_student import build_tiny_checkpoint
 
     return build_tiny_checkpoint(tmp_path_factory.mktemp("tiny-qwen2"))
+
+
+@pytest.fixture
+def tiny_model_without_chat_template(tiny_model, tmp_path):
+    """A copy of `tiny_model` whose tokenizer has no chat template (neither the file nor the config key)."""
+    path = shutil.copytree(tiny_model, tmp_path / "no-chat-template")
+    (path / "chat_template.jinja").unlink(missing_ok=True)
+    config = json.loads((path / "tokenizer_config.json").read_text())
+    config.pop("chat_template", None)
+    (path / "tokenizer_config.json").write_text(json.dumps(config))
+    return path

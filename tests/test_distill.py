@@ -121,19 +121,14 @@ def load_sample_path():
     return sample_conversation_path()
 
 
-def test_bad_input_gives_clear_errors(store: MemoryStore, sample, tmp_path, tiny_model) -> None:
+def test_bad_input_gives_clear_errors(store: MemoryStore, sample, tmp_path, tiny_model_without_chat_template) -> None:
     with pytest.raises(MemupdateError, match="--teacher 'gpt'"):
         distill(store, [sample], [], replace(SMALL, teacher="gpt"), tmp_path / "a")
     with pytest.raises(MemupdateError, match="no config.json"):
         distill(store, [sample], [], replace(SMALL, student=str(tmp_path)), tmp_path / "b")
     # A student whose tokenizer has no chat template is refused before any rollout.
-    plain = shutil.copytree(tiny_model, tmp_path / "plain")
-    (plain / "chat_template.jinja").unlink(missing_ok=True)
-    config = json.loads((plain / "tokenizer_config.json").read_text())
-    config.pop("chat_template", None)
-    (plain / "tokenizer_config.json").write_text(json.dumps(config))
     with pytest.raises(MemupdateError, match="no chat template.*chat_template.jinja"):
-        distill(store, [sample], [], replace(SMALL, student=str(plain)), tmp_path / "c")
+        distill(store, [sample], [], replace(SMALL, student=str(tiny_model_without_chat_template)), tmp_path / "c")
     assert not (tmp_path / "c" / TRAJECTORIES).exists()
     # A teacher that makes no edits: every group has equal rewards; the trajectories stay on disk.
     with pytest.raises(MemupdateError, match="all 2 groups have equal rewards.*--explore.*kept in"):

@@ -8,9 +8,6 @@ decode -> parse -> AIMessage path.
 
 from __future__ import annotations
 
-import json
-import shutil
-
 import pytest
 import torch
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
@@ -130,14 +127,9 @@ def test_bad_checkpoint_path_is_a_clear_error(tmp_path, make):
         HuggingFaceChatModel.from_pretrained(path)
 
 
-def test_missing_chat_template_is_a_clear_error(tiny_model, tmp_path):
-    path = shutil.copytree(tiny_model, tmp_path / "no_template")
-    (path / "chat_template.jinja").unlink(missing_ok=True)
-    config = json.loads((path / "tokenizer_config.json").read_text())
-    config.pop("chat_template", None)
-    (path / "tokenizer_config.json").write_text(json.dumps(config))
+def test_missing_chat_template_is_a_clear_error(tiny_model_without_chat_template):
     with pytest.raises(ValueError, match="no chat template.*chat_template.jinja"):
-        HuggingFaceChatModel.from_pretrained(path)
+        HuggingFaceChatModel.from_pretrained(tiny_model_without_chat_template)
 
 
 # --- parser ---------------------------------------------------------------------------------------
