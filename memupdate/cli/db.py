@@ -59,6 +59,8 @@ def db_status(url: str | None = URL_OPTION, as_json: bool = typer.Option(False, 
         if name != "url":
             table.add_row(name, "-" if value is None else str(value))
     console.print(table)
+    if info["vector_operations"] != "ok":
+        console.print(f"[red]vector operations: {info['vector_operations']}[/]", soft_wrap=True)
     if info["revision"] != info["head"]:
         console.print("[yellow]schema is not at head: run `memupdate db upgrade`[/]")
     elif info.get("forks"):
