@@ -18,7 +18,7 @@ from typer.testing import CliRunner  # noqa: E402
 from verl_support import REPO, load_base, row_for, write_parquet  # noqa: E402
 
 from memupdate.cli import app  # noqa: E402
-from memupdate.rl.verl.forks import list_forks  # noqa: E402
+from memupdate.rl.leftover_forks import list_forks  # noqa: E402
 from memupdate.rl.verl.launch import plan_training  # noqa: E402
 
 runner = CliRunner()

@@ -31,9 +31,6 @@ from verl_support import (  # noqa: E402
     write_parquet,
 )
 
-from memupdate.rl.verl import forks  # noqa: E402
-from memupdate.store import MemoryStore  # noqa: E402
-
 OTHER_QUESTION, OTHER_ANSWER = "What instrument did Ben start learning?", "violin"
 N = 4
 # Per question, one script per rollout: what each of the n rollouts of that row does.
@@ -56,8 +53,7 @@ def tiny_model(tmp_path_factory):
 
 
 @pytest.fixture
-def dataset(store, engine, embedder, tmp_path):
-    forks.use_worker_store(MemoryStore(engine, embedder, ("memupdate",)))
+def dataset(store, worker_root, tmp_path):
     load_base(store)
     rows = [
         row_for(store, qa_index=0),
@@ -65,8 +61,7 @@ def dataset(store, engine, embedder, tmp_path):
     ]
     write_parquet(rows, tmp_path / "train.parquet")
     write_parquet(rows[:1], tmp_path / "test.parquet")
-    yield tmp_path, rows
-    forks.use_worker_store(None)
+    return tmp_path, rows
 
 
 class InProcessReward:
