@@ -611,7 +611,7 @@ class MemoryStore:
     ) -> Iterator[MemoryStore]:
         """`fork` into `target` for the block, then drop the fork (`drop_fork`), however the block ends.
 
-            with base.forked(("locomo", "conv-26", "traj", "t1")) as fork:
+            with base.forked(("locomo", "conv-26", "try-1")) as fork:
                 fork.create("Caroline moved from Sweden in 2019")
                 reward = compute_reward(base, fork, questions)
             # the fork is gone, also after an error, Ctrl-C or asyncio cancellation

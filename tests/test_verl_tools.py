@@ -21,7 +21,7 @@ from verl.tools.tool_registry import initialize_tools_from_config  # noqa: E402
 
 from memupdate.agent.tools import MEMORY_TOOLS  # noqa: E402
 from memupdate.rl import leftover_forks  # noqa: E402
-from memupdate.rl.namespaces import fork_base  # noqa: E402
+from memupdate.rl.namespaces import fork_base, rollout_namespace, trajectory_namespace  # noqa: E402
 from memupdate.rl.verl import forks, worker_db  # noqa: E402
 from memupdate.rl.verl.tools import MemoryEditTool  # noqa: E402
 from memupdate.store import DatabaseError, MemoryStore, NewMemory  # noqa: E402
@@ -50,7 +50,7 @@ def row(store, root):
     trajectory = f"t-qa0-{uuid.uuid4().hex[:8]}"
     create_kwargs = {
         "base_namespace": store.path,
-        "namespace": namespace_path((*store.namespace, "traj", trajectory)),
+        "namespace": namespace_path(trajectory_namespace(store.namespace, trajectory)),
         "trajectory_id": trajectory,
     }
     extra_info = {
@@ -261,10 +261,10 @@ def test_worker_store_has_a_small_pool_and_names_an_unreachable_database(databas
 def test_list_and_prune_leftover_forks(root, store) -> None:
     base = store
     base.create("a fact")
-    old = base.fork((*base.namespace, "traj", "crashed-qa1-aaaa0000", "r1"))
-    live = base.fork((*base.namespace, "traj", "running-qa2-bbbb0000"))
+    old = base.fork(rollout_namespace(trajectory_namespace(base.namespace, "crashed-qa1-aaaa0000"), "r1"))
+    live = base.fork(trajectory_namespace(base.namespace, "running-qa2-bbbb0000"))
     live.create("edited just now")
-    emptied = base.fork((*base.namespace, "traj", "emptied-qa3-cccc0000"))
+    emptied = base.fork(trajectory_namespace(base.namespace, "emptied-qa3-cccc0000"))
     emptied.delete(emptied.list()[0].key)  # no memories left, only its events
     found = {f.namespace: f for f in leftover_forks.list_forks(root, base.namespace)}
     assert set(found) == {old.path, live.path, emptied.path}

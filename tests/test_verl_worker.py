@@ -31,6 +31,8 @@ from verl_support import (  # noqa: E402
     write_parquet,
 )
 
+from memupdate.rl.namespaces import TRAJ_LABEL  # noqa: E402
+
 OTHER_QUESTION, OTHER_ANSWER = "What instrument did Ben start learning?", "violin"
 N = 4
 # Per question, one script per rollout: what each of the n rollouts of that row does.
@@ -125,7 +127,7 @@ def check_rewards(output, batch, tokenizer, store) -> dict[str, list[float]]:
     # Each group (uid) holds the n rollouts of one row, in dataset order.
     uids = batch.non_tensor_batch["uid"]
     assert all(len(set(uids[i * N : (i + 1) * N])) == 1 for i in range(2))
-    assert store.list_namespaces(prefix=(*store.namespace, "traj")) == []  # every fork dropped
+    assert store.list_namespaces(prefix=(*store.namespace, TRAJ_LABEL)) == []  # every fork dropped
     return {"scores": scores, "kinds": kinds}
 
 
