@@ -6,7 +6,9 @@
 
 The benchmarks live in the repository's top-level `bench/` folder (not in the installed package):
 run from the repository root, or from an editable install. Each also runs alone as
-`python -m bench.<name>`. `all` runs them on one embedded server (or `--url`).
+`python -m bench.<name>`. `all` runs them on one embedded server (or `--url`), and its JSON records
+the machine (CPU, cores, AVX-512, load average at the start and the end, date) for `python -m bench.page`,
+which writes docs/benchmarks.md from it (`make bench` does both).
 """
 
 from __future__ import annotations
