@@ -92,6 +92,20 @@ def fresh_database(engine):
         conn.execute(text(f'DROP DATABASE "{name}" WITH (FORCE)'))
 
 
+@pytest.fixture
+def worker_root(engine, embedder) -> Iterator[MemoryStore]:
+    """This process's rollout-worker store is the test database (what `worker_store()` gives a Ray
+    worker), reset after the test even when it or a fixture built on this one fails."""
+    from memupdate.rl.verl import worker_db
+
+    root = MemoryStore(engine, embedder, ("memupdate",))
+    worker_db.use_worker_store(root)
+    try:
+        yield root
+    finally:
+        worker_db.use_worker_store(None)
+
+
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory):
     """A tiny Qwen2 checkpoint (random weights, a locally trained tokenizer, Qwen2.5's chat template), built
