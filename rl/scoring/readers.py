@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
 from memupdate.openai_endpoint import (
     DEFAULT_RETRIES,
@@ -153,13 +153,12 @@ def make_reader(
     timeout: float = DEFAULT_TIMEOUT,
     retries: int = DEFAULT_RETRIES,
     concurrency: int = DEFAULT_CONCURRENCY,
-    **hf_options: Any,
 ) -> Reader:
     """`hf:DIR` is a local checkpoint on the CPU (`HFReader`); any other name a model on the endpoint."""
     if model.startswith(HF_PREFIX):
         from memupdate.rl.scoring.hf_reader import HFReader
 
-        return HFReader(model.removeprefix(HF_PREFIX), role=role, **hf_options)
+        return HFReader(model.removeprefix(HF_PREFIX), role=role)
     return ChatEndpoint(model, base_url, api_key, timeout=timeout, retries=retries, role=role, concurrency=concurrency)
 
 
