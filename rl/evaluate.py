@@ -27,7 +27,8 @@ from memupdate.rl.data.ingest import ingest
 from memupdate.rl.data.locomo import ADVERSARIAL, Conversation, QAItem
 from memupdate.rl.episode import scored_episode
 from memupdate.rl.namespaces import trajectory_id
-from memupdate.rl.scoring.answerer import LLMAnswerer, answerer_report
+from memupdate.rl.scoring.answer_report import answerer_report
+from memupdate.rl.scoring.answerer import LLMAnswerer
 from memupdate.rl.scoring.qa_proxy import QAScore
 from memupdate.rl.scoring.reward import (
     RewardBreakdown,

@@ -17,12 +17,15 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from functools import lru_cache
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
 from memupdate.settings import DEFAULT_EMBEDDING_MODEL, get_settings
 from memupdate.store.errors import MemupdateError
+
+if TYPE_CHECKING:
+    import openai
 
 # Questions repeat across rollouts and rewards; 20k cached vectors of 384 floats stay under 32 MB.
 CACHE_SIZE = 20_000
@@ -98,22 +101,25 @@ def sentence_transformer_embedder(model: str) -> CachedEmbedder:
 
 
 def openai_embedder(model: str, base_url: str | None, api_key: str | None, dims: int) -> CachedEmbedder:
-    """An OpenAI-compatible `/embeddings` endpoint (OpenAI, vLLM, TEI, SGLang, ...)."""
-    import httpx
+    """An OpenAI-compatible `/embeddings` endpoint (OpenAI, vLLM, TEI, SGLang, ...), through the `openai`
+    SDK: retried on 429/5xx and lost connections (honouring Retry-After), with a timeout."""
+    from memupdate.openai_endpoint import EndpointRole, mapped_errors, openai_client, status_detail
 
     if not base_url:
         raise MemupdateError(
             f"embedding model openai:{model} needs MEMUPDATE_EMBEDDING_BASE_URL (e.g. http://localhost:8000/v1)"
         )
-    client = httpx.Client(base_url=base_url.rstrip("/"), timeout=60.0)
-    headers = {"Authorization": f"Bearer {api_key or os.environ.get('OPENAI_API_KEY', 'EMPTY')}"}
+    client = openai_client(base_url, api_key, timeout=60.0)
+    role = EndpointRole("embeddings", "MEMUPDATE_EMBEDDING_BASE_URL", "MEMUPDATE_EMBEDDING_API_KEY", "MEMUPDATE_EMBEDDING_MODEL")
+
+    def failed(exc: openai.APIStatusError) -> str:
+        return f"embeddings endpoint {base_url} answered {exc.status_code}: {status_detail(exc)}"
 
     def encode(texts: list[str]) -> np.ndarray:
-        response = client.post("/embeddings", json={"model": model, "input": texts}, headers=headers)
-        if response.status_code != 200:
-            raise MemupdateError(f"embeddings endpoint {base_url} answered {response.status_code}: {response.text[:200]}")
-        data = sorted(response.json()["data"], key=lambda row: row["index"])
-        return np.array([row["embedding"] for row in data], dtype=np.float32)
+        with mapped_errors(role, base_url, MemupdateError, failed):
+            response = client.embeddings.create(model=model, input=texts, encoding_format="float")
+        rows = sorted(response.data, key=lambda row: row.index)
+        return np.array([row.embedding for row in rows], dtype=np.float32)
 
     # The endpoint's size is only known after a call; trust the configured column size and check every reply.
     return CachedEmbedder(f"openai:{model}", dims, encode)

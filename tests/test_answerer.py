@@ -16,24 +16,16 @@ from dataclasses import dataclass
 
 import numpy as np
 import pytest
-from openai_standin import OpenAIStandIn
+from openai_standin import Failure, OpenAIStandIn
 from sqlalchemy import inspect
 from typer.testing import CliRunner
 
 from memupdate.cli import app
-from memupdate.rl.scoring.answerer import (
-    DATE_HINT,
-    AnswererError,
-    AnswererUnavailable,
-    answer_prompt,
-    answerer_qa_scores,
-    answerer_report,
-    chosen_answer,
-    make_answerer,
-    parse_judgement,
-    pearson,
-)
+from memupdate.rl.scoring.answer_prompts import DATE_HINT, answer_prompt, chosen_answer, parse_judgement
+from memupdate.rl.scoring.answer_report import answerer_report, pearson
+from memupdate.rl.scoring.answerer import answerer_qa_scores, make_answerer
 from memupdate.rl.scoring.metrics import bleu1, locomo_f1
+from memupdate.rl.scoring.readers import AnswererError, AnswererUnavailable, ChatEndpoint
 from memupdate.store.database import get_engine
 from memupdate.store.llm_cache import LLMReplyCache
 from memupdate.store.migrate import current_revision, downgrade, upgrade
@@ -162,6 +154,29 @@ def test_a_run_that_dies_keeps_its_answers(engine) -> None:
         failing.clear()
         make_answerer(model, server.base_url, engine=engine).answer(QUESTIONS, [CONTEXT_AFTER] * len(QUESTIONS))
         assert len(server.requests) - len(tried) == len(QUESTIONS) - answered, "the rerun asks only what is missing"
+
+
+def test_busy_endpoint_is_retried_after_its_retry_after(monkeypatch) -> None:
+    """429 and 503 with Retry-After: 1 are retried once each, a second later (the SDK's own backoff
+    would wait at most 0.5 s before a first retry); a blank OPENAI_API_KEY is sent as EMPTY."""
+    replies = iter([Failure.retry_after(429, "1"), "Berlin", Failure.retry_after(503, "1"), "Paris"])
+    monkeypatch.setenv("OPENAI_API_KEY", "")
+    with OpenAIStandIn(lambda _body: next(replies), models=("m",)) as server:
+        endpoint = ChatEndpoint("m", server.base_url, retries=1)
+        assert endpoint.complete("Where does Ann live?", 8) == "Berlin"
+        assert endpoint.complete("Where does Bob live?", 8) == "Paris"
+    assert len(server.requests) == 4 and endpoint.requests == 2
+    gaps = [server.times[1] - server.times[0], server.times[3] - server.times[2]]
+    assert min(gaps) >= 0.95, f"retries waited {gaps} s, not the 1 s the server asked for"
+    assert {h["authorization"] for h in server.headers} == {"Bearer EMPTY"}
+
+
+def test_retries_run_out_with_one_line_naming_the_status() -> None:
+    with OpenAIStandIn(lambda _body: Failure(429, "slow down", {"Retry-After-Ms": "10"}), models=("m",)) as server:
+        expected = r"^answerer endpoint .* answered HTTP 429 for model 'm' \(slow down\); answers so far are cached"
+        with pytest.raises(AnswererError, match=expected):
+            ChatEndpoint("m", server.base_url, retries=2).complete("Where?", 8)
+    assert len(server.requests) == 3, "the first try and 2 retries"
 
 
 def test_judge_labels_and_skips_adversarial(engine, standin) -> None:

@@ -1,15 +1,13 @@
-"""Embedders: the packaged model by name and by path, and an OpenAI-compatible endpoint served by a
-small local HTTP server (no network here; the server returns deterministic vectors)."""
+"""Embedders: the packaged model by name and by path, and an OpenAI-compatible endpoint played by the
+stand-in server (`tests/openai_standin.py`, 127.0.0.1 only; no network here; deterministic vectors)."""
 
 from __future__ import annotations
 
 import hashlib
-import json
-import threading
-from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import numpy as np
 import pytest
+from openai_standin import Failure, OpenAIStandIn
 
 from memupdate.store import MemupdateError
 from memupdate.store.embeddings import openai_embedder, sentence_transformer_embedder
@@ -20,61 +18,54 @@ def fake_vector(text: str, dims: int) -> list[float]:
     return np.random.default_rng(seed).normal(size=dims).tolist()
 
 
+def vectors_for(body: dict) -> list[list[float]] | Failure:
+    """The stand-in's `/embeddings`: deterministic vectors, 8 wide for model "small"; "broken" fails."""
+    if body["model"] == "broken":  # a short Retry-After keeps the SDK's retries quick
+        return Failure(500, "model crashed", {"Retry-After-Ms": "20"})
+    dims = 8 if body["model"] == "small" else 384
+    return [fake_vector(t, dims) for t in body["input"]]
+
+
 @pytest.fixture
 def endpoint():
-    """A local `/v1/embeddings` server; returns its base URL and the list of requests it served."""
-    requests: list[dict] = []
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-            requests.append({"path": self.path, "body": body, "auth": self.headers.get("Authorization")})
-            if body["model"] == "broken":
-                self.send_response(500)
-                self.end_headers()
-                self.wfile.write(b"model crashed")
-                return
-            dims = 8 if body["model"] == "small" else 384
-            data = [{"index": i, "embedding": fake_vector(t, dims)} for i, t in enumerate(body["input"])]
-            payload = json.dumps({"data": list(reversed(data))}).encode()  # out of order on purpose
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.end_headers()
-            self.wfile.write(payload)
-
-        def log_message(self, *args) -> None:  # keep test output quiet
-            pass
-
-    server = HTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_port}/v1", requests
-    server.shutdown()
-    server.server_close()
+    """The stand-in (`tests/openai_standin.py`, 127.0.0.1) serving `/v1/embeddings`: its base URL and the server."""
+    with OpenAIStandIn(lambda _body: 404, embed=vectors_for) as server:
+        yield server.base_url, server
 
 
 def test_openai_endpoint_embeds_in_order_normalised_and_cached(endpoint) -> None:
-    url, requests = endpoint
+    url, server = endpoint
     embedder = openai_embedder("text-embed", url, "secret", 384)
     vectors = embedder.embed(["alpha", "beta", "alpha"])
     assert vectors.shape == (3, 384)
     assert np.allclose(np.linalg.norm(vectors, axis=1), 1.0)
     expected = np.asarray(fake_vector("beta", 384))
     assert np.allclose(vectors[1], expected / np.linalg.norm(expected), atol=1e-6), "rows follow `index`"
-    assert requests[0]["path"] == "/v1/embeddings" and requests[0]["auth"] == "Bearer secret"
-    assert requests[0]["body"]["input"] == ["alpha", "beta"], "duplicates embedded once"
+    assert server.paths[0] == "/v1/embeddings" and server.headers[0]["authorization"] == "Bearer secret"
+    assert server.requests[0]["input"] == ["alpha", "beta"], "duplicates embedded once"
     embedder.embed(["beta"])
-    assert len(requests) == 1, "cached texts are not sent again"
+    assert len(server.requests) == 1, "cached texts are not sent again"
 
 
 def test_openai_endpoint_errors_are_clear(endpoint) -> None:
-    url, _ = endpoint
+    url, server = endpoint
     with pytest.raises(MemupdateError, match=r"shape \(1, 8\), expected \(1, 384\)"):
         openai_embedder("small", url, None, 384).embed(["x"])
     with pytest.raises(MemupdateError, match="answered 500: model crashed"):
         openai_embedder("broken", url, None, 384).embed(["x"])
+    assert [r["model"] for r in server.requests].count("broken") == 3, "the SDK's 2 retries, then the error"
     with pytest.raises(MemupdateError, match="MEMUPDATE_EMBEDDING_BASE_URL"):
         openai_embedder("text-embed", None, None, 384)
+
+
+def test_openai_endpoint_waits_out_retry_after_and_blank_keys_count_as_unset(monkeypatch) -> None:
+    replies = iter([Failure.retry_after(503, "1")])  # busy once, then the vectors
+    monkeypatch.setenv("OPENAI_API_KEY", "  ")
+    with OpenAIStandIn(lambda _body: 404, embed=lambda body: next(replies, None) or vectors_for(body)) as server:
+        vectors = openai_embedder("text-embed", server.base_url, None, 384).embed(["alpha", "beta"])
+    assert vectors.shape == (2, 384) and len(server.requests) == 2, "the 503 was retried once"
+    assert server.times[1] - server.times[0] >= 0.95, "the retry waited for Retry-After: 1 (backoff alone is <= 0.5 s)"
+    assert server.headers[0]["authorization"] == "Bearer EMPTY", "a blank OPENAI_API_KEY is not sent"
 
 
 def test_sentence_transformers_path(embedder) -> None:

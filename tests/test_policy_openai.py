@@ -12,7 +12,8 @@ from langchain_core.messages import HumanMessage, ToolMessage
 from langchain_core.tools import tool
 from openai_standin import OpenAIStandIn, completion
 
-from memupdate.agent.policies.openai import make_openai_policy
+from memupdate.agent.policies.openai import check_openai_endpoint, make_openai_policy
+from memupdate.store.errors import MemupdateError
 
 SCRIPT = [
     completion(
@@ -87,3 +88,26 @@ def test_api_key_fallbacks(monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", "from-env")
     assert make_openai_policy("m").openai_api_key.get_secret_value() == "from-env"
     assert make_openai_policy("m", api_key="given").openai_api_key.get_secret_value() == "given"
+    monkeypatch.setenv("OPENAI_API_KEY", "")
+    assert make_openai_policy("m", api_key="").openai_api_key.get_secret_value() == "EMPTY", "blank counts as unset"
+
+
+def test_endpoint_check_names_the_fix() -> None:
+    """The policy's check is the answerer's (`memupdate.openai_endpoint.check_endpoint`): a server with no
+    /models is asked a 1-token completion, so the model name is checked there too."""
+    with OpenAIStandIn(lambda _body: "ok", models=("served",)) as server:
+        check_openai_endpoint("served", server.base_url)
+        unserved = r"openai policy model 'other' is not served .* \(it serves served\): pass one of those to --model"
+        with pytest.raises(MemupdateError, match=unserved):
+            check_openai_endpoint("other", server.base_url)
+        assert server.requests == [], "a listed model needs no completion"
+        server.models = None
+        check_openai_endpoint("anything", server.base_url)
+        assert [r["max_tokens"] for r in server.requests] == [1], "no /models: one 1-token completion"
+        server.reply = lambda _body: 404
+        gone = r"has no GET /models and answered a 1-token completion for model 'gone' with HTTP 404: check --model"
+        with pytest.raises(MemupdateError, match=gone):
+            check_openai_endpoint("gone", server.base_url)
+        server.models = 401
+        with pytest.raises(MemupdateError, match=r"refused the API key \(HTTP 401\): pass --api-key or set OPENAI_API_KEY"):
+            check_openai_endpoint("served", server.base_url)

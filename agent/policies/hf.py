@@ -177,7 +177,7 @@ class HuggingFaceChatModel(BaseChatModel):
 
         prompt = self.render_prompt(messages)
         inputs = self.tokenizer(prompt, return_tensors="pt", add_special_tokens=False)
-        options: dict[str, Any] = {"max_new_tokens": self.max_new_tokens, **self._special_token_ids()}
+        options: dict[str, Any] = {"max_new_tokens": self.max_new_tokens, **stop_and_pad_ids(self.hf_model, self.tokenizer)}
         if self.temperature > 0:
             options.update(do_sample=True, temperature=self.temperature)
         else:
@@ -202,14 +202,17 @@ class HuggingFaceChatModel(BaseChatModel):
         )
         return ChatResult(generations=[ChatGeneration(message=message)])
 
-    def _special_token_ids(self) -> dict[str, Any]:
-        # Stop at <|im_end|> too: base-model configs often list only <|endoftext|> as EOS.
-        eos = self.hf_model.generation_config.eos_token_id
-        ids = set(eos if isinstance(eos, list) else [eos]) | {self.tokenizer.eos_token_id}
-        ids.add(self.tokenizer.convert_tokens_to_ids("<|im_end|>"))
-        ids = sorted(i for i in ids if isinstance(i, int) and i != self.tokenizer.unk_token_id)
-        # Causal LMs often have no pad token; padding with EOS keeps generate() quiet.
-        pad = self.tokenizer.pad_token_id
-        if pad is None and ids:
-            pad = ids[0]
-        return {"eos_token_id": ids, "pad_token_id": pad}
+
+
+def stop_and_pad_ids(model: Any, tokenizer: Any) -> dict[str, Any]:
+    """`generate` options that stop at the end of an assistant turn and pad with a known token."""
+    # Stop at <|im_end|> too: base-model configs often list only <|endoftext|> as EOS.
+    eos = model.generation_config.eos_token_id
+    ids = set(eos if isinstance(eos, list) else [eos]) | {tokenizer.eos_token_id}
+    ids.add(tokenizer.convert_tokens_to_ids("<|im_end|>"))
+    ids = sorted(i for i in ids if isinstance(i, int) and i != tokenizer.unk_token_id)
+    # Causal LMs often have no pad token; padding with EOS keeps generate() quiet.
+    pad = tokenizer.pad_token_id
+    if pad is None and ids:
+        pad = ids[0]
+    return {"eos_token_id": ids, "pad_token_id": pad}
