@@ -51,7 +51,7 @@ from memupdate.rl.data.ingest import ingest_conversation
 from memupdate.rl.data.locomo import Conversation, QAItem
 from memupdate.rl.distill.advantages import group_advantages, zero_variance_groups
 from memupdate.rl.evaluate import EvalConfig, Mode, eval_questions, trajectory_id, trajectory_namespace
-from memupdate.rl.scoring.reward import RewardConfig, collateral_sample, compute_reward, score
+from memupdate.rl.scoring.reward import RewardConfig, collateral_sample, compute_reward
 from memupdate.store import MemoryStore, MemupdateError
 
 Progress = Callable[[str, int, int], None]
@@ -178,7 +178,7 @@ def member_seed(config: DistillConfig, key: str) -> int:
 
 
 def rollout(
-    policy: BaseChatModel | None, base: MemoryStore, prompt: Prompt, config: DistillConfig, base_scores: list, base_snapshot: dict
+    policy: BaseChatModel | None, base: MemoryStore, prompt: Prompt, config: DistillConfig
 ) -> dict[str, Any]:
     """Fork the base, let `policy` edit the fork, score it with the reward, drop it; the trajectory record."""
     started = time.perf_counter()
@@ -192,7 +192,7 @@ def rollout(
             question = prompt.qa.question if config.mode == "targeted" else None
             episode = run_episode(policy, fork, question, max_turns=config.max_turns, max_operations=config.max_operations)
             messages = episode.messages
-        reward = compute_reward(base, fork, prompt.scored, config.reward, base_scores=base_scores, base_snapshot=base_snapshot)
+        reward = compute_reward(base, fork, prompt.scored, config.reward)
     finally:
         fork.drop()
     return {
@@ -276,18 +276,13 @@ def collect(
         base = ingest_conversation(store, conversation)
         if base.count() == 0:
             raise MemupdateError(f"conversation {conversation.sample_id} has no facts to remember: leave it out of --conversations")
-        snapshot = None
         for prompt in group:
-            base_scores = None
             for member in range(members):
                 key = f"{prefix}/{prompt.group}/g{member}"
                 if key not in log:
-                    if base_scores is None:
-                        snapshot = snapshot or base.snapshot()
-                        base_scores = score(base, prompt.scored, config.reward)
                     seed = member_seed(config, key)
                     try:
-                        record = rollout(teacher.make(seed), base, prompt, config, base_scores, snapshot)
+                        record = rollout(teacher.make(seed), base, prompt, config)
                     except MemupdateError:
                         raise
                     except Exception as exc:  # the teacher (an endpoint, a checkpoint) failed: keep what is logged
