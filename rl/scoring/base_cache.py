@@ -12,6 +12,7 @@ every reward and which moves with every write). Another version is a miss, and t
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any
@@ -20,11 +21,13 @@ from memupdate.store import MemoryStore
 
 
 class BaseCache:
-    """A bounded LRU of values computed from a base, each valid for one version of that base."""
+    """A bounded LRU of values computed from a base, each valid for one version of that base. Safe across
+    threads (verl's reward workers score on several): the lock guards the entries, not the computing."""
 
     def __init__(self, max_entries: int = 8192) -> None:
         self.max_entries = max_entries
         self._entries: OrderedDict[tuple, tuple[tuple, Any]] = OrderedDict()
+        self._lock = threading.Lock()
 
     def lookup(
         self,
@@ -39,24 +42,28 @@ class BaseCache:
         full_keys = [(*where, key) for key in keys]
         values: list[Any] = [None] * len(keys)
         missing = []
-        for i, key in enumerate(full_keys):
-            entry = self._entries.get(key)
-            if entry is not None and entry[0] == version:
-                self._entries.move_to_end(key)
-                values[i] = entry[1]
-            else:
-                missing.append(i)
+        with self._lock:
+            for i, key in enumerate(full_keys):
+                entry = self._entries.get(key)
+                if entry is not None and entry[0] == version:
+                    self._entries.move_to_end(key)
+                    values[i] = entry[1]
+                else:
+                    missing.append(i)
         if missing:
-            for i, value in zip(missing, compute(missing), strict=True):
-                values[i] = value
-                self._entries[full_keys[i]] = (version, value)
-                self._entries.move_to_end(full_keys[i])
-            while len(self._entries) > self.max_entries:
-                self._entries.popitem(last=False)
+            computed = list(compute(missing))
+            with self._lock:
+                for i, value in zip(missing, computed, strict=True):
+                    values[i] = value
+                    self._entries[full_keys[i]] = (version, value)
+                    self._entries.move_to_end(full_keys[i])
+                while len(self._entries) > self.max_entries:
+                    self._entries.popitem(last=False)
         return values
 
     def clear(self) -> None:
-        self._entries.clear()
+        with self._lock:
+            self._entries.clear()
 
     def __len__(self) -> int:
         return len(self._entries)
