@@ -45,6 +45,7 @@ from bench.common import (
     write_json,
 )
 from memupdate.agent.tools import run_tool
+from memupdate.rl.namespaces import trajectory_namespace
 from memupdate.rl.scoring import qa_proxy
 from memupdate.rl.scoring.base_cache import base_cache
 from memupdate.rl.scoring.qa_proxy import score_questions
@@ -95,7 +96,7 @@ def make_forks(base: MemoryStore, questions: list) -> list[tuple[list, MemorySto
     forks = []
     with console.status(f"forking and editing {len(plans)} trajectories ..."):
         for qi, j, calls in plans:
-            fork = base.fork((*base.namespace[:-1], "traj", f"q{qi:02d}-f{j}"))
+            fork = base.fork(trajectory_namespace(base.namespace[:-1], f"q{qi:02d}-f{j}"))
             for name, arguments in calls:
                 result = run_tool(fork, name, arguments)
                 assert result.ok, f"{name} failed: {result.text}"

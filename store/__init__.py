@@ -15,7 +15,7 @@ from memupdate.store.errors import (
     MemupdateError,
 )
 from memupdate.store.fork_diff import NamespaceChanges
-from memupdate.store.memory_store import MemoryStore
+from memupdate.store.memory_store import MemoryStore, drop_fork
 from memupdate.store.records import (
     MemoryEventRecord,
     MemoryRecord,
@@ -50,5 +50,6 @@ __all__ = [
     "NewMemory",
     "ScoredMemory",
     "as_langgraph_store",
+    "drop_fork",
     "to_namespace",
 ]
