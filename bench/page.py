@@ -207,14 +207,14 @@ def reward_section(reward: dict[str, Any]) -> list[str]:
         "",
         f"`bench/reward.py`: {shape} of a 200-memory LoCoMo-like base, each edited through the tools and "
         "scored on its target and its collateral questions as the trainer scores them. Every reward equals "
-        "its plain specification's (`rl/scoring/reward_spec.py`, held to it by `tests/test_reward_equivalence.py`).",
+        "the plain path's (`tests/test_reward_equivalence.py`).",
         "",
         *table(["round", *[r["round"] for r in rounds]], rows, left=1),
         "",
     ]
     if plain.get("rewards_per_s"):
         lines += [
-            f"Baseline, the reward's plain specification (a search per question, two Python snapshots per fork) on the same forks: "
+            f"Baseline, the plain path (a search per question, two Python snapshots per fork) on the same forks: "
             f"{plain['rewards_per_s']:,.0f} rewards/s, the same rewards (max difference "
             f"{plain.get('max_abs_difference', 0.0):.1g}); the fast path is **{reward['speedup_over_plain']:.1f}×** faster.",
             "",
