@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import re
 
-from memupdate.settings import DEFAULT_MAX_OPERATIONS, DEFAULT_MAX_TURNS
+from memupdate.settings import DEFAULT_CONTEXT_TOKENS, DEFAULT_MAX_OPERATIONS, DEFAULT_MAX_TURNS
 
 SYSTEM_PROMPT = """You maintain a long-term memory bank of facts about people, drawn from their conversations. \
 Questions will later be answered from the memories most similar to the question, read in order of \
-similarity up to a fixed length (about 120 words in all). Edit the bank so those future questions are answered better:
+similarity up to a fixed length (about {context_tokens} words in all). Edit the bank so those future questions are answered better:
 - anchor relative time ("yesterday", "last week", "two weekends ago") to absolute dates, using the memory's date;
 - merge memories that say the same thing; split memories that pack unrelated facts;
 - fix or delete memories that are wrong or useless; keep each memory short and self-contained, naming who it is about;
@@ -26,8 +26,13 @@ _BANK = re.compile(r"^Memory bank: (?P<namespace>\S+)$", re.M)
 _QUESTION = re.compile(r"^Target question: (?P<question>.+)$", re.M)
 
 
-def system_prompt(max_turns: int = DEFAULT_MAX_TURNS, max_operations: int = DEFAULT_MAX_OPERATIONS) -> str:
-    return SYSTEM_PROMPT.format(max_turns=max_turns, max_operations=max_operations)
+def system_prompt(
+    max_turns: int = DEFAULT_MAX_TURNS,
+    max_operations: int = DEFAULT_MAX_OPERATIONS,
+    context_tokens: int = DEFAULT_CONTEXT_TOKENS,
+) -> str:
+    """The system prompt with the episode's budgets and the QA context budget the reward reads with."""
+    return SYSTEM_PROMPT.format(max_turns=max_turns, max_operations=max_operations, context_tokens=context_tokens)
 
 
 def task_prompt(namespace: str, question: str | None = None, memory_count: int | None = None) -> str:

@@ -6,12 +6,12 @@ would: update one of the question's top hits, create a memory (the answer, or a 
 another. Each trajectory is scored on its target and 8 collateral questions (`collateral_sample`),
 as the trainer scores it. Timed: the 512 rewards in one batch, exactly as the trainer does it:
 
-    base_scores = score(base, questions, config); base_snapshot = base.snapshot()      # once
-    compute_reward(base, fork, [target, *collateral], base_scores=[...], base_snapshot=base_snapshot)
+    compute_reward(base, fork, [target, *collateral])     # the base's hits, scores and snapshot are kept
 
-One round with the questions evicted from the embedder's cache and the base's hits not yet kept
-(cold), then 3 warm rounds, then the baseline: the plain path (a search per question on the fork, two
-Python snapshots), whose rewards must equal the fast path's to 1e-9 (asserted). The time
+One round with the questions evicted from the embedder's cache and nothing kept of the base (cold),
+then 3 warm rounds, then the baseline: the reward's specification (`rl/scoring/reward_spec.py`: a
+search per question on the fork, two Python snapshots), its base side computed once per round, whose
+rewards must equal the fast path's to 1e-9 (asserted). The time
 is split into embedding, search (the proxy's batched fork searches and faithfulness's nearest-source
 searches), the fork-vs-base diff (SQL plus turning rows into records), and the rest (Python: the QA
 proxy's text work, faithfulness and efficiency). Target: >= 500 rewards/s.
@@ -46,18 +46,11 @@ from bench.common import (
 )
 from memupdate.agent.tools import run_tool
 from memupdate.rl.namespaces import trajectory_namespace
-from memupdate.rl.scoring.faithfulness import check_faithfulness
-from memupdate.rl.scoring.qa_proxy import QAScore, build_context, evidence_recall, qa_score, score_questions
-from memupdate.rl.scoring.reward import (
-    RewardConfig,
-    collateral_sample,
-    combine,
-    compute_reward,
-    memory_efficiency,
-    performance_delta,
-    score,
-    unsupported_penalty,
-)
+from memupdate.rl.scoring import qa_proxy
+from memupdate.rl.scoring.base_cache import base_cache
+from memupdate.rl.scoring.qa_proxy import score_questions
+from memupdate.rl.scoring.reward import RewardConfig, collateral_sample, compute_reward
+from memupdate.rl.scoring.reward_spec import spec_reward, spec_scores
 from memupdate.store import MemoryStore
 
 N_MEMORIES = 200
@@ -67,9 +60,13 @@ WARM_ROUNDS = 3
 TARGET_REWARDS_PER_S = 500.0
 SEED = 0
 CONFIG = RewardConfig()
-# The store methods a reward's SQL goes through, metered by name (whichever of them the code calls).
-SEARCH_METHODS = ("search_by_vector", "ranked_many_by_vector")  # search_many_by_vector calls the latter
-DIFF_METHODS = ("snapshot", "changes_from")
+# What a reward's SQL goes through, metered where the code looks it up: (owner, name, meter).
+METERED = (
+    (MemoryStore, "search_by_vector", "search"),
+    (MemoryStore, "ranked_many_by_vector", "search"),  # search_many_by_vector calls it
+    (MemoryStore, "snapshot", "diff"),
+    (qa_proxy, "changes_from", "diff"),  # store/fork_diff.py, as the QA proxy imports it
+)
 
 
 # -- setup: the base and its edited forks (untimed) ---------------------------------------------
@@ -118,7 +115,7 @@ def metering(embedder):
     meters = {"embed": Meter(), "search": Meter(), "diff": Meter()}
     embedded: list[str] = []
     model_fn = embedder._embed_fn
-    originals = {name: getattr(MemoryStore, name) for name in SEARCH_METHODS + DIFF_METHODS if hasattr(MemoryStore, name)}
+    originals = [(owner, name, meter, getattr(owner, name)) for owner, name, meter in METERED]
 
     def counted_model(texts: list[str]):
         embedded.extend(texts)
@@ -126,15 +123,15 @@ def metering(embedder):
 
     embedder._embed_fn = counted_model
     embedder.embed = timed(embedder.embed, meters["embed"])  # an instance attribute shadows the method
-    for name, method in originals.items():
-        setattr(MemoryStore, name, timed(method, meters["search" if name in SEARCH_METHODS else "diff"]))
+    for owner, name, meter, function in originals:
+        setattr(owner, name, timed(function, meters[meter]))
     try:
         yield meters, embedded
     finally:
         embedder._embed_fn = model_fn
         del embedder.embed
-        for name, method in originals.items():
-            setattr(MemoryStore, name, method)
+        for owner, name, _, function in originals:
+            setattr(owner, name, function)
 
 
 def score_round(base: MemoryStore, forks: list, questions: list) -> dict:
@@ -142,15 +139,7 @@ def score_round(base: MemoryStore, forks: list, questions: list) -> dict:
     gc.collect()  # start without the garbage of setup or the previous round
     with metering(base.embedder) as (meters, embedded):
         start = time.perf_counter()
-        base_scores = dict(zip((q.index for q in questions), score(base, questions, CONFIG), strict=True))
-        base_snapshot = base.snapshot()
-        rewards = [
-            compute_reward(
-                base, fork, scored, CONFIG,
-                base_scores=[base_scores[q.index] for q in scored], base_snapshot=base_snapshot,
-            )
-            for scored, fork in forks
-        ]
+        rewards = [compute_reward(base, fork, scored, CONFIG) for scored, fork in forks]
         total = time.perf_counter() - start
     # Memories were embedded when they were written: scoring may embed the questions, nothing else.
     assert set(embedded) <= {q.question for q in questions} and len(embedded) <= len(questions), embedded[:3]
@@ -167,29 +156,18 @@ def score_round(base: MemoryStore, forks: list, questions: list) -> dict:
     }
 
 
-def plain_reward(base: MemoryStore, fork: MemoryStore, questions: list, base_scores: list, base_snapshot: dict) -> float:
-    """The baseline: reward v2 the plain way, as before the fast path: one `search_by_vector` per
-    question on the fork, and the fork's snapshot compared with the base's in Python."""
-    vectors = fork.embedder.embed([q.question for q in questions])
-    contexts = [build_context(fork.search_by_vector(v, CONFIG.candidates), CONFIG.context_tokens) for v in vectors]
-    fork_scores = [
-        QAScore(qa_score(q, c), evidence_recall(q.evidence, c.whole), c.tokens, c.keys, c.text)
-        for q, c in zip(questions, contexts, strict=True)
-    ]
-    fork_snapshot = fork.snapshot()
-    delta = performance_delta(base_scores, fork_scores, CONFIG)[0]
-    efficiency = memory_efficiency(base_snapshot, fork_snapshot, CONFIG)
-    penalty = unsupported_penalty(check_faithfulness(base, base_snapshot, fork_snapshot), CONFIG)
-    return combine(delta, efficiency.value) - penalty
-
-
 def plain_round(base: MemoryStore, forks: list, questions: list, rewards: list[float]) -> dict:
-    """One round of the baseline on the same forks; its rewards must equal the fast path's."""
+    """One round of the baseline, the reward's specification, on the same forks (its base side once per
+    round, as the fast path keeps it); its rewards must equal the fast path's."""
     gc.collect()
     start = time.perf_counter()
-    base_scores = dict(zip((q.index for q in questions), score(base, questions, CONFIG), strict=True))
+    base_scores = dict(zip((q.index for q in questions), spec_scores(base, questions, CONFIG), strict=True))
     base_snapshot = base.snapshot()
-    plain = [plain_reward(base, fork, scored, [base_scores[q.index] for q in scored], base_snapshot) for scored, fork in forks]
+    plain = [
+        spec_reward(base, fork, scored, CONFIG, base_scores=[base_scores[q.index] for q in scored],
+                    base_snapshot=base_snapshot).reward
+        for scored, fork in forks
+    ]
     total = time.perf_counter() - start
     worst = max(abs(a - b) for a, b in zip(plain, rewards, strict=True))
     assert worst <= 1e-9, f"the fast path's rewards differ from the plain path's by up to {worst}"
@@ -211,6 +189,7 @@ def run(args: argparse.Namespace) -> dict:
         forks = make_forks(base, questions)
         for q in questions:  # cold: the trainer's first batch of a conversation has never embedded them
             embedder._cache.pop(q.question, None)
+        base_cache.clear()  # cold: nothing kept of the base either
         rounds = []
         for name in ["cold cache"] + [f"warm #{i + 1}" for i in range(WARM_ROUNDS)]:
             with console.status(f"scoring {len(forks)} rewards, {name} ..."):
@@ -264,13 +243,13 @@ def report(summary: dict) -> None:
         ["metric", *[r["round"] for r in rounds]],
         rows,
         [
-            f"per round: score(base) + base.snapshot() once, then compute_reward per trajectory: "
-            f"{first['search_calls']:,} search calls, {first['diff_calls']:,} diff calls. Both include turning rows "
-            "into records; the rest is the QA proxy's text work, faithfulness and memory_efficiency.",
+            f"per round: compute_reward per trajectory (the base's hits, scores and snapshot kept while its version "
+            f"holds): {first['search_calls']:,} search calls, {first['diff_calls']:,} diff calls in the cold round. "
+            "Both include turning rows into records; the rest is the QA proxy's text work, faithfulness and efficiency.",
             f"mean reward {summary['mean_reward']:+.4f} ({positive} positive, {negative} negative), "
             "the same in every round (asserted).",
             "Timings on a shared 2-core machine vary by ±10-20% between runs; the median of the warm rounds is the figure.",
-            f"baseline, the plain path (a search per question, two Python snapshots per fork): "
+            f"baseline, the reward's specification (a search per question, two Python snapshots per fork): "
             f"{summary['plain']['rewards_per_s']:,.0f}/s on the same forks, the same rewards (max difference "
             f"{summary['plain']['max_abs_difference']:.1e}); the fast path: [bold]{summary['speedup_over_plain']:.2f}×[/bold]",
             f"target ≥ {TARGET_REWARDS_PER_S:g} rewards/s: warm median {summary['warm_rewards_per_s']:,.0f}/s "

@@ -34,11 +34,11 @@ from memupdate.rl.scoring.reward import (
     RewardBreakdown,
     RewardConfig,
     collateral_sample,
-    reward_from_scores,
+    compute_reward,
     score,
 )
 from memupdate.rl.scoring.summaries import by_category, mean
-from memupdate.store import MemoryRecord, MemoryStore
+from memupdate.store import MemoryStore
 
 Mode = Literal["targeted", "blind"]
 
@@ -106,11 +106,10 @@ def evaluate(
         if not questions:
             continue
         before = dict(zip((q.index for q in questions), score(base, questions, config.reward), strict=True))
-        base_snapshot = base.snapshot()  # the base is never written, so once per conversation
         if config.mode == "blind":
             # One episode, every question weighed alike: the reward's target weight becomes 1/n.
             reward_config = replace(config.reward, target_weight=1 / len(questions))
-            episode = Episode(base, base_snapshot, conversation, "all", None, questions, before, reward_config)
+            episode = Episode(base, conversation, "all", None, questions, before, reward_config)
             after, breakdown, failure = episode.run(policy, config, tool_counts, keep_going=True)
             failed["run"] += 1
             if failure:  # the questions were still scored on what the policy managed before it failed
@@ -124,7 +123,7 @@ def evaluate(
             continue
         for qa in questions:
             scored = [qa, *collateral_sample(questions, qa.index, config.reward.collateral_questions)]
-            episode = Episode(base, base_snapshot, conversation, qa.index, qa.question, scored, before, config.reward)
+            episode = Episode(base, conversation, qa.index, qa.question, scored, before, config.reward)
             failed["run"] += 1
             try:
                 after, breakdown, _ = episode.run(policy, config, tool_counts)
@@ -158,7 +157,6 @@ class Episode:
     target) and their scores on the base."""
 
     base: MemoryStore
-    base_snapshot: dict[str, MemoryRecord]
     conversation: Conversation
     qa_index: int | str
     question: str | None  # visible to the policy (targeted) or None (blind)
@@ -174,11 +172,10 @@ class Episode:
 
         With `keep_going`, a policy that raises is reported in the third value instead of raising.
         """
-        before = [self.before[q.index] for q in self.scored]
 
         def scorer(fork: MemoryStore) -> tuple[list[QAScore], RewardBreakdown]:
-            after = score(fork, self.scored, self.reward)
-            return after, reward_from_scores(self.base, fork, before, after, self.base_snapshot, self.reward)
+            breakdown = compute_reward(self.base, fork, self.scored, self.reward)
+            return list(breakdown.fork_scores), breakdown
 
         done = scored_episode(
             policy,

@@ -14,16 +14,15 @@ from memupdate.store.errors import (
     MemoryNotFound,
     MemupdateError,
 )
-from memupdate.store.memory_store import (
+from memupdate.store.fork_diff import NamespaceChanges
+from memupdate.store.memory_store import MemoryStore, drop_fork
+from memupdate.store.records import (
     MemoryEventRecord,
     MemoryRecord,
-    MemoryStore,
     Namespace,
-    NamespaceChanges,
     NamespaceDiff,
     NewMemory,
     ScoredMemory,
-    drop_fork,
     to_namespace,
 )
 

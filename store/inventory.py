@@ -17,7 +17,8 @@ from datetime import UTC, datetime
 
 from sqlalchemy import Engine, func, select
 
-from memupdate.store.memory_store import SEPARATOR, events, memories
+from memupdate.store.records import SEPARATOR
+from memupdate.store.statements import events, memories
 
 
 @dataclass(frozen=True)

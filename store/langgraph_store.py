@@ -70,20 +70,11 @@ from sqlalchemy.engine import URL
 from memupdate.store.database import get_engine
 from memupdate.store.embeddings import Embedder, get_embedder
 from memupdate.store.errors import InvalidMemory
-from memupdate.store.memory_store import (
-    RECORD_COLUMNS,
-    SEPARATOR,
-    MemoryStore,
-    Namespace,
-    check_schema,
-    events,
-    holds_nul,
-    in_subtree,
-    memories,
-    namespace_path,
-    to_namespace,
-)
+from memupdate.store.memory_store import MemoryStore
 from memupdate.store.models import MAX_CONTENT_CHARS, MEMORY_KINDS
+from memupdate.store.records import SEPARATOR, Namespace, namespace_path, to_namespace
+from memupdate.store.statements import RECORD_COLUMNS, events, in_subtree, memories
+from memupdate.store.validation import check_schema, holds_nul
 
 VALUE_KEY = "langgraph_value"
 MAX_KEY_CHARS = 128  # memories.key is VARCHAR(128)

@@ -12,253 +12,53 @@
     fork.drop()
 
 Every write runs in one transaction with its event row (`memory_events`): a failed write leaves
-neither. Each sync verb has an async twin with an `a` prefix (`await store.asearch(...)`), run on a
-worker thread: the SQL is short and the embedding is CPU-bound, so the event loop stays free.
+neither. The rest of the store sits beside this file: the values it takes and returns (`records.py`),
+its tables and prebuilt statements (`statements.py`), row and vector codecs (`codecs.py`), the checks
+before a write (`validation.py`), and the fork-vs-base comparison the reward reads (`fork_diff.py`).
+Async callers use LangGraph's adapter (`langgraph_store.py`) or `asyncio.to_thread`.
 """
 
 from __future__ import annotations
 
-import asyncio
 import random
-import re
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
-from datetime import datetime
-from functools import lru_cache
 from typing import Any, Literal, get_args
 
 import numpy as np
-from sqlalchemy import (
-    ARRAY,
-    ColumnElement,
-    Engine,
-    Row,
-    Text,
-    bindparam,
-    cast,
-    column,
-    delete,
-    func,
-    insert,
-    literal,
-    select,
-    text,
-    true,
-    update,
-)
+from sqlalchemy import Engine, delete, func, insert, literal, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.exc import IntegrityError, ProgrammingError
+from sqlalchemy.exc import IntegrityError
 
+from memupdate.store.codecs import from_vector_send, record_of, vector_text
 from memupdate.store.database import get_engine
 from memupdate.store.embeddings import Embedder, get_embedder
-from memupdate.store.errors import (
-    DatabaseError,
-    EmbeddingDimensionMismatch,
-    InvalidMemory,
-    InvalidNamespace,
-    MemoryNotFound,
+from memupdate.store.errors import InvalidMemory, InvalidNamespace, MemoryNotFound
+from memupdate.store.records import (
+    KEY_PATTERN,
+    SEPARATOR,
+    MemoryEventRecord,
+    MemoryRecord,
+    Namespace,
+    NamespaceDiff,
+    NewMemory,
+    ScoredMemory,
+    namespace_path,
+    to_namespace,
 )
-from memupdate.store.models import MAX_CONTENT_CHARS, MEMORY_KINDS, Memory, MemoryEvent
+from memupdate.store.statements import (
+    RECORD_COLUMNS,
+    SEARCH_BY_VECTOR,
+    SEARCH_MANY_BY_VECTOR,
+    events,
+    in_subtree,
+    memories,
+)
+from memupdate.store.validation import check_content, check_kind, check_metadata, check_schema
 
-Namespace = tuple[str, ...]
 SampleStrategy = Literal["random", "diverse", "recent"]
 SAMPLE_STRATEGIES: tuple[str, ...] = get_args(SampleStrategy)
-
-# Labels become a `/`-joined path; keep them to characters that need no quoting anywhere (URLs, shells, LIKE).
-# Matched with `fullmatch`: `$` alone would accept a label or key ending in a newline.
-NAMESPACE_LABEL = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:@+=-]{0,63}")
-MAX_NAMESPACE_DEPTH = 8
-KEY_PATTERN = re.compile(r"[A-Za-z0-9_.:@+=-]{1,128}")
-SEPARATOR = "/"
-
-memories = Memory.__table__
-events = MemoryEvent.__table__
-# What a read returns: every column but the vector, which callers never need and is costly to parse.
-RECORD_COLUMNS = tuple(c for c in memories.c if c.name != "embedding")
-
-# search_by_vector's statement, built once: the top-k sort carries (id, key, distance) instead of
-# whole rows, and only the k winners are fetched after (`python -m bench.store` times it).
-_QUERY_VECTOR = bindparam("query_vector", type_=memories.c.embedding.type)
-_DISTANCE = memories.c.embedding.cosine_distance(_QUERY_VECTOR)
-_TOP_K = (
-    select(memories.c.id, memories.c.key, _DISTANCE.label("distance"))
-    .where(memories.c.namespace == bindparam("namespace"), memories.c.embedding.is_not(None))
-    .order_by(_DISTANCE, memories.c.key)  # key breaks ties, so equal namespaces rank identically
-    .limit(bindparam("top_k"))
-    .cte("top_k")
-)
-SEARCH_BY_VECTOR = (
-    select(*RECORD_COLUMNS, _TOP_K.c.distance)
-    .join_from(memories, _TOP_K, memories.c.id == _TOP_K.c.id)
-    .order_by(_TOP_K.c.distance, _TOP_K.c.key)
-)
-
-# search_many_by_vector's statement: the same top-k, once per query vector (a LATERAL join over the
-# unnested vectors), so the QA proxy scores all of a fork's questions in one round trip. The vectors
-# travel as text that reads back as the very float4s `search_by_vector` sends: the same distances and ranks.
-_QUERIES = (
-    func.unnest(cast(bindparam("query_vectors", type_=ARRAY(Text)), ARRAY(memories.c.embedding.type)))
-    .table_valued(column("query_vector", memories.c.embedding.type), with_ordinality="ordinal")
-    .render_derived()
-)
-_MANY_DISTANCE = memories.c.embedding.cosine_distance(_QUERIES.c.query_vector)
-_TOP_K_EACH = (
-    select(memories.c.id, memories.c.key, _MANY_DISTANCE.label("distance"))
-    .where(memories.c.namespace == bindparam("namespace"), memories.c.embedding.is_not(None))
-    .order_by(_MANY_DISTANCE, memories.c.key)
-    .limit(bindparam("top_k"))
-    .correlate(_QUERIES)
-    .lateral("top_k")
-)
-SEARCH_MANY_BY_VECTOR = (
-    select(_QUERIES.c.ordinal, *RECORD_COLUMNS, _TOP_K_EACH.c.distance)
-    .select_from(_QUERIES.join(_TOP_K_EACH, true()).join(memories, memories.c.id == _TOP_K_EACH.c.id))
-    .order_by(_QUERIES.c.ordinal, _TOP_K_EACH.c.distance, _TOP_K_EACH.c.key)
-)
-
-# changes_from's statements: the base's and the fork's rows joined by key, compared in SQL.
-_BASE = select(
-    memories.c.key, memories.c.content, memories.c.kind, memories.c.metadata, memories.c.embedding,
-    memories.c.seq, memories.c.updated_at,
-).where(memories.c.namespace == bindparam("base")).subquery("base")
-_FORK = (
-    select(*RECORD_COLUMNS, memories.c.embedding, memories.c.seq)
-    .where(memories.c.namespace == bindparam("fork"))
-    .subquery("fork")
-)
-_BY_KEY = _BASE.join(_FORK, _BASE.c.key == _FORK.c.key, full=True)
-# What `MemoryRecord.as_event()` compares (jsonb equality is Python's dict equality of the decoded values).
-_EDITED = (
-    _BASE.c.key.is_(None)
-    | _FORK.c.key.is_(None)
-    | (_BASE.c.content != _FORK.c.content)
-    | (_BASE.c.kind != _FORK.c.kind)
-    | (_BASE.c.metadata != _FORK.c.metadata)
-)
-# A row a search could see differently: edited, or re-embedded.
-_REPLACED = _EDITED | _BASE.c.embedding.is_distinct_from(_FORK.c.embedding)
-CHANGE_COUNTS = select(
-    func.count(_BASE.c.key).label("before"),
-    func.count(_FORK.c.key).label("after"),
-    func.count().filter(_EDITED).label("edited"),
-    func.coalesce(func.array_agg(_BASE.c.key).filter(_BASE.c.key.is_not(None) & _REPLACED), literal([], ARRAY(Text))).label("replaced"),
-    func.max(_BASE.c.seq).label("base_seq"),
-    func.max(_BASE.c.updated_at).label("base_updated_at"),
-).select_from(_BY_KEY)
-_WRITTEN = _BASE.c.key.is_(None) | (_BASE.c.content != _FORK.c.content)
-_QUERY_DISTANCES = func.array(
-    select(_FORK.c.embedding.cosine_distance(_QUERIES.c.query_vector))
-    .select_from(_QUERIES)
-    .order_by(_QUERIES.c.ordinal)
-    .correlate(_FORK)
-    .scalar_subquery()
-)
-CHANGED_ROWS = (
-    select(*(_FORK.c[c.name] for c in RECORD_COLUMNS), _WRITTEN.label("written"), _QUERY_DISTANCES.label("distances"))
-    .select_from(_FORK.outerjoin(_BASE, _BASE.c.key == _FORK.c.key))
-    .where(_REPLACED)
-    .order_by(_FORK.c.seq)
-)
-
-
-def to_namespace(namespace: Namespace | Sequence[str] | str) -> Namespace:
-    """Validate a namespace given as a tuple or as `a/b/c`; raise InvalidNamespace naming the bad label."""
-    labels = tuple(namespace.split(SEPARATOR)) if isinstance(namespace, str) else tuple(namespace)
-    if not labels or len(labels) > MAX_NAMESPACE_DEPTH:
-        raise InvalidNamespace(
-            f"namespace {labels!r} must have 1 to {MAX_NAMESPACE_DEPTH} labels, e.g. ('locomo', 'conv-26')"
-        )
-    for label in labels:
-        if not isinstance(label, str) or not NAMESPACE_LABEL.fullmatch(label):
-            raise InvalidNamespace(
-                f"namespace label {label!r} in {labels!r} is not allowed: use 1-64 characters from "
-                "letters, digits and _ . : @ + = - (no '/', spaces or leading '-')"
-            )
-    return labels
-
-
-def namespace_path(namespace: Namespace) -> str:
-    return SEPARATOR.join(namespace)
-
-
-def in_subtree(path: str) -> ColumnElement[bool]:
-    """SQL for "the namespace is `path` or below it" (a prefix LIKE the namespace index serves)."""
-    pattern = path.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + SEPARATOR + "%"
-    return (memories.c.namespace == path) | memories.c.namespace.like(pattern)
-
-
-@dataclass(frozen=True)
-class MemoryRecord:
-    """One memory as callers see it; `key` is its id within the namespace (kept across forks)."""
-
-    key: str
-    namespace: Namespace
-    content: str
-    kind: str = "semantic"
-    metadata: dict[str, Any] = field(default_factory=dict)
-    created_at: datetime | None = None
-    updated_at: datetime | None = None
-
-    def as_event(self) -> dict[str, Any]:
-        return {"key": self.key, "content": self.content, "kind": self.kind, "metadata": self.metadata}
-
-
-@dataclass(frozen=True)
-class ScoredMemory:
-    """A search hit: the memory and its cosine similarity to the query (1 = same direction)."""
-
-    memory: MemoryRecord
-    score: float
-
-
-@dataclass(frozen=True)
-class NewMemory:
-    """A memory to write: the argument of `create_many` and `replace`."""
-
-    content: str
-    kind: str = "semantic"
-    metadata: dict[str, Any] = field(default_factory=dict)
-    key: str | None = None
-
-
-@dataclass(frozen=True)
-class NamespaceDiff:
-    """Keys added, removed and changed (content, kind or metadata) going from one namespace to another."""
-
-    added: list[str]
-    removed: list[str]
-    changed: list[str]
-
-    @property
-    def is_empty(self) -> bool:
-        return not (self.added or self.removed or self.changed)
-
-
-@dataclass(frozen=True)
-class NamespaceChanges:
-    """How a namespace differs from the one it was forked from, read in SQL (`changes_from`)."""
-
-    memories_before: int
-    memories_after: int
-    edited: int  # keys added, removed, or with another content, kind or metadata
-    written: list[MemoryRecord]  # memories whose text the base does not hold under the same key, in order
-    replaced: frozenset[str] = frozenset()  # base keys the fork removed, edited or re-embedded
-    # Per query vector given: the fork's new, edited or re-embedded memories as (cosine distance, hit).
-    changed_hits: list[list[tuple[float, ScoredMemory]]] = field(default_factory=list)
-    base_version: tuple = ()  # (count, max seq, max updated_at) of the base: moves with every write
-
-
-@dataclass(frozen=True)
-class MemoryEventRecord:
-    id: int
-    op: str
-    memory_key: str | None
-    before: dict[str, Any] | None
-    after: dict[str, Any] | None
-    episode: str | None
-    created_at: datetime
 
 
 class MemoryStore:
@@ -316,7 +116,7 @@ class MemoryStore:
             .limit(limit)
         )
         with self.engine.connect() as conn:
-            return [self._record(row) for row in conn.execute(query)]
+            return [record_of(row) for row in conn.execute(query)]
 
     def count(self) -> int:
         with self.engine.connect() as conn:
@@ -335,7 +135,7 @@ class MemoryStore:
         params = {"query_vector": np.asarray(vector, dtype=np.float32), "namespace": self.path, "top_k": top_k}
         with self.engine.connect() as conn:
             rows = conn.execute(SEARCH_BY_VECTOR, params)
-            return [ScoredMemory(self._record(row), 1.0 - float(row.distance)) for row in rows]
+            return [ScoredMemory(record_of(row), 1.0 - float(row.distance)) for row in rows]
 
     def search_many_by_vector(
         self, vectors: Sequence[np.ndarray | Sequence[float]], top_k: int = 5
@@ -352,12 +152,12 @@ class MemoryStore:
             raise InvalidMemory(f"top_k={top_k} must be at least 1")
         if len(vectors) == 0:
             return []
-        params = {"query_vectors": [_vector_text(v) for v in vectors], "namespace": self.path, "top_k": top_k}
+        params = {"query_vectors": [vector_text(v) for v in vectors], "namespace": self.path, "top_k": top_k}
         hits: list[list[tuple[float, ScoredMemory]]] = [[] for _ in vectors]
         with self.engine.connect() as conn:
             for row in conn.execute(SEARCH_MANY_BY_VECTOR, params):
                 distance = float(row.distance)
-                hits[row.ordinal - 1].append((distance, ScoredMemory(self._record(row), 1.0 - distance)))
+                hits[row.ordinal - 1].append((distance, ScoredMemory(record_of(row), 1.0 - distance)))
         return hits
 
     def sample(self, strategy: SampleStrategy = "random", k: int = 5, *, seed: int | None = None) -> list[MemoryRecord]:
@@ -377,7 +177,7 @@ class MemoryStore:
                     .order_by(date.desc().nulls_last(), memories.c.updated_at.desc(), memories.c.key)
                     .limit(k)
                 )
-                return [self._record(row) for row in rows]
+                return [record_of(row) for row in rows]
             # vector_send: pgvector's binary form, far cheaper to read than the text form of many vectors.
             vectors = func.vector_send(memories.c.embedding).label("vector")
             columns = (*RECORD_COLUMNS, vectors) if strategy == "diverse" else RECORD_COLUMNS
@@ -386,9 +186,9 @@ class MemoryStore:
         if strategy == "random" or len(rows) <= k:
             picked = rng.sample(range(len(rows)), min(k, len(rows)))
         else:
-            matrix = np.stack([_from_vector_send(row.vector, self.column_dims) for row in rows])
+            matrix = np.stack([from_vector_send(row.vector, self.column_dims) for row in rows])
             picked = _farthest_points(matrix, k, rng.randrange(len(rows)))
-        return [self._record(rows[i]) for i in picked]
+        return [record_of(rows[i]) for i in picked]
 
     def snapshot(self) -> dict[str, MemoryRecord]:
         """All memories of the namespace by key."""
@@ -403,32 +203,6 @@ class MemoryStore:
             added=sorted(after.keys() - before.keys()),
             removed=sorted(before.keys() - after.keys()),
             changed=sorted(changed),
-        )
-
-    def changes_from(
-        self, base: MemoryStore | Namespace | str, query_vectors: Sequence[np.ndarray] | None = None
-    ) -> NamespaceChanges:
-        """Counts and written memories of this namespace against `base`, compared in SQL: what the
-        reward needs of a fork, without reading either namespace whole. With `query_vectors`, also
-        the distance of every new, edited or re-embedded memory to each of them (`changed_hits`), so
-        a search of the fork is the base's hits minus `replaced` plus those."""
-        base_path = base.path if isinstance(base, MemoryStore) else namespace_path(to_namespace(base))
-        vectors = list(query_vectors) if query_vectors is not None else []
-        params = {"base": base_path, "fork": self.path, "query_vectors": [_vector_text(v) for v in vectors]}
-        with self.engine.connect() as conn:
-            counts = conn.execute(CHANGE_COUNTS, params).one()
-            changed = conn.execute(CHANGED_ROWS, params).all()
-        written, hits = [], [[] for _ in vectors]
-        for row in changed:
-            record = self._record(row)
-            if row.written:
-                written.append(record)
-            for i, distance in enumerate(row.distances or []):
-                if distance is not None:  # no embedding: no search finds it
-                    hits[i].append((float(distance), ScoredMemory(record, 1.0 - float(distance))))
-        return NamespaceChanges(
-            counts.before, counts.after, counts.edited, written, frozenset(counts.replaced), hits,
-            (counts.before, counts.base_seq, counts.base_updated_at),
         )
 
     def events(self) -> list[MemoryEventRecord]:
@@ -495,11 +269,11 @@ class MemoryStore:
     ) -> MemoryRecord:
         """Change a memory's content (re-embedded), kind or metadata (replaced whole when given)."""
         if content is not None:
-            _check_content(content)
+            check_content(content)
         if kind is not None:
-            _check_kind(kind)
+            check_kind(kind)
         if metadata is not None:
-            _check_metadata(metadata)
+            check_metadata(metadata)
         vector = self.embedder.embed([content])[0] if content is not None else None
         with self.engine.begin() as conn:
             before = self._fetch(conn, [key], lock=True)[0]
@@ -516,7 +290,7 @@ class MemoryStore:
                 .values(**values)
                 .returning(*RECORD_COLUMNS)
             ).one()
-            after = self._record(row)
+            after = record_of(row)
             self._log(conn, [("update", key, before.as_event(), after.as_event())])
         return after
 
@@ -533,9 +307,9 @@ class MemoryStore:
         `create_many`.
         """
         for item in items:
-            _check_content(item.content)
-            _check_kind(item.kind)
-            _check_metadata(item.metadata)
+            check_content(item.content)
+            check_kind(item.kind)
+            check_metadata(item.metadata)
             if item.key is not None and not KEY_PATTERN.fullmatch(item.key):
                 raise InvalidMemory(f"memory key {item.key!r} must be 1-128 letters, digits or _ . : @ + = -")
         if len(set(delete_keys)) != len(delete_keys):
@@ -573,7 +347,7 @@ class MemoryStore:
                         f"a memory with one of the keys {[r['key'] for r in rows][:5]} already exists in {self.path!r}: "
                         "update it, or create without a key"
                     ) from exc
-                created = [self._record(row) for row in result]
+                created = [record_of(row) for row in result]
             self._log(
                 conn,
                 [("delete", r.key, r.as_event(), None) for r in removed]
@@ -649,24 +423,13 @@ class MemoryStore:
 
     # -- internals -------------------------------------------------------------------------------
 
-    def _record(self, row: Row) -> MemoryRecord:
-        return MemoryRecord(
-            key=row.key,
-            namespace=tuple(row.namespace.split(SEPARATOR)),
-            content=row.content,
-            kind=row.kind,
-            metadata=row.metadata,
-            created_at=row.created_at,
-            updated_at=row.updated_at,
-        )
-
     def _fetch(self, conn, keys: Sequence[str], *, lock: bool = False) -> list[MemoryRecord]:
         """The rows `keys` in that order (locked for this transaction if asked); MemoryNotFound if any is missing."""
         for key in keys:
             if "\x00" in key:  # PostgreSQL text cannot hold NUL, so no stored key does (and the query would fail)
                 raise MemoryNotFound(key, self.path)
         query = select(*RECORD_COLUMNS).where(memories.c.namespace == self.path, memories.c.key.in_(keys))
-        found = {row.key: self._record(row) for row in conn.execute(query.with_for_update() if lock else query)}
+        found = {row.key: record_of(row) for row in conn.execute(query.with_for_update() if lock else query)}
         for key in keys:
             if key not in found:
                 raise MemoryNotFound(key, self.path)
@@ -692,91 +455,6 @@ def drop_fork(fork: MemoryStore) -> int:
         return fork.drop()
 
 
-def check_schema(engine: Engine, embedder: Embedder) -> int:
-    """The vector column's size, after checking the schema is migrated and `embedder` fits the column
-    (the database is queried once per process)."""
-    url = str(engine.url)
-    if url not in _column_dims:
-        try:
-            with engine.connect() as conn:
-                _column_dims[url] = conn.execute(
-                    text("SELECT atttypmod FROM pg_attribute WHERE attrelid = 'memories'::regclass AND attname = 'embedding'")
-                ).scalar_one()
-        except ProgrammingError:
-            raise DatabaseError(
-                f"database {engine.url.render_as_string(hide_password=True)} has no memupdate schema: "
-                "run `memupdate db upgrade`"
-            ) from None
-    if embedder.dims != _column_dims[url]:
-        raise _dims_error(embedder, _column_dims[url])
-    return _column_dims[url]
-
-
-# Engine URL -> size of the memories.embedding column, read once per process.
-_column_dims: dict[str, int] = {}
-
-
-def _dims_error(embedder: Embedder, column_dims: int) -> EmbeddingDimensionMismatch:
-    return EmbeddingDimensionMismatch(
-        f"embedding model {embedder.name!r} makes {embedder.dims}-dim vectors but the memories.embedding column "
-        f"holds {column_dims}: set MEMUPDATE_EMBEDDING_MODEL to a {column_dims}-dim model, or use a fresh "
-        f"database with MEMUPDATE_EMBEDDING_DIMS={embedder.dims} and run `memupdate db upgrade`"
-    )
-
-
-def holds_nul(value: Any) -> bool:
-    """Whether a string, or any key or string inside a JSON value, holds NUL, which PostgreSQL's text and
-    jsonb cannot store."""
-    if isinstance(value, str):
-        return "\x00" in value
-    if isinstance(value, dict):
-        return any(holds_nul(k) or holds_nul(v) for k, v in value.items())
-    if isinstance(value, list | tuple):
-        return any(holds_nul(v) for v in value)
-    return False
-
-
-def _check_content(content: str) -> None:
-    if not isinstance(content, str) or not content.strip():
-        raise InvalidMemory("memory content is empty: give the text to remember")
-    if holds_nul(content):
-        raise InvalidMemory("memory content holds a NUL character (\\x00), which PostgreSQL cannot store: remove it")
-    if len(content) > MAX_CONTENT_CHARS:
-        raise InvalidMemory(
-            f"memory content has {len(content)} characters, over the limit of {MAX_CONTENT_CHARS}: split it"
-        )
-
-
-def _check_metadata(metadata: dict[str, Any]) -> None:
-    if holds_nul(metadata):
-        raise InvalidMemory("memory metadata holds a NUL character (\\x00), which PostgreSQL cannot store: remove it")
-
-
-def _check_kind(kind: str) -> None:
-    if kind not in MEMORY_KINDS:
-        raise InvalidMemory(f"memory kind {kind!r} is not one of {', '.join(MEMORY_KINDS)}")
-
-
-@lru_cache(maxsize=4096)
-def _vector_text_of(data: bytes) -> str:
-    # numpy prints a float32 as the shortest text that reads back as the same float32 (pgvector reads
-    # it with strtof): half the bytes of pgvector's own float64 text, the same vector on the server.
-    return "[" + ",".join(map(str, np.frombuffer(data, dtype=np.float32))) + "]"
-
-
-def _vector_text(vector: np.ndarray | Sequence[float]) -> str:
-    """pgvector's text form of `vector`, cached: the QA proxy sends the same question vectors for a
-    base and all its forks."""
-    return _vector_text_of(np.asarray(vector, dtype=np.float32).tobytes())
-
-
-def _from_vector_send(data: bytes | None, dims: int) -> np.ndarray:
-    """Decode pgvector's binary form (int16 dims, int16 unused, then big-endian float4s)."""
-    if data is None:
-        return np.zeros(dims, dtype=np.float32)
-    return np.frombuffer(data, dtype=">f4", offset=4).astype(np.float32)
-
-
 def _farthest_points(matrix: np.ndarray, k: int, start: int) -> list[int]:
     """Greedy farthest-point sampling in cosine distance: each pick is the memory least like those picked."""
     picked = [start]
@@ -787,22 +465,3 @@ def _farthest_points(matrix: np.ndarray, k: int, start: int) -> list[int]:
         picked.append(index)
         nearest = np.minimum(nearest, 1.0 - matrix @ matrix[index])
     return picked
-
-
-def _make_async(name: str):
-    sync = getattr(MemoryStore, name)
-
-    async def method(self: MemoryStore, *args: Any, **kwargs: Any) -> Any:
-        return await asyncio.to_thread(sync, self, *args, **kwargs)
-
-    method.__name__ = method.__qualname__ = f"a{name}"
-    method.__doc__ = f"Async twin of `{name}` (runs on a worker thread)."
-    return method
-
-
-for _name in (
-    "get", "get_many", "list", "count", "search", "search_by_vector", "search_many_by_vector", "ranked_many_by_vector",
-    "sample", "snapshot", "diff", "changes_from", "events", "deleted_keys",
-    "list_namespaces", "create", "create_many", "update", "delete", "replace", "fork", "drop",
-):
-    setattr(MemoryStore, f"a{_name}", _make_async(_name))

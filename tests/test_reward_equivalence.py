@@ -1,6 +1,6 @@
-"""The reward's fast path (batched searches, the fork-vs-base diff in SQL, cached tokenisation) gives
-exactly the rewards of the plain path it replaced, kept here as the reference: one `search_by_vector`
-per question, the words tokenised one by one, and two Python snapshots compared key by key.
+"""The reward's fast path (batched searches, the fork-vs-base diff in SQL merged into the base's kept hits,
+kept base scores and snapshot) gives exactly the rewards of the plain path, `rl/scoring/reward_spec.py`:
+one `search_by_vector` per question, nothing kept, and two Python snapshots compared key by key.
 
 Real database and real embedding model; the forks are edited through `run_tool`, as the agent edits them.
 """
@@ -9,83 +9,21 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Sequence
+from types import SimpleNamespace
 
 import pytest
 
 from memupdate.agent.dates import MONTHS
 from memupdate.agent.tools import run_tool
 from memupdate.rl.data.locomo import QAItem
-from memupdate.rl.scoring.faithfulness import check_faithfulness
-from memupdate.rl.scoring.metrics import normalized_tokens
-from memupdate.rl.scoring.qa_proxy import Context, QAScore, evidence_recall, qa_score, score_questions
-from memupdate.rl.scoring.reward import (
-    RewardBreakdown,
-    RewardConfig,
-    collateral_sample,
-    combine,
-    compute_reward,
-    memory_efficiency,
-    performance_delta,
-    unsupported_penalty,
-)
-from memupdate.store import MemoryStore, NewMemory, ScoredMemory
+from memupdate.rl.scoring.base_cache import BaseCache, base_cache
+from memupdate.rl.scoring.reward import RewardConfig, collateral_sample, compute_reward
+from memupdate.rl.scoring.reward_spec import spec_reward
+from memupdate.store import MemoryStore, NewMemory
 
 NAMES = ["Caroline", "Melanie", "Jon", "Gina"]
 PLACES = ["Boston", "Lisbon", "Kyoto", "Denver", "Chicago", "Portland"]
 ACTIVITIES = ["hiking", "camping", "kayaking", "surfing", "skiing", "cycling"]
-
-
-# -- the reference: the plain path, as it was before the fast path -------------------------------
-
-
-def reference_context(hits: Sequence[ScoredMemory], budget: int) -> Context:
-    segments, texts, keys, whole = [], [], [], []
-    used = 0
-    for hit in hits:
-        if used >= budget:
-            break
-        words, tokens = [], []
-        for word in hit.memory.content.split():
-            word_tokens = normalized_tokens(word)
-            if used + len(tokens) + len(word_tokens) > budget:
-                break
-            words.append(word)
-            tokens.extend(word_tokens)
-        if not words:
-            break
-        if len(words) == len(hit.memory.content.split()):
-            whole.append(hit)
-        used += len(tokens)
-        segments.append(tuple(tokens))
-        texts.append(" ".join(words))
-        keys.append(hit.memory.key)
-    return Context(tuple(segments), tuple(texts), tuple(keys), tuple(whole))
-
-
-def reference_scores(store: MemoryStore, questions: Sequence[QAItem], config: RewardConfig) -> list[QAScore]:
-    vectors = store.embedder.embed([q.question for q in questions])
-    results = []
-    for question, vector in zip(questions, vectors, strict=True):
-        context = reference_context(store.search_by_vector(vector, config.candidates), config.context_tokens)
-        results.append(
-            QAScore(qa_score(question, context), evidence_recall(question.evidence, context.whole), context.tokens,
-                    context.keys, context.text)
-        )
-    return results
-
-
-def reference_reward(base: MemoryStore, fork: MemoryStore, questions: Sequence[QAItem], config: RewardConfig) -> RewardBreakdown:
-    before, after = reference_scores(base, questions, config), reference_scores(fork, questions, config)
-    base_snapshot, fork_snapshot = base.snapshot(), fork.snapshot()
-    delta, target_delta, collateral_delta = performance_delta(before, after, config)
-    efficiency = memory_efficiency(base_snapshot, fork_snapshot, config)
-    faithfulness = check_faithfulness(base, base_snapshot, fork_snapshot)
-    penalty = unsupported_penalty(faithfulness, config)
-    return RewardBreakdown(
-        combine(delta, efficiency.value) - penalty, delta, target_delta, collateral_delta, before[0].qa_score,
-        after[0].qa_score, before[0].context_tokens, after[0].context_tokens, efficiency, faithfulness, penalty,
-    )
 
 
 # -- a base, its questions and edited forks ---------------------------------------------------
@@ -165,14 +103,54 @@ def assert_rewards_equal(base: MemoryStore, fork: MemoryStore, questions: list[Q
     config = RewardConfig()
     for target in questions[:6]:
         scored = [target, *collateral_sample(questions, target.index, config.collateral_questions)]
-        reference = reference_reward(base, fork, scored, config).as_dict()
-        base_scores = score_questions(base, scored, context_tokens=config.context_tokens, candidates=config.candidates)
-        for fast in (
-            compute_reward(base, fork, scored, config).as_dict(),
-            compute_reward(base, fork, scored, config, base_scores=base_scores, base_snapshot=base.snapshot()).as_dict(),
-        ):
-            assert math.isclose(fast["reward"], reference["reward"], rel_tol=0.0, abs_tol=1e-9), edit
-            assert fast | {"reward": None} == reference | {"reward": None}, f"{edit}: the breakdowns differ"
+        reference = spec_reward(base, fork, scored, config)
+        base_cache.clear()
+        for fast in (compute_reward(base, fork, scored, config), compute_reward(base, fork, scored, config)):  # cold, warm
+            assert math.isclose(fast.reward, reference.reward, rel_tol=0.0, abs_tol=1e-9), edit
+            assert fast.as_dict() | {"reward": None} == reference.as_dict() | {"reward": None}, f"{edit}: the breakdowns differ"
+            assert (fast.base_scores, fast.fork_scores) == (reference.base_scores, reference.fork_scores), edit
+
+
+def test_reloading_the_base_invalidates_what_was_kept_of_it(bank) -> None:
+    """A worker that outlives a reload of its base scores against the new base, not the one it kept."""
+    base, questions = bank
+    fork = base.fork((*base.namespace, "traj", "reload"))
+    run_tool(fork, "manage_memory", {"action": "create", "content": "Caroline went hiking in Kyoto on 3 May 2022."})
+    scored = [questions[1], *collateral_sample(questions, 1, 8)]
+    kept = compute_reward(base, fork, scored)
+    assert len(base_cache) > 0
+    # The reload: the same keys, other texts (as a re-ingestion with other facts writes them).
+    rows = base.snapshot()
+    base.drop()
+    base.create_many([NewMemory(f"{m.content} Later moved to Oslo.", kind=m.kind, metadata=m.metadata, key=m.key)
+                      for m in rows.values()])
+    reloaded = compute_reward(base, fork, scored)
+    reference = spec_reward(base, fork, scored)
+    assert math.isclose(reloaded.reward, reference.reward, rel_tol=0.0, abs_tol=1e-9)
+    assert reloaded.as_dict() | {"reward": None} == reference.as_dict() | {"reward": None}
+    assert reloaded.base_scores == reference.base_scores != kept.base_scores
+    fork.drop()
+
+
+def test_base_cache_keeps_a_value_for_one_version_of_one_base() -> None:
+    cache, computed = BaseCache(max_entries=3), []
+    base = SimpleNamespace(engine=SimpleNamespace(url="postgresql://db"), path="locomo/conv-26")
+    other = SimpleNamespace(engine=base.engine, path="locomo/conv-30")
+
+    def compute(keys: list[str]):
+        def values(missing: list[int]) -> list[str]:
+            computed.extend(keys[i] for i in missing)
+            return [f"{keys[i]}@{len(computed)}" for i in missing]
+        return values
+
+    assert cache.lookup(base, (60, 7), ["a", "b"], compute(["a", "b"])) == ["a@2", "b@2"]
+    assert cache.lookup(base, (60, 7), ["b", "a"], compute(["b", "a"])) == ["b@2", "a@2"]  # kept
+    assert cache.lookup(base, (60, 9), ["a"], compute(["a"])) == ["a@3"]  # the base moved on
+    assert cache.lookup(other, (60, 9), ["a"], compute(["a"])) == ["a@4"]  # another base
+    assert computed == ["a", "b", "a", "a"] and len(cache) == 3
+    cache.lookup(base, (60, 9), ["c"], compute(["c"]))
+    assert len(cache) == 3  # bounded: the least recently used entry ("b") went
+    assert cache.lookup(base, (60, 7), ["b"], compute(["b"])) == ["b@6"]
 
 
 def test_batched_search_returns_the_same_hits(bank) -> None:

@@ -201,17 +201,6 @@ def test_embedder_checks_what_the_model_returns() -> None:
         liar.embed(["x"])
 
 
-async def test_async_api(store: MemoryStore) -> None:
-    created = await store.acreate("Melanie signed up for a pottery class")
-    hits = await store.asearch("pottery", top_k=1)
-    assert hits[0].memory.key == created.key
-    fork = await store.afork((*store.namespace, "traj", "async"))
-    assert await fork.acount() == 1
-    await fork.adrop()
-    with pytest.raises(MemoryNotFound):
-        await store.aget("missing")
-
-
 def test_diverse_sample_spreads_over_topics(store: MemoryStore) -> None:
     dog = ["Caroline walks her dog every morning", "Caroline's dog loves morning walks",
            "Every morning Caroline takes her dog for a walk", "Caroline and her dog walk each morning"]

@@ -35,7 +35,7 @@ from memupdate.agent.text_strategies import content_words, jaccard, split_themat
 from memupdate.settings import DEFAULT_MAX_OPERATIONS
 from memupdate.store import MemoryRecord, MemoryStore
 
-# A consolidated memory stays well inside the QA context budget (120 tokens) and the density limit (60).
+# A consolidated memory stays well inside the QA context budget (DEFAULT_CONTEXT_TOKENS) and the density limit (60).
 DIGEST_WORDS = 55
 DUPLICATE_JACCARD = 0.6
 QUESTION_WORDS = frozenset("what when where who whom whose which why how did does do is was were are has have had".split())

@@ -7,9 +7,8 @@
 A group is the rollouts of one prompt (here: one question, forked G times). The statistics follow
 verl's `compute_grpo_outcome_advantage` exactly, so a model distilled here and one trained by verl
 see the same signal: the std is the unbiased one (n - 1), and a group of one has mean 0 and std 1
-(its advantage is its reward). `group_advantages` calls verl when it is installed (see
-`verl_advantage.py`, the only file here that imports it) and `plain_group_advantages` otherwise;
-a test proves they agree.
+(its advantage is its reward). One implementation, in float64, whether verl is installed or not:
+`tests/test_distill_advantages.py` checks it against verl's own function when verl is there.
 """
 
 from __future__ import annotations
@@ -22,7 +21,7 @@ import numpy as np
 EPSILON = 1e-6
 
 
-def plain_group_advantages(
+def group_advantages(
     rewards: Sequence[float], groups: Sequence[Hashable], epsilon: float = EPSILON, normalize_by_std: bool = True
 ) -> np.ndarray:
     """(reward - group mean) / (group std + epsilon) per trajectory; without `normalize_by_std`, Dr. GRPO's
@@ -39,17 +38,6 @@ def plain_group_advantages(
         mean, std = (values.mean(), values.std(ddof=1)) if len(rows) > 1 else (0.0, 1.0)
         advantages[rows] = (values - mean) / (std + epsilon) if normalize_by_std else values - mean
     return advantages
-
-
-def group_advantages(
-    rewards: Sequence[float], groups: Sequence[Hashable], epsilon: float = EPSILON, normalize_by_std: bool = True
-) -> np.ndarray:
-    """The advantages from verl's own function when verl is installed, else from the plain one."""
-    try:
-        from memupdate.rl.verl.advantage import verl_group_advantages
-    except ImportError:
-        return plain_group_advantages(rewards, groups, epsilon, normalize_by_std)
-    return verl_group_advantages(rewards, groups, epsilon, normalize_by_std)
 
 
 def zero_variance_groups(rewards: Sequence[float], groups: Sequence[Hashable], tolerance: float = 1e-9) -> list[Hashable]:

@@ -52,7 +52,7 @@ from memupdate.rl.distill.advantages import group_advantages, zero_variance_grou
 from memupdate.rl.episode import scored_episode
 from memupdate.rl.evaluate import EvalConfig, Mode, eval_questions
 from memupdate.rl.namespaces import trajectory_id
-from memupdate.rl.scoring.reward import RewardConfig, collateral_sample, compute_reward, score
+from memupdate.rl.scoring.reward import RewardConfig, collateral_sample, compute_reward
 from memupdate.rl.scoring.summaries import mean
 from memupdate.store import MemoryStore, MemupdateError
 
@@ -180,7 +180,7 @@ def member_seed(config: DistillConfig, key: str) -> int:
 
 
 def rollout(
-    policy: BaseChatModel | None, base: MemoryStore, prompt: Prompt, config: DistillConfig, base_scores: list, base_snapshot: dict
+    policy: BaseChatModel | None, base: MemoryStore, prompt: Prompt, config: DistillConfig
 ) -> dict[str, Any]:
     """Fork the base, let `policy` edit the fork, score it with the reward, drop it; the trajectory record."""
     started = time.perf_counter()
@@ -191,7 +191,7 @@ def rollout(
         base,
         trajectory_id(sample_id, prompt.qa.index),
         question,
-        lambda fork: compute_reward(base, fork, prompt.scored, config.reward, base_scores=base_scores, base_snapshot=base_snapshot),
+        lambda fork: compute_reward(base, fork, prompt.scored, config.reward),
         max_turns=config.max_turns,
         max_operations=config.max_operations,
     )
@@ -278,18 +278,13 @@ def collect(
         base = ingest_conversation(store, conversation)
         if base.count() == 0:
             raise MemupdateError(f"conversation {conversation.sample_id} has no facts to remember: leave it out of --conversations")
-        snapshot = None
         for prompt in group:
-            base_scores = None
             for member in range(members):
                 key = f"{prefix}/{prompt.group}/g{member}"
                 if key not in log:
-                    if base_scores is None:
-                        snapshot = snapshot or base.snapshot()
-                        base_scores = score(base, prompt.scored, config.reward)
                     seed = member_seed(config, key)
                     try:
-                        record = rollout(teacher.make(seed), base, prompt, config, base_scores, snapshot)
+                        record = rollout(teacher.make(seed), base, prompt, config)
                     except MemupdateError:
                         raise
                     except Exception as exc:  # the teacher (an endpoint, a checkpoint) failed: keep what is logged

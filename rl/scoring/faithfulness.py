@@ -1,7 +1,7 @@
 """Faithfulness: every word the agent writes into memory must come from the conversation.
 
-    from memupdate.rl.scoring.faithfulness import check_faithfulness
-    result = check_faithfulness(base, base.snapshot(), fork.snapshot())
+    from memupdate.rl.scoring.faithfulness import faithfulness_of_writes
+    result = faithfulness_of_writes(base, base.snapshot(), changes_from(fork, base).written)
     result.unsupported_tokens, result.examples
 
 A *write* is a memory of the fork that the base does not hold with the same text (created, updated,
@@ -48,11 +48,6 @@ class Faithfulness:
         return 1.0 - self.unsupported_tokens / self.written_tokens if self.written_tokens else 1.0
 
 
-def written_memories(before: Mapping[str, MemoryRecord], after: Mapping[str, MemoryRecord]) -> list[MemoryRecord]:
-    """The fork's memories whose text the base does not hold under the same key."""
-    return [m for key, m in after.items() if key not in before or before[key].content != m.content]
-
-
 def date_tokens(day: date) -> set[str]:
     """A day as LoCoMo writes dates ("7 May 2023"), with its weekday, short month and ordinal."""
     ordinal = f"{day.day}{_ORDINAL.get(day.day, 'th')}"
@@ -81,17 +76,11 @@ def sources_of(memory: MemoryRecord, before: Mapping[str, MemoryRecord], base: M
     return [hit.memory for hit in base.search(memory.content, NEAREST_SOURCES)]
 
 
-def check_faithfulness(
-    base: MemoryStore, before: Mapping[str, MemoryRecord], after: Mapping[str, MemoryRecord]
-) -> Faithfulness:
-    """Count the tokens the fork's writes hold that none of their sources supports."""
-    return faithfulness_of_writes(base, before, written_memories(before, after))
-
-
 def faithfulness_of_writes(
     base: MemoryStore, before: Mapping[str, MemoryRecord], writes: Sequence[MemoryRecord]
 ) -> Faithfulness:
-    """`check_faithfulness` given the writes already (`MemoryStore.changes_from` reads them in SQL)."""
+    """Count the tokens the `writes` (the fork's memories whose text the base does not hold under the same
+    key) hold that none of their sources supports; `before` is the base's snapshot."""
     written = unsupported = 0
     examples: list[str] = []
     for memory in writes:

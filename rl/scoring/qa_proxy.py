@@ -31,10 +31,12 @@ from typing import Protocol
 import numpy as np
 
 from memupdate.rl.data.locomo import ADVERSARIAL
+from memupdate.rl.scoring.base_cache import base_cache
 from memupdate.rl.scoring.metrics import answer_parts, normalized_tokens, token_f1
+from memupdate.settings import DEFAULT_CONTEXT_TOKENS
 from memupdate.store import MemoryStore, NamespaceChanges, ScoredMemory
+from memupdate.store.fork_diff import changes_from
 
-DEFAULT_CONTEXT_TOKENS = 120
 DEFAULT_CANDIDATES = 20
 # score_fork keeps this many times `candidates` of the base's hits per question: a fork that replaces
 # more than the surplus among them is searched directly instead.
@@ -175,7 +177,7 @@ def score_fork(
     context_tokens: int = DEFAULT_CONTEXT_TOKENS,
     candidates: int = DEFAULT_CANDIDATES,
 ) -> tuple[list[QAScore], NamespaceChanges]:
-    """`score_questions(fork, ...)` and `fork.changes_from(base)`, from one read of what the fork changed.
+    """`score_questions(fork, ...)` and `changes_from(fork, base)`, from one read of what the fork changed.
 
     A fork differs from its base by a few memories, so its hits for a question are the base's (searched
     once per question and kept while the base's version stays the same) minus the memories the fork
@@ -183,7 +185,7 @@ def score_fork(
     order, as searching the fork. A fork that replaced too many of the base's hits is searched directly.
     """
     vectors = fork.embedder.embed([q.question for q in questions])
-    changes = fork.changes_from(base, vectors)
+    changes = changes_from(fork, base, vectors)
     depth = candidates * BASE_HITS_FACTOR
     base_hits = _base_hits(base, vectors, depth, changes.base_version)
     results = []
@@ -198,22 +200,12 @@ def score_fork(
     return results, changes
 
 
-# (database, base namespace, depth, question vector) -> (the base's version, its ranked hits).
-_base_hits_cache: dict[tuple, tuple[tuple, list]] = {}
-
-
 def _base_hits(base: MemoryStore, vectors: Sequence, depth: int, version: tuple) -> list[list]:
-    """The base's top `depth` (distance, hit) per vector, cached while `version` stays the same."""
-    keys = [(str(base.engine.url), base.path, depth, np.asarray(v, dtype=np.float32).tobytes()) for v in vectors]
-    found = {i: entry[1] for i, key in enumerate(keys) if (entry := _base_hits_cache.get(key)) and entry[0] == version}
-    missing = [i for i in range(len(keys)) if i not in found]
-    if missing:
-        if len(_base_hits_cache) > 4096:  # a bound, not an LRU: bases are few per training run
-            _base_hits_cache.clear()
-        for i, ranked in zip(missing, base.ranked_many_by_vector([vectors[i] for i in missing], depth), strict=True):
-            found[i] = ranked
-            _base_hits_cache[keys[i]] = (version, ranked)
-    return [found[i] for i in range(len(keys))]
+    """The base's top `depth` (distance, hit) per vector, kept while the base's `version` holds."""
+    keys = [("hits", depth, np.asarray(v, dtype=np.float32).tobytes()) for v in vectors]
+    return base_cache.lookup(
+        base, version, keys, lambda missing: base.ranked_many_by_vector([vectors[i] for i in missing], depth)
+    )
 
 
 def _score(question: Question, context: Context) -> QAScore:

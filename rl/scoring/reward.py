@@ -21,16 +21,24 @@ by key, and nothing was written. The base is never written by an episode.
     from memupdate.rl.scoring.reward import compute_reward
     breakdown = compute_reward(base_store, fork_store, [target, *collateral])
     breakdown.reward, breakdown.performance_delta, breakdown.efficiency.value, breakdown.as_dict()
+    breakdown.fork_scores[0].context            # what the target question read on the fork
+
+`compute_reward` is the one entry point. It reads what the fork changed in SQL (`store/fork_diff.py`),
+merges that into the base's hits, and keeps the base's hits, scores and snapshot while the base's
+version holds (`base_cache.py`). `reward_spec.py` computes the same reward the plain way (a search per
+question, two snapshots compared in Python): the specification the tests and `bench/reward.py` hold
+this path to, to 1e-9.
 """
 
 from __future__ import annotations
 
 import random
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
-from memupdate.rl.scoring.faithfulness import Faithfulness, faithfulness_of_writes, written_memories
+from memupdate.rl.scoring.base_cache import base_cache
+from memupdate.rl.scoring.faithfulness import Faithfulness, faithfulness_of_writes
 from memupdate.rl.scoring.metrics import normalized_tokens
 from memupdate.rl.scoring.qa_proxy import (
     DEFAULT_CANDIDATES,
@@ -40,7 +48,7 @@ from memupdate.rl.scoring.qa_proxy import (
     score_fork,
     score_questions,
 )
-from memupdate.store import MemoryRecord, MemoryStore, NamespaceChanges
+from memupdate.store import MemoryStore, NamespaceChanges
 
 
 @dataclass(frozen=True)
@@ -82,6 +90,11 @@ class RewardConfig:
             raise ValueError(f"unknown reward option(s) {', '.join(unknown)}; the options are {', '.join(defaults)}")
         return cls(**{k: v if defaults[k] is None or v is None else type(defaults[k])(v) for k, v in kwargs.items()})
 
+    @property
+    def scoring_key(self) -> tuple:
+        """The fields a question's QA score depends on (the rest weigh or charge scores)."""
+        return (self.context_tokens, self.candidates, self.qa, self.answerer_model, self.answerer_base_url)
+
 
 @dataclass(frozen=True)
 class Efficiency:
@@ -109,9 +122,15 @@ class RewardBreakdown:
     efficiency: Efficiency
     faithfulness: Faithfulness
     unsupported_penalty: float
+    # Every scored question's QAScore on each side, in the order given (left out of `as_dict`: they hold text).
+    base_scores: tuple[QAScore, ...] = field(default=(), repr=False)
+    fork_scores: tuple[QAScore, ...] = field(default=(), repr=False)
 
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The numbers (and faithfulness's examples), flat enough for logs and verl's extra info."""
+        values = asdict(replace(self, base_scores=(), fork_scores=()))
+        del values["base_scores"], values["fork_scores"]
+        return values
 
 
 def size_factor(before: int, after: int, penalty: float) -> float:
@@ -142,18 +161,8 @@ def unsupported_penalty(faithfulness: Faithfulness, config: RewardConfig) -> flo
     return min(config.max_unsupported_penalty, config.unsupported_token_cost * faithfulness.unsupported_tokens)
 
 
-def memory_efficiency(
-    before: Mapping[str, MemoryRecord], after: Mapping[str, MemoryRecord], config: RewardConfig = RewardConfig()
-) -> Efficiency:
-    """size × density × change of going from the `before` snapshot to the `after` one."""
-    edited = sum(before[k].as_event() != after[k].as_event() for k in before.keys() & after.keys())
-    edited += len(before.keys() ^ after.keys())
-    changes = NamespaceChanges(len(before), len(after), edited, written_memories(before, after))
-    return efficiency_of_changes(changes, config)
-
-
 def efficiency_of_changes(changes: NamespaceChanges, config: RewardConfig = RewardConfig()) -> Efficiency:
-    """`memory_efficiency` of a fork's `changes_from(base)`, read in SQL instead of two snapshots."""
+    """memory_efficiency (size x density x change) of a fork's `changes_from(fork, base)`."""
     before, after, edited = changes.memories_before, changes.memories_after, changes.edited
     size = size_factor(before, after, config.size_penalty)
     density = density_factor(
@@ -173,10 +182,14 @@ def performance_delta(before: Sequence[QAScore], after: Sequence[QAScore], confi
 
 
 def score(store: MemoryStore, questions: Sequence[Question], config: RewardConfig) -> list[QAScore]:
-    """The QA score of every question with the config's budget: the one call both sides of a reward go
-    through. With `qa="answerer"` the LLM's LoCoMo F1 replaces the proxy's credit, read from the same
-    context."""
+    """The QA score of every question on `store` with the config's budget. With `qa="answerer"` the
+    LLM's LoCoMo F1 replaces the proxy's credit, read from the same context."""
     scores = score_questions(store, questions, context_tokens=config.context_tokens, candidates=config.candidates)
+    return _answered(store, questions, scores, config)
+
+
+def _answered(store: MemoryStore, questions: Sequence[Question], scores: list[QAScore], config: RewardConfig) -> list[QAScore]:
+    """`scores` with the answerer's F1 as the QA score when the config asks for it."""
     if config.qa == "proxy":
         return scores
     from memupdate.rl.scoring.answerer import answerer_qa_scores
@@ -201,56 +214,23 @@ def _answerer(config: RewardConfig, store: MemoryStore) -> Any:
 
 
 def compute_reward(
-    base: MemoryStore,
-    fork: MemoryStore,
-    questions: Sequence[Question],
-    config: RewardConfig = RewardConfig(),
-    *,
-    base_scores: Sequence[QAScore] | None = None,
-    base_snapshot: Mapping[str, MemoryRecord] | None = None,
+    base: MemoryStore, fork: MemoryStore, questions: Sequence[Question], config: RewardConfig = RewardConfig()
 ) -> RewardBreakdown:
     """Score the edited `fork` against the untouched `base`: `questions[0]` is the target, the rest
-    collateral (`collateral_sample`).
-
-    When scoring many forks of one base, pass `base_scores` (`score(base, questions, config)`) and
-    `base_snapshot` (`base.snapshot()`), computed once: the base is never written during an episode.
-    """
+    collateral (`collateral_sample`). A fork equal to its base (or the base itself) scores exactly 0."""
     if not questions:
         raise ValueError("compute_reward needs at least one question with an answer")
-    if base_scores is None:
-        base_scores = score(base, questions, config)
-    if base_snapshot is None:
-        base_snapshot = base.snapshot()
-    if config.qa != "proxy":
-        return reward_from_scores(base, fork, base_scores, score(fork, questions, config), base_snapshot, config)
-    # One read of what the fork changed serves its search and its efficiency (see `score_fork`).
+    # One read of what the fork changed serves its search, its efficiency and the base's version.
     fork_scores, changes = score_fork(
         base, fork, questions, context_tokens=config.context_tokens, candidates=config.candidates
     )
-    return _reward(base, base_scores, fork_scores, base_snapshot, changes, config)
-
-
-def reward_from_scores(
-    base: MemoryStore,
-    fork: MemoryStore,
-    base_scores: Sequence[QAScore],
-    fork_scores: Sequence[QAScore],
-    base_snapshot: Mapping[str, MemoryRecord],
-    config: RewardConfig = RewardConfig(),
-) -> RewardBreakdown:
-    """`compute_reward` once both sides are scored (for callers that keep the fork's scores too)."""
-    # In SQL: counts and written rows, not a snapshot of the fork.
-    return _reward(base, base_scores, fork_scores, base_snapshot, fork.changes_from(base), config)
-
-
-def _reward(
-    base: MemoryStore,
-    base_scores: Sequence[QAScore],
-    fork_scores: Sequence[QAScore],
-    base_snapshot: Mapping[str, MemoryRecord],
-    changes: NamespaceChanges,
-    config: RewardConfig,
-) -> RewardBreakdown:
+    fork_scores = _answered(fork, questions, fork_scores, config)
+    version = changes.base_version
+    keys = [("qa", config.scoring_key, q.question, q.answer, q.category, tuple(q.evidence)) for q in questions]
+    base_scores = base_cache.lookup(
+        base, version, keys, lambda missing: score(base, [questions[i] for i in missing], config)
+    )
+    base_snapshot = base_cache.lookup(base, version, [("snapshot",)], lambda _: [base.snapshot()])[0]
     delta, target_delta, collateral_delta = performance_delta(base_scores, fork_scores, config)
     efficiency = efficiency_of_changes(changes, config)
     faithfulness = faithfulness_of_writes(base, base_snapshot, changes.written)
@@ -267,6 +247,8 @@ def _reward(
         efficiency=efficiency,
         faithfulness=faithfulness,
         unsupported_penalty=penalty,
+        base_scores=tuple(base_scores),
+        fork_scores=tuple(fork_scores),
     )
 
 

@@ -23,8 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import weakref
-from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,8 +33,6 @@ from memupdate.rl.scoring.reward import (
     RewardConfig,
     compute_reward,
     questions_from_extra_info,
-    reward_from_scores,
-    score,
 )
 from memupdate.rl.verl.worker_db import in_db_thread, worker_store
 from memupdate.store import MemoryStore, MemupdateError, drop_fork, to_namespace
@@ -184,17 +181,14 @@ def finish_rollout_sync(
         questions = questions_from_extra_info(dict(extra_info))
         base_path = state.get(BASE_KEY) or _base_of_row(extra_info)
         base = store.scoped(base_path)
-        base_scores, base_snapshot = _base_reference(base, questions, config)
+        # The base's scores and snapshot are kept between rollouts while its version holds (`base_cache`).
         if fork_path:
-            fork = store.scoped(fork_path)
-            breakdown = compute_reward(
-                base, fork, questions, config, base_scores=base_scores, base_snapshot=base_snapshot
-            )
+            breakdown = compute_reward(base, store.scoped(fork_path), questions, config)
             reward, reason = breakdown.reward, None
         else:
             # Nothing was forked, so nothing was edited: the parts are the base's own (a no-op), reward 0.
             reason = state.get(ERROR_KEY) or "the rollout made no tool call, so nothing was forked or edited"
-            breakdown = reward_from_scores(base, base, base_scores, base_scores, base_snapshot, config)
+            breakdown = compute_reward(base, base, questions, config)
             reward = 0.0
             log.info("rollout %s scores 0: %s", extra_info.get("trajectory_id"), reason)
     finally:
@@ -245,21 +239,3 @@ def _base_of_row(extra_info: Mapping[str, Any]) -> str:
             "`memupdate data preprocess`"
         )
     return str(base)
-
-
-# (base path, questions, config) -> (QA scores of the base, its snapshot): the base is never written
-# during training, and GRPO scores n rollouts of every row against the same base and questions.
-_BASE_CACHE_SIZE = 256
-_base_cache: OrderedDict[tuple, tuple[list, dict]] = OrderedDict()
-
-
-def _base_reference(base: MemoryStore, questions: Sequence[Any], config: RewardConfig) -> tuple[list, dict]:
-    key = (base.path, tuple((q.question, q.answer) for q in questions), config)
-    if key in _base_cache:
-        _base_cache.move_to_end(key)
-        return _base_cache[key]
-    value = (score(base, questions, config), base.snapshot())
-    _base_cache[key] = value
-    while len(_base_cache) > _BASE_CACHE_SIZE:
-        _base_cache.popitem(last=False)
-    return value

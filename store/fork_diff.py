@@ -1,0 +1,111 @@
+"""How a fork differs from its base, compared in SQL: what the reward reads of an edited fork.
+
+    from memupdate.store.fork_diff import changes_from
+    changes = changes_from(fork, base)                       # counts, written memories, the base's version
+    changes.memories_before, changes.edited, changes.written, changes.base_version
+    changes_from(fork, base, question_vectors).changed_hits  # each changed memory's distance to each question
+
+Neither namespace is read whole: the two are joined by key in the database, and only the rows the fork
+changed come back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+from sqlalchemy import ARRAY, Text, bindparam, func, literal, select
+
+from memupdate.store.codecs import record_of, vector_text
+from memupdate.store.records import MemoryRecord, Namespace, ScoredMemory, namespace_path, to_namespace
+from memupdate.store.statements import QUERY_VECTORS, RECORD_COLUMNS, memories
+
+if TYPE_CHECKING:
+    from memupdate.store.memory_store import MemoryStore
+
+# The base's and the fork's rows joined by key, compared in SQL.
+_BASE = select(
+    memories.c.key, memories.c.content, memories.c.kind, memories.c.metadata, memories.c.embedding,
+    memories.c.seq, memories.c.updated_at,
+).where(memories.c.namespace == bindparam("base")).subquery("base")
+_FORK = (
+    select(*RECORD_COLUMNS, memories.c.embedding, memories.c.seq)
+    .where(memories.c.namespace == bindparam("fork"))
+    .subquery("fork")
+)
+_BY_KEY = _BASE.join(_FORK, _BASE.c.key == _FORK.c.key, full=True)
+# What `MemoryRecord.as_event()` compares (jsonb equality is Python's dict equality of the decoded values).
+_EDITED = (
+    _BASE.c.key.is_(None)
+    | _FORK.c.key.is_(None)
+    | (_BASE.c.content != _FORK.c.content)
+    | (_BASE.c.kind != _FORK.c.kind)
+    | (_BASE.c.metadata != _FORK.c.metadata)
+)
+# A row a search could see differently: edited, or re-embedded.
+_REPLACED = _EDITED | _BASE.c.embedding.is_distinct_from(_FORK.c.embedding)
+CHANGE_COUNTS = select(
+    func.count(_BASE.c.key).label("before"),
+    func.count(_FORK.c.key).label("after"),
+    func.count().filter(_EDITED).label("edited"),
+    func.coalesce(func.array_agg(_BASE.c.key).filter(_BASE.c.key.is_not(None) & _REPLACED), literal([], ARRAY(Text))).label("replaced"),
+    func.max(_BASE.c.seq).label("base_seq"),
+    func.max(_BASE.c.updated_at).label("base_updated_at"),
+).select_from(_BY_KEY)
+_WRITTEN = _BASE.c.key.is_(None) | (_BASE.c.content != _FORK.c.content)
+_QUERY_DISTANCES = func.array(
+    select(_FORK.c.embedding.cosine_distance(QUERY_VECTORS.c.query_vector))
+    .select_from(QUERY_VECTORS)
+    .order_by(QUERY_VECTORS.c.ordinal)
+    .correlate(_FORK)
+    .scalar_subquery()
+)
+CHANGED_ROWS = (
+    select(*(_FORK.c[c.name] for c in RECORD_COLUMNS), _WRITTEN.label("written"), _QUERY_DISTANCES.label("distances"))
+    .select_from(_FORK.outerjoin(_BASE, _BASE.c.key == _FORK.c.key))
+    .where(_REPLACED)
+    .order_by(_FORK.c.seq)
+)
+
+
+@dataclass(frozen=True)
+class NamespaceChanges:
+    """How a namespace differs from the one it was forked from, read in SQL (`changes_from`)."""
+
+    memories_before: int
+    memories_after: int
+    edited: int  # keys added, removed, or with another content, kind or metadata
+    written: list[MemoryRecord]  # memories whose text the base does not hold under the same key, in order
+    replaced: frozenset[str] = frozenset()  # base keys the fork removed, edited or re-embedded
+    # Per query vector given: the fork's new, edited or re-embedded memories as (cosine distance, hit).
+    changed_hits: list[list[tuple[float, ScoredMemory]]] = field(default_factory=list)
+    base_version: tuple = ()  # (count, max seq, max updated_at) of the base: moves with every write
+
+
+
+def changes_from(
+    fork: MemoryStore, base: MemoryStore | Namespace | str, query_vectors: Sequence[np.ndarray] | None = None
+) -> NamespaceChanges:
+    """Counts and written memories of `fork` against `base`, compared in SQL, without reading either
+    namespace whole. With `query_vectors`, also the distance of every new, edited or re-embedded memory
+    to each of them (`changed_hits`), so a search of the fork is the base's hits minus `replaced` plus those."""
+    base_path = base.path if hasattr(base, "path") else namespace_path(to_namespace(base))
+    vectors = list(query_vectors) if query_vectors is not None else []
+    params = {"base": base_path, "fork": fork.path, "query_vectors": [vector_text(v) for v in vectors]}
+    with fork.engine.connect() as conn:
+        counts = conn.execute(CHANGE_COUNTS, params).one()
+        changed = conn.execute(CHANGED_ROWS, params).all()
+    written, hits = [], [[] for _ in vectors]
+    for row in changed:
+        record = record_of(row)
+        if row.written:
+            written.append(record)
+        for i, distance in enumerate(row.distances or []):
+            if distance is not None:  # no embedding: no search finds it
+                hits[i].append((float(distance), ScoredMemory(record, 1.0 - float(distance))))
+    return NamespaceChanges(
+        counts.before, counts.after, counts.edited, written, frozenset(counts.replaced), hits,
+        (counts.before, counts.base_seq, counts.base_updated_at),
+    )
