@@ -33,6 +33,8 @@ MEMORY_KINDS = ("episodic", "semantic", "procedural")
 MAX_CONTENT_CHARS = 4000
 EVENT_OPS = ("create", "update", "delete", "fork", "drop")
 LLM_REPLY_KINDS = ("answer", "judge")
+SOURCE_KINDS = ("langgraph", "items", "texts")
+CHANGE_STATUSES = ("proposed", "applied", "undone", "discarded")
 
 
 class Base(DeclarativeBase):
@@ -101,3 +103,23 @@ class LLMReply(Base):
     question: Mapped[str] = mapped_column(Text)
     reply: Mapped[str] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+
+
+class MemorySource(Base):
+    """Where an imported bank came from (`memupdate data import`), and the source as last seen.
+
+    `items` maps each source key to what the last import or export saw of it: `{"key": bank key,
+    "updated_at": ISO time at the source, "value_hash": ..., "content_hash": ...}`; the next import
+    reads what changed at the source from it, and an export refuses to overwrite an item that moved.
+    """
+
+    __tablename__ = "memory_sources"
+    __table_args__ = (CheckConstraint(f"kind IN {SOURCE_KINDS}", name="ck_memory_sources_kind"),)
+
+    namespace: Mapped[str] = mapped_column(Text, primary_key=True)
+    kind: Mapped[str] = mapped_column(String(16))
+    uri: Mapped[str] = mapped_column(Text)  # a URL without its password, or a file path
+    source_namespace: Mapped[list[str]] = mapped_column(JSONB, server_default="[]")
+    items: Mapped[dict[str, Any]] = mapped_column(JSONB, server_default="{}")
+    imported_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    exported_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
