@@ -16,6 +16,7 @@ from sqlalchemy import (
     BigInteger,
     CheckConstraint,
     DateTime,
+    ForeignKey,
     Identity,
     Index,
     String,
@@ -123,3 +124,55 @@ class MemorySource(Base):
     items: Mapped[dict[str, Any]] = mapped_column(JSONB, server_default="{}")
     imported_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
     exported_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+
+
+class MemoryChange(Base):
+    """A change set of one bank: proposed by a compaction (its fork and review), then applied or undone.
+
+    `details["replaced"]` maps each bank key the change replaces to `{"by": [new keys], "reason": ...}`:
+    the superseded rows keep it when the change is applied.
+    """
+
+    __tablename__ = "memory_changes"
+    __table_args__ = (
+        Index("ix_memory_changes_namespace", "namespace", "id"),
+        CheckConstraint(f"status IN {CHANGE_STATUSES}", name="ck_memory_changes_status"),
+    )
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
+    namespace: Mapped[str] = mapped_column(Text)
+    fork: Mapped[str | None] = mapped_column(Text, nullable=True)
+    status: Mapped[str] = mapped_column(String(16), server_default="proposed")
+    policy: Mapped[str | None] = mapped_column(Text, nullable=True)
+    summary: Mapped[dict[str, Any]] = mapped_column(JSONB, server_default="{}")
+    details: Mapped[dict[str, Any]] = mapped_column(JSONB, server_default="{}")
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    applied_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    undone_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+
+
+class SupersededMemory(Base):
+    """A bank row an applied change replaced, kept whole (id, seq, timestamps, embedding) with what
+    replaced it, why and when: superseded, not deleted; `memupdate undo` puts it back exactly."""
+
+    __tablename__ = "superseded_memories"
+    __table_args__ = (
+        Index("ix_superseded_memories_namespace_key", "namespace", "key"),
+        Index("ix_superseded_memories_change_id", "change_id"),
+    )
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
+    change_id: Mapped[int] = mapped_column(BigInteger, ForeignKey("memory_changes.id", ondelete="CASCADE"))
+    memory_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True))
+    namespace: Mapped[str] = mapped_column(Text)
+    key: Mapped[str] = mapped_column(String(128))
+    content: Mapped[str] = mapped_column(Text)
+    kind: Mapped[str] = mapped_column(String(16))
+    meta: Mapped[dict[str, Any]] = mapped_column("metadata", JSONB)
+    embedding: Mapped[list[float] | None] = mapped_column(Vector(get_settings().embedding_dims), nullable=True)
+    seq: Mapped[int] = mapped_column(BigInteger)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    superseded_by: Mapped[list[str]] = mapped_column(JSONB, server_default="[]")
+    reason: Mapped[str | None] = mapped_column(Text, nullable=True)
+    superseded_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
