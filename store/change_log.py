@@ -24,11 +24,19 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+import numpy as np
 from sqlalchemy import Connection, Text, bindparam, delete, func, insert, literal, select, text, update
 from sqlalchemy.dialects.postgresql import JSONB
 
 from memupdate.store.errors import MemupdateError
-from memupdate.store.memory_store import RECORD_COLUMNS, MemoryRecord, MemoryStore, events, memories
+from memupdate.store.memory_store import (
+    RECORD_COLUMNS,
+    MemoryRecord,
+    MemoryStore,
+    _from_vector_send,
+    events,
+    memories,
+)
 from memupdate.store.models import MemoryChange, SupersededMemory
 
 changes = MemoryChange.__table__
@@ -318,6 +326,74 @@ def _undo_one(conn: Connection, bank: MemoryStore, change: ChangeRecord) -> None
         else:
             entries.append(("create", key, None, before))
     writer._log(conn, entries)
+
+
+# -- forks of part of a bank (a compaction's episodes) -------------------------------------------------
+
+
+def bank_version(bank: MemoryStore) -> tuple:
+    """(count, max seq, max updated_at) of the namespace: moves with every insert, delete and update."""
+    with bank.engine.connect() as conn:
+        return tuple(
+            conn.execute(
+                select(func.count(), func.max(memories.c.seq), func.max(memories.c.updated_at)).where(memories.c.namespace == bank.path)
+            ).one()
+        )
+
+
+def bank_vectors(bank: MemoryStore) -> tuple[list[str], np.ndarray]:
+    """The keys in bank order and their embeddings as a float32 matrix (zeros where a row has none)."""
+    with bank.engine.connect() as conn:
+        rows = conn.execute(
+            select(memories.c.key, func.vector_send(memories.c.embedding)).where(memories.c.namespace == bank.path).order_by(memories.c.seq)
+        ).all()
+    if not rows:
+        return [], np.zeros((0, bank.column_dims), dtype=np.float32)
+    return [row[0] for row in rows], np.stack([_from_vector_send(row[1], bank.column_dims) for row in rows])
+
+
+def copy_keys(source: MemoryStore, target: MemoryStore, keys: Sequence[str]) -> int:
+    """Copy the memories `keys` of `source`, embeddings included, into the empty namespace `target`
+    (a fork of part of a bank, logged as a `fork` event)."""
+    columns = ["namespace", "key", "content", "kind", "metadata", "embedding", "created_at", "updated_at"]
+    rows = (
+        select(literal(target.path), *(memories.c[c] for c in columns[1:]))
+        .where(memories.c.namespace == source.path, memories.c.key.in_(list(keys)))
+        .order_by(memories.c.seq)
+    )
+    with source.engine.begin() as conn:
+        if conn.execute(select(memories.c.id).where(memories.c.namespace == target.path).limit(1)).first():
+            raise ChangeConflict(f"namespace {target.path!r} already has memories: drop it first")
+        copied = len(conn.execute(insert(memories).from_select(columns, rows).returning(memories.c.id)).all())
+        target._log(conn, [("fork", None, None, {"source": source.path, "memories": copied, "keys": len(keys)})])
+    return copied
+
+
+def fold_into(part: MemoryStore, fork: MemoryStore) -> None:
+    """Move the edits made on `part` (a `copy_keys` of `fork`) into `fork`, with their event rows, in one
+    transaction; `part` is dropped."""
+    with fork.engine.begin() as conn:
+        touched = set(
+            conn.execute(
+                select(events.c.memory_key).where(events.c.namespace == part.path, events.c.op.in_(("create", "update", "delete")))
+            ).scalars()
+        )
+        if touched:
+            conn.execute(delete(memories).where(memories.c.namespace == fork.path, memories.c.key.in_(touched)))
+            columns = ["namespace", "key", "content", "kind", "metadata", "embedding", "created_at", "updated_at"]
+            rows = (
+                select(literal(fork.path), *(memories.c[c] for c in columns[1:]))
+                .where(memories.c.namespace == part.path, memories.c.key.in_(touched))
+                .order_by(memories.c.seq)
+            )
+            conn.execute(insert(memories).from_select(columns, rows))
+            logged = (
+                select(literal(fork.path), events.c.memory_key, events.c.op, events.c.before, events.c.after, events.c.episode, events.c.created_at)
+                .where(events.c.namespace == part.path, events.c.op.in_(("create", "update", "delete")))
+                .order_by(events.c.id)
+            )
+            conn.execute(insert(events).from_select(["namespace", "memory_key", "op", "before", "after", "episode", "created_at"], logged))
+        _drop_fork(conn, part.path)
 
 
 # -- internals -----------------------------------------------------------------------------------------

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import typer
 
-from memupdate.cli import agent, bench, data, db, distill, evaluate, history, imports, rl, tools
+from memupdate.cli import agent, bench, compact, data, db, distill, evaluate, history, imports, rl, tools
 
 app = typer.Typer(help="Train and run an agent that edits a long-term memory database.", no_args_is_help=True)
 app.add_typer(db.app, name="db")
@@ -28,6 +28,7 @@ rl.app.command("distill")(distill.distill_command)
 app.command("eval")(evaluate.eval_command)
 app.command("demo")(evaluate.demo)
 app.command("bench")(bench.bench_command)
+app.command("compact")(compact.compact_command)
 app.command("history")(history.history_command)
 app.command("undo")(history.undo_command)
 

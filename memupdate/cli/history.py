@@ -32,7 +32,7 @@ def history_command(
     for change in changes:
         when = change.undone_at or change.applied_at or change.created_at
         counts = change.summary.get("counts", {})
-        applied = change.summary.get("applied") or change.summary
+        applied = change.summary.get("applied") or counts
         memories = f"{applied.get('memories_before', '?')} -> {applied.get('memories_after', '?')}"
         table.add_row(
             str(change.id), change.status, change.policy or "-", when.strftime("%Y-%m-%d %H:%M:%S"), memories,
