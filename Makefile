@@ -21,11 +21,10 @@ demo: install
 test: install
 	$(BIN)/pytest
 
+# Every benchmark on one embedded server, then docs/benchmarks.md from its JSON (on a quiet machine: ~10 min).
 bench: install
-	$(BIN)/python -m bench.store
-	$(BIN)/python -m bench.reward
-	$(BIN)/python -m bench.tools
-	$(BIN)/python -m bench.rollouts
+	$(BIN)/memupdate bench all --json docs/benchmarks.json --plot docs/cost-curve.png
+	$(BIN)/python -m bench.page docs/benchmarks.json --out docs/benchmarks.md --plot cost-curve.png
 
 lint: install
 	$(BIN)/ruff check .
