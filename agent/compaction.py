@@ -153,7 +153,8 @@ def compact_bank(
             on_plan(len(result.neighbourhoods))
         for index, group in enumerate(result.neighbourhoods):
             episode = f"n{index:05d}"
-            scratch = fork.scoped((*fork.namespace, episode), episode=episode)
+            # A sibling of the fork, not a child: a bank may be up to six labels deep.
+            scratch = fork.scoped((*fork.namespace[:-1], f"{fork.namespace[-1]}-{episode}"), episode=episode)
             copy_keys(fork, scratch, group)
             try:
                 outcome = run_episode(policy, scratch, None, max_turns=max_turns, max_operations=max_operations)
