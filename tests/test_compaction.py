@@ -161,3 +161,29 @@ def test_apply_interrupted_or_stale_gives_one_line_and_changes_nothing(store: Me
     assert len(result.output.strip().splitlines()) == 1 and bank.count() == 4
     missing = runner.invoke(app, ["compact", "no/such-bank", "--url", database_url])
     assert missing.exit_code == 2 and "holds no memories" in missing.output
+
+
+def test_an_llm_policys_reason_is_its_tool_argument_or_its_text_that_turn() -> None:
+    from langchain_core.messages import AIMessage, ToolMessage
+
+    from memupdate.agent.compaction import _calls
+
+    messages = [
+        AIMessage("These two say the same thing.", tool_calls=[
+            {"name": "merge_memory", "args": {"memory_ids": ["a", "b"]}, "id": "1", "type": "tool_call"},
+            {"name": "search_memory", "args": {"query": "x"}, "id": "2", "type": "tool_call"},
+        ]),  # fmt: skip
+        ToolMessage("merged 2 memories into [m1] text", tool_call_id="1", name="merge_memory"),
+        ToolMessage("[a] text", tool_call_id="2", name="search_memory"),
+        AIMessage("", tool_calls=[
+            {"name": "delete_memory", "args": {"memory_id": "c", "reason": "contradicted by m1"}, "id": "3", "type": "tool_call"},
+            {"name": "delete_memory", "args": {"memory_id": "zz"}, "id": "4", "type": "tool_call"},
+        ]),  # fmt: skip
+        ToolMessage("deleted [c]", tool_call_id="3", name="delete_memory"),
+        ToolMessage("error: unknown memory id 'zz'", tool_call_id="4", name="delete_memory", status="error"),
+    ]
+    calls = _calls(messages, "n00003", policy=object())
+    assert [(c["tool"], c["reason"], c["episode"]) for c in calls] == [
+        ("merge_memory", "These two say the same thing.", "n00003"),  # reads and failed calls are left out
+        ("delete_memory", "contradicted by m1", "n00003"),
+    ]
