@@ -7,6 +7,7 @@ import json
 
 import numpy as np
 import pytest
+from locomo_fixtures import locomo_dev_file_fixture  # noqa: F401  (fixture `locomo_dev_file`)
 from sqlalchemy import select, text
 from typer.testing import CliRunner
 
@@ -187,3 +188,29 @@ def test_an_llm_policys_reason_is_its_tool_argument_or_its_text_that_turn() -> N
         ("merge_memory", "These two say the same thing.", "n00003"),  # reads and failed calls are left out
         ("delete_memory", "contradicted by m1", "n00003"),
     ]
+
+
+def test_compacting_a_locomo_bank_keeps_every_word_and_does_not_lower_the_qa_proxy(
+    store: MemoryStore, locomo_dev_file, tmp_path, database_url
+) -> None:
+    from dataclasses import replace
+
+    from memupdate.rl.data.locomo import load_locomo
+
+    (conversation,) = load_locomo(locomo_dev_file, ["conv-30"])
+    conversation = replace(conversation, sample_id=f"conv-30-{store.namespace[-1]}")  # a bank of its own
+    bank = ingest(store, conversation).base
+    questions = tmp_path / "questions.jsonl"
+    questions.write_text("".join(json.dumps({"question": q.question, "answer": q.answer, "category": q.category}) + "\n"
+                                 for q in conversation.qa if q.answer))  # fmt: skip
+    data = tmp_path / "review.json"
+    args = ["compact", bank.path, "--questions", str(questions), "--review", str(tmp_path / "r.html"), "--json", str(data)]
+    try:
+        result = runner.invoke(app, [*args, "--url", database_url])
+        assert result.exit_code == 0, result.output
+        review = json.loads(data.read_text())
+        assert review["counts"]["memories_before"] == len(conversation.facts) and review["counts"]["update"] > 0
+        assert review["counts"]["flagged"] == 0 and review["qa"]["after"] >= review["qa"]["before"]
+    finally:
+        for ns in store.list_namespaces(prefix=bank.namespace):
+            store.scoped(ns).drop()
