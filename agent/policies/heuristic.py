@@ -21,13 +21,14 @@ memory efficiency); without one, the budget goes first to memories with relative
 
 from __future__ import annotations
 
+import json
 import math
 import random
 from collections import Counter
 from collections.abc import Sequence
 from datetime import date
 
-from pydantic import Field
+from pydantic import Field, PrivateAttr
 
 from memupdate.agent.dates import anchor_relative_dates, format_day, has_relative_time
 from memupdate.agent.policies.planning import PlanningPolicy, ToolCall
@@ -40,6 +41,14 @@ DIGEST_WORDS = 55
 DUPLICATE_JACCARD = 0.6
 QUESTION_WORDS = frozenset("what when where who whom whose which why how did does do is was were are has have had".split())
 
+REASONS = {
+    "digest": "rule 1: the memories retrieval finds for the question, consolidated into one short memory",
+    "anchor": "rule 2: relative time anchored to an absolute date from the memory's own date",
+    "duplicate": "rule 3: true duplicates (one's content words all within the other's, same day); the fuller wording kept",
+    "split": "rule 4: the memory packs several unrelated facts; one memory per fact",
+}
+
+
 class HeuristicPolicy(PlanningPolicy):
     """Rule-based memory editor; `store` is any MemoryStore on the same database (the task names the bank)."""
 
@@ -51,6 +60,17 @@ class HeuristicPolicy(PlanningPolicy):
     # Distillation rollouts: > 0 makes a seeded variant of the plan (see `_explored`) so that a group of
     # episodes on one question differs; 0 keeps the plan exactly as the rules give it.
     explore: float = Field(0.0, ge=0.0, le=1.0)
+    # Why each planned call is made (the rule behind it), for a compaction's review: `reason_for`.
+    _reasons: dict[str, str] = PrivateAttr(default_factory=dict)
+
+    def reason_for(self, name: str, args: dict) -> str | None:
+        """The rule that planned the call `name(args)`, if this policy planned it."""
+        return self._reasons.get(_call_id(name, args))
+
+    def _noted(self, calls: list[ToolCall], reason: str) -> list[ToolCall]:
+        for name, args in calls:
+            self._reasons[_call_id(name, args)] = reason
+        return calls
 
     # -- planning ------------------------------------------------------------------------------
 
@@ -68,7 +88,7 @@ class HeuristicPolicy(PlanningPolicy):
             digest = self._digest(memories, question, nearest[:3])
             if digest:
                 keys, content = digest
-                calls.append(("merge_memory", {"memory_ids": keys, "content": content}))
+                calls += self._noted([("merge_memory", {"memory_ids": keys, "content": content})], REASONS["digest"])
                 touched.update(keys)
             # Only memories retrieval could bring to this question: every further edit costs efficiency.
             relevant = set(nearest) | set(_lexical_top(memories, question, 10))
@@ -78,10 +98,10 @@ class HeuristicPolicy(PlanningPolicy):
             order = list(memories)
             random.Random(self.seed).shuffle(order)  # seedable: which memories a small budget reaches
             order.sort(key=lambda m: not has_relative_time(m.content))
-        calls += self._anchors(order, touched)
-        calls += self._merges(order, touched)
+        calls += self._noted(self._anchors(order, touched), REASONS["anchor"])
+        calls += self._noted(self._merges(order, touched), REASONS["duplicate"])
         if self.split_packed:
-            calls += self._splits(order, touched)
+            calls += self._noted(self._splits(order, touched), REASONS["split"])
         return (self._explored(calls, question) if self.explore else calls)[:budget]
 
     def _explored(self, calls: list[ToolCall], question: str | None) -> list[ToolCall]:
@@ -189,3 +209,7 @@ def _dated_sentence(memory: MemoryRecord) -> str:
 def _sentence(text: str) -> str:
     text = text.strip()
     return text if text[-1:] in ".!?" else text + "."
+
+
+def _call_id(name: str, args: dict) -> str:
+    return json.dumps([name, args], sort_keys=True, default=str)

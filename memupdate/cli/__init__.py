@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import typer
 
-from memupdate.cli import agent, bench, data, db, distill, evaluate, rl, tools
+from memupdate.cli import agent, bench, compact, data, db, distill, evaluate, history, imports, rl, tools
 
 app = typer.Typer(help="Train and run an agent that edits a long-term memory database.", no_args_is_help=True)
 app.add_typer(db.app, name="db")
 app.add_typer(data.app, name="data")
+data.app.command("import")(imports.import_command)
+data.app.command("export")(imports.export_command)
 app.add_typer(agent.app, name="agent")
 app.add_typer(tools.app, name="tools")
 app.add_typer(rl.app, name="rl")
@@ -26,6 +28,9 @@ rl.app.command("distill")(distill.distill_command)
 app.command("eval")(evaluate.eval_command)
 app.command("demo")(evaluate.demo)
 app.command("bench")(bench.bench_command)
+app.command("compact")(compact.compact_command)
+app.command("history")(history.history_command)
+app.command("undo")(history.undo_command)
 
 if __name__ == "__main__":
     app()

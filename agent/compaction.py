@@ -1,0 +1,203 @@
+"""Compact a whole bank: one blind episode per neighbourhood of related memories, all into one fork.
+
+    from memupdate.agent.compaction import compact_bank
+    result = compact_bank(policy, bank, fork_namespace, on_episode=bar_advance)
+    result.fork                 # the fork holding every episode's edits (the bank is never written)
+    result.calls                # each tool call: episode, name, arguments, result, ok, reason
+    result.neighbourhoods       # the memory keys each episode saw
+
+A bank of any size is cut into neighbourhoods of at most `size` memories that lie close together in
+embedding space (`neighbourhoods`): near-duplicates (cosine >= 0.85) always share an episode, and
+each episode is a seed and the memories nearest to it. Each episode runs the policy in blind mode (no target question) within the agent's budgets
+on a scratch namespace holding only its neighbourhood, so a search or a sample sees the memories it
+is meant to edit; its edits and event rows are then folded into the fork in one transaction
+(`memupdate.store.change_log.fold_into`) and the scratch namespace is dropped.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, ToolMessage
+
+from memupdate.agent.graph import run_episode
+from memupdate.agent.tools import MEMORY_TOOLS
+from memupdate.store import MemoryStore
+from memupdate.store.change_log import bank_vectors, bank_version, copy_keys, fold_into
+
+DEFAULT_NEIGHBOURHOOD = 20
+# Above this many memories the greedy pass (quadratic) runs inside k-means cells of about this size.
+CELL_SIZE = 1500
+# Memories this alike (cosine) are kept in one episode: near-duplicates must meet to be merged.
+TIGHT = 0.85
+
+
+@dataclass
+class CompactionResult:
+    fork: MemoryStore
+    neighbourhoods: list[list[str]]
+    calls: list[dict[str, Any]] = field(default_factory=list)
+    episodes: int = 0
+    failed_episodes: list[str] = field(default_factory=list)
+    stop_reasons: dict[str, int] = field(default_factory=dict)
+
+
+class BankMoved(Exception):
+    """The bank was written while the compaction ran."""
+
+
+def neighbourhoods(keys: Sequence[str], vectors: np.ndarray, size: int = DEFAULT_NEIGHBOURHOOD, *, seed: int = 0) -> list[list[str]]:
+    """Disjoint groups of at most `size` keys covering all of `keys`, each a seed memory and its nearest
+    unassigned neighbours by cosine similarity (seeds taken in bank order). Large banks are first cut
+    into k-means cells of about CELL_SIZE memories, so the work stays near-linear."""
+    if len(keys) == 0:
+        return []
+    matrix = vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+    groups: list[list[str]] = []
+    for cell in _cells(matrix, np.arange(len(keys)), np.random.default_rng(seed)):
+        groups += [[keys[i] for i in group] for group in _greedy(matrix, cell, size)]
+    return groups
+
+
+def _cells(matrix: np.ndarray, members: np.ndarray, rng: np.random.Generator) -> list[np.ndarray]:
+    if len(members) <= CELL_SIZE:
+        return [members]
+    k = math.ceil(len(members) / CELL_SIZE)
+    points = matrix[members]
+    centres = points[rng.choice(len(members), k, replace=False)]
+    for _ in range(8):
+        labels = np.argmax(points @ centres.T, axis=1)
+        for c in range(k):
+            chosen = points[labels == c]
+            if len(chosen):
+                centre = chosen.mean(axis=0)
+                centres[c] = centre / max(np.linalg.norm(centre), 1e-12)
+    cells = [members[labels == c] for c in range(k) if np.any(labels == c)]
+    if len(cells) == 1:  # identical vectors: split by order instead of looping forever
+        return [members[i : i + CELL_SIZE] for i in range(0, len(members), CELL_SIZE)]
+    return [part for cell in cells for part in _cells(matrix, cell, rng)]
+
+
+def _greedy(matrix: np.ndarray, members: np.ndarray, size: int) -> list[list[int]]:
+    """Pack `members` into groups of at most `size`: near-duplicates (cosine >= TIGHT, transitively) stay
+    in one unit, and each group is a seed unit (in bank order) plus the units nearest to it that fit."""
+    members = np.sort(members)  # bank order
+    sims = matrix[members] @ matrix[members].T
+    units = [u[i : i + size] for u in _tight_units(sims >= TIGHT) for i in range(0, len(u), size)]
+    units.sort(key=lambda u: u[0])
+    centres = np.stack([matrix[members[u]].mean(axis=0) for u in units])
+    free = np.ones(len(units), dtype=bool)
+    groups = []
+    for i, unit in enumerate(units):
+        if not free[i]:
+            continue
+        free[i] = False
+        group = list(unit)
+        candidates = np.flatnonzero(free)
+        for j in candidates[np.argsort(-(centres[candidates] @ centres[i]), kind="stable")]:
+            if len(group) + len(units[j]) <= size:
+                group += units[j]
+                free[j] = False
+            if len(group) >= size:
+                break
+        groups.append(sorted(int(members[k]) for k in group))
+    return groups
+
+
+def _tight_units(close: np.ndarray) -> list[list[int]]:
+    """Connected components of the `close` relation, each sorted, in order of their first member."""
+    seen = np.zeros(len(close), dtype=bool)
+    units = []
+    for start in range(len(close)):
+        if seen[start]:
+            continue
+        seen[start] = True
+        unit, frontier = [start], [start]
+        while frontier:
+            nxt = np.flatnonzero(close[frontier].any(axis=0) & ~seen)
+            seen[nxt] = True
+            unit += nxt.tolist()
+            frontier = nxt.tolist()
+        units.append(sorted(unit))
+    return units
+
+
+def compact_bank(
+    policy: BaseChatModel,
+    bank: MemoryStore,
+    fork_namespace: Sequence[str],
+    *,
+    size: int = DEFAULT_NEIGHBOURHOOD,
+    max_turns: int | None = None,
+    max_operations: int | None = None,
+    on_plan: Callable[[int], None] | None = None,
+    on_episode: Callable[[], None] | None = None,
+) -> CompactionResult:
+    """Fork `bank` to `fork_namespace` and run one blind episode per neighbourhood into the fork.
+
+    BankMoved if the bank was written meanwhile (the fork is then dropped). On any exception the fork
+    and the scratch namespaces are dropped before it propagates."""
+    version = bank_version(bank)
+    fork = bank.fork(tuple(fork_namespace))
+    result = CompactionResult(fork, [])
+    scratch: MemoryStore | None = None
+    try:
+        keys, vectors = bank_vectors(fork)
+        result.neighbourhoods = neighbourhoods(keys, vectors, size)
+        if on_plan is not None:
+            on_plan(len(result.neighbourhoods))
+        for index, group in enumerate(result.neighbourhoods):
+            episode = f"n{index:05d}"
+            # A sibling of the fork, not a child: a bank may be up to six labels deep.
+            scratch = fork.scoped((*fork.namespace[:-1], f"{fork.namespace[-1]}-{episode}"), episode=episode)
+            copy_keys(fork, scratch, group)
+            try:
+                outcome = run_episode(policy, scratch, None, max_turns=max_turns, max_operations=max_operations)
+            except Exception as exc:  # one failed episode (a bad model reply, a timeout) loses only its own edits
+                result.failed_episodes.append(f"{episode}: {type(exc).__name__}: {str(exc).strip()[:200]}")
+                scratch.drop()
+            else:
+                result.calls += _calls(outcome.messages, episode, policy)
+                reason = outcome.stop_reason or "unknown"
+                result.stop_reasons[reason] = result.stop_reasons.get(reason, 0) + 1
+                fold_into(scratch, fork)
+            scratch = None
+            result.episodes += 1
+            if on_episode is not None:
+                on_episode()
+        if bank_version(bank) != version:
+            raise BankMoved(
+                f"bank {bank.path!r} was written while the compaction ran: nothing was proposed; run the compaction again"
+            )
+    except BaseException:
+        if scratch is not None:
+            scratch.drop()
+        fork.drop()
+        raise
+    return result
+
+
+def _calls(messages: Sequence[Any], episode: str, policy: BaseChatModel) -> list[dict[str, Any]]:
+    """The episode's write calls that ran, in order, each with the reason the policy gave: a `reason`
+    argument, else the policy's own note for the call (`reason_for`), else its text that turn."""
+    results = {m.tool_call_id: m for m in messages if isinstance(m, ToolMessage)}
+    explain = getattr(policy, "reason_for", None)
+    calls = []
+    for message in messages:
+        if not isinstance(message, AIMessage):
+            continue
+        said = message.content if isinstance(message.content, str) else ""
+        for call in message.tool_calls:
+            tool = MEMORY_TOOLS.get(call["name"])
+            reply = results.get(call["id"])
+            if tool is None or not tool.writes or reply is None or reply.status == "error":
+                continue
+            args = dict(call["args"])
+            reason = args.get("reason") or (explain(call["name"], args) if explain else None) or said.strip() or None
+            calls.append({"episode": episode, "tool": call["name"], "args": args, "result": str(reply.content), "reason": reason})
+    return calls

@@ -1,0 +1,267 @@
+"""The review of a compaction: what the fork would change in the bank, change by change, before anything does.
+
+    from memupdate.agent.review import build_review, render_html
+    review = build_review(bank, fork, calls, qa={"questions": 40, "before": 0.41, "after": 0.44})
+    review["counts"]          # {"memories_before": 412, "memories_after": 371, "merge": 30, ..., "flagged": 2}
+    review["changes"][0]      # {"id": "c001", "kind": "merge", "sources": [...], "results": [...],
+                              #  "reasons": [...], "coverage": {"flagged": False, "missing": {}}}
+    Path("review.html").write_text(render_html(review))    # one static page, no script, opens offline
+
+Each change is a connected group of edits: the bank memories it replaces (sources) and the fork's
+memories that replace them (results), linked through the event log (a merge's `merged_from`, a
+split's `split_from`, an update's key). Its kind is `merge` (n -> 1), `split` (1 -> n), `update`
+(1 -> 1, same key), `delete` (1 -> 0), `create` (0 -> n) or `rewrite` (n -> m). Its reasons are the
+ones the policy recorded for the calls that made it.
+
+Coverage: a source is flagged when some of its content words appear in no result of its change
+(relative time counts as kept where the results hold the date it resolves to). A deleted source is flagged unless
+some memory of the fork holds all its content words (then it names that memory).
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from collections.abc import Sequence
+from datetime import date
+from typing import Any
+
+from memupdate.agent.dates import TIME_EXPRESSION, anchor_relative_dates
+from memupdate.agent.text_strategies import content_words
+from memupdate.store import MemoryRecord, MemoryStore
+
+CHANGE_KINDS = ("merge", "split", "update", "delete", "create", "rewrite")
+_HANDLE = re.compile(r"\[([A-Za-z0-9_.:@+=-]{1,128})\]")
+
+
+def build_review(bank: MemoryStore, fork: MemoryStore, calls: Sequence[dict[str, Any]] = (), *, qa: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The diff of `fork` against `bank` grouped into changes, with reasons, coverage and counts."""
+    before, after = bank.snapshot(), fork.snapshot()
+    removed = [k for k in before if k not in after]
+    changed = [k for k in before if k in after and before[k].as_event() != after[k].as_event()]
+    added = [k for k in after if k not in before]
+    parent = {}
+
+    def find(key: str) -> str:
+        parent.setdefault(key, key)
+        while parent[key] != key:
+            parent[key] = parent[parent[key]]
+            key = parent[key]
+        return key
+
+    def union(a: str, b: str) -> None:
+        parent[find(a)] = find(b)
+
+    for event in fork.events():
+        if event.op == "create" and event.after:
+            meta = event.after.get("metadata") or {}
+            for origin in [*(meta.get("merged_from") or []), *([meta["split_from"]] if meta.get("split_from") else [])]:
+                union(event.memory_key, origin)
+    call_keys = []
+    for call in calls:
+        keys = set(_call_keys(call))
+        call_keys.append(keys)
+        for key in keys:
+            find(key)
+    groups: dict[str, list[str]] = {}
+    for key in removed + changed + added:
+        groups.setdefault(find(key), []).append(key)
+    members: dict[str, set[str]] = {}
+    for key in list(parent):
+        members.setdefault(find(key), set()).add(key)
+    fork_words = [(m.key, content_words(m.content)) for m in after.values()]
+    changes = []
+    for root, keys in groups.items():
+        sources = [before[k] for k in keys if k in before]
+        results = [after[k] for k in keys if k in after and (k not in before or k in changed)]
+        everything = members.get(root, set()) | set(keys)
+        reasons = list(dict.fromkeys(c["reason"] for c, ks in zip(calls, call_keys, strict=True) if ks & everything and c.get("reason")))
+        tools = [{"episode": c["episode"], "tool": c["tool"], "args": c["args"]} for c, ks in zip(calls, call_keys, strict=True) if ks & everything]
+        changes.append({
+            "kind": _kind(sources, results),
+            "sources": [_memory(m) for m in sources],
+            "results": [_memory(m) for m in results],
+            "reasons": reasons,
+            "tools": tools,
+            "coverage": _coverage(sources, results, fork_words),
+        })  # fmt: skip
+    order = {kind: i for i, kind in enumerate(CHANGE_KINDS)}
+    changes.sort(key=lambda c: (order[c["kind"]], (c["sources"] or c["results"])[0]["key"]))
+    for number, change in enumerate(changes, 1):
+        change["id"] = f"c{number:04d}"
+    counts: dict[str, Any] = {"memories_before": len(before), "memories_after": len(after)}
+    counts |= {kind: sum(c["kind"] == kind for c in changes) for kind in CHANGE_KINDS}
+    counts["flagged"] = sum(c["coverage"]["flagged"] for c in changes)
+    return {"bank": bank.path, "fork": fork.path, "counts": counts, "qa": qa, "changes": changes}
+
+
+def replaced_by(review: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """For each bank key the review's changes replace: the keys replacing it and why (what an apply keeps)."""
+    out = {}
+    for change in review["changes"]:
+        why = "; ".join(change["reasons"]) or f"{change['kind']} by the policy"
+        for source in change["sources"]:
+            out[source["key"]] = {"by": [r["key"] for r in change["results"]], "reason": why, "change": change["id"]}
+    return out
+
+
+def _call_keys(call: dict[str, Any]) -> list[str]:
+    args = call.get("args") or {}
+    keys = [k for k in [args.get("memory_id"), *(args.get("memory_ids") or [])] if isinstance(k, str)]
+    return keys + _HANDLE.findall(call.get("result") or "")
+
+
+def _kind(sources: Sequence[MemoryRecord], results: Sequence[MemoryRecord]) -> str:
+    n, m = len(sources), len(results)
+    if n == 0:
+        return "create"
+    if m == 0:
+        return "delete"
+    if n == 1 and m == 1:
+        return "update" if sources[0].key == results[0].key else "rewrite"
+    if m == 1:
+        return "merge"
+    if n == 1:
+        return "split"
+    return "rewrite"
+
+
+def _memory(memory: MemoryRecord) -> dict[str, Any]:
+    meta = memory.metadata
+    origin = meta.get("imported_from") or {}
+    return {
+        "key": memory.key,
+        "content": memory.content,
+        "kind": memory.kind,
+        "date": meta.get("date") or ("..".join([meta["dates"][0], meta["dates"][-1]]) if meta.get("dates") else None),
+        "source_key": origin.get("key"),
+    }
+
+
+def _coverage(sources: Sequence[MemoryRecord], results: Sequence[MemoryRecord], fork_words: list[tuple[str, set[str]]]) -> dict[str, Any]:
+    kept = set().union(*(content_words(r.content) for r in results)) if results else set()
+    missing: dict[str, list[str]] = {}
+    covered_by: dict[str, str] = {}
+    for source in sources:
+        if results:
+            lost = content_words(source.content) - kept
+            resolved = content_words(_anchored(source)) - content_words(source.content)
+            if lost and resolved and resolved <= kept:  # the results hold the date its relative time means
+                lost -= content_words(" ".join(m.group(0) for m in TIME_EXPRESSION.finditer(source.content)))
+            if lost:
+                missing[source.key] = sorted(lost)
+            continue
+        words = content_words(source.content)
+        holder = next((key for key, bag in fork_words if words and words <= bag), None)
+        if holder is None:
+            missing[source.key] = sorted(words)
+        else:
+            covered_by[source.key] = holder
+    return {"flagged": bool(missing), "missing": missing, "covered_by": covered_by}
+
+
+def _anchored(memory: MemoryRecord) -> str:
+    value = memory.metadata.get("date")
+    try:
+        day = date.fromisoformat(value) if value else None
+    except (TypeError, ValueError):
+        day = None
+    return anchor_relative_dates(memory.content, day) if day else memory.content
+
+
+# -- the page ------------------------------------------------------------------------------------------
+
+_STYLE = """
+body{font:15px/1.45 system-ui,-apple-system,"Segoe UI",sans-serif;margin:0;background:#f6f7f9;color:#1d2330}
+header{background:#1d2330;color:#fff;padding:18px 28px}header h1{margin:0 0 4px;font-size:20px}
+header p{margin:0;color:#c9cfdb;font-size:13px}
+.counts{display:flex;flex-wrap:wrap;gap:10px;padding:16px 28px}
+.count{background:#fff;border:1px solid #dde1e8;border-radius:8px;padding:8px 14px;min-width:84px}
+.count b{display:block;font-size:22px}.count span{font-size:12px;color:#5b6474;text-transform:uppercase}
+.count.flag b{color:#b3261e}
+main{padding:0 28px 40px}h2{margin:26px 0 10px;font-size:17px}
+nav a{margin-right:12px;color:#2456c7}
+.change{background:#fff;border:1px solid #dde1e8;border-radius:8px;margin:10px 0;padding:12px 14px}
+.change.flagged{border-left:5px solid #b3261e}
+.change h3{margin:0 0 8px;font-size:14px;color:#5b6474;font-weight:600}
+.cols{display:grid;grid-template-columns:1fr 28px 1fr;gap:8px;align-items:start}
+.arrow{text-align:center;color:#8a93a3;font-size:20px;padding-top:6px}
+.memory{background:#f1f3f6;border-radius:6px;padding:6px 9px;margin:0 0 6px}
+.results .memory{background:#eaf4ec}.memory.none{color:#8a93a3;font-style:italic;background:none}
+.key{font:12px ui-monospace,monospace;color:#5b6474}.date{font-size:12px;color:#5b6474;margin-left:6px}
+.reason{margin:8px 0 0;font-size:13px;color:#3a4252}.reason b{color:#1d2330}
+.coverage{margin:6px 0 0;font-size:13px;color:#b3261e}.coverage.ok{color:#2e7d32}
+mark{background:#ffd9d6;color:inherit;border-radius:3px;padding:0 2px}
+"""
+
+
+def render_html(review: dict[str, Any]) -> str:
+    """One static HTML page (inline CSS, no script, no network): counts at the top, changes grouped by
+    kind, each with its sources beside its results, the reasons, and the coverage flag."""
+    counts = review["counts"]
+    esc = html.escape
+    parts = [
+        "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>",
+        f"<title>memupdate review: {esc(review['bank'])}</title><style>{_STYLE}</style></head><body>",
+        f"<header><h1>Review of {esc(review['bank'])}</h1><p>fork {esc(review['fork'])}"
+        f"{' · change ' + esc(str(review['change_id'])) if review.get('change_id') else ''}"
+        f"{' · policy ' + esc(review['policy']) if review.get('policy') else ''} · nothing is applied until you run "
+        f"<code>memupdate compact {esc(review['bank'])} --apply</code></p></header>",
+        "<section class='counts' id='counts'>",
+        _count("memories", f"{counts['memories_before']} → {counts['memories_after']}", "memories"),
+    ]
+    parts += [_count(kind + "s", str(counts[kind]), kind) for kind in CHANGE_KINDS if counts.get(kind)]
+    parts.append(_count("coverage flags", str(counts["flagged"]), "flagged", flag=counts["flagged"] > 0))
+    qa = review.get("qa")
+    if qa:
+        parts.append(_count(f"QA proxy ({qa['questions']} questions)", f"{qa['before']:.3f} → {qa['after']:.3f}", "qa"))
+    parts.append("</section><main>")
+    present = [kind for kind in CHANGE_KINDS if counts.get(kind)]
+    if present:
+        parts.append("<nav>" + "".join(f"<a href='#{k}'>{k}s ({counts[k]})</a>" for k in present) + "</nav>")
+    else:
+        parts.append("<p id='no-changes'>The policy changed nothing.</p>")
+    for kind in present:
+        parts.append(f"<section id='{kind}' class='group'><h2>{kind.capitalize()}s ({counts[kind]})</h2>")
+        parts += [_change(change) for change in review["changes"] if change["kind"] == kind]
+        parts.append("</section>")
+    parts.append("</main></body></html>\n")
+    return "".join(parts)
+
+
+def _count(label: str, value: str, name: str, *, flag: bool = False) -> str:
+    return f"<div class='count{' flag' if flag else ''}' data-count='{name}'><b>{html.escape(value)}</b><span>{html.escape(label)}</span></div>"
+
+
+def _change(change: dict[str, Any]) -> str:
+    esc = html.escape
+    coverage = change["coverage"]
+    sources = "".join(_memory_html(m, coverage["missing"].get(m["key"], [])) for m in change["sources"]) or "<div class='memory none'>nothing (new)</div>"
+    results = "".join(_memory_html(m, []) for m in change["results"]) or "<div class='memory none'>nothing (removed)</div>"
+    reasons = "".join(f"<p class='reason'><b>why:</b> {esc(r)}</p>" for r in change["reasons"]) or "<p class='reason'><b>why:</b> no reason recorded</p>"
+    if coverage["flagged"]:
+        lost = "; ".join(f"[{esc(k)}] {esc(', '.join(words))}" for k, words in coverage["missing"].items())
+        note = f"<p class='coverage'>⚠ coverage: words in no result: {lost}</p>"
+    elif coverage.get("covered_by"):
+        held = ", ".join(f"[{esc(k)}] in [{esc(v)}]" for k, v in coverage["covered_by"].items())
+        note = f"<p class='coverage ok'>covered elsewhere: {held}</p>"
+    else:
+        note = "<p class='coverage ok'>every content word kept</p>"
+    keys = " ".join(m["key"] for m in change["sources"])
+    made = " ".join(m["key"] for m in change["results"])
+    return (
+        f"<article class='change{' flagged' if coverage['flagged'] else ''}' id='{esc(change['id'])}' data-kind='{change['kind']}' "
+        f"data-sources='{esc(keys)}' data-results='{esc(made)}' data-flagged='{str(coverage['flagged']).lower()}'>"
+        f"<h3>{esc(change['id'])} · {change['kind']} · {len(change['sources'])} → {len(change['results'])}</h3>"
+        f"<div class='cols'><div class='sources'>{sources}</div><div class='arrow'>→</div><div class='results'>{results}</div></div>"
+        f"{reasons}{note}</article>"
+    )
+
+
+def _memory_html(memory: dict[str, Any], missing: Sequence[str]) -> str:
+    esc = html.escape
+    text = esc(memory["content"])
+    for word in missing:  # mark the lost words where they stand
+        text = re.sub(rf"(?i)\b({re.escape(esc(word))})\b", r"<mark>\1</mark>", text)
+    date_html = f"<span class='date'>{esc(memory['date'])}</span>" if memory.get("date") else ""
+    return f"<div class='memory' data-key='{esc(memory['key'])}'><span class='key'>[{esc(memory['key'])}]</span>{date_html}<div class='text'>{text}</div></div>"

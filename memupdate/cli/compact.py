@@ -1,0 +1,207 @@
+"""`memupdate compact NAMESPACE`: run an editing policy over a whole bank into one fork, write the
+review (JSON and one HTML page), and with `--apply` promote it onto the bank in one transaction."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from memupdate.cli.common import (
+    API_KEY_OPTION,
+    BASE_URL_OPTION,
+    LOCOMO_OPTION,
+    MODEL_OPTION,
+    SEED_OPTION,
+    URL_OPTION,
+    check_output,
+    check_policy_endpoint,
+    console,
+    err_console,
+    open_store,
+    progress_bar,
+    user_errors,
+)
+from memupdate.store.errors import MemupdateError
+
+
+@dataclass(frozen=True)
+class UserQuestion:
+    """A question from a user's file, in the shape the QA proxy reads (single-hop unless a category is given)."""
+
+    question: str
+    answer: str | None
+    evidence: tuple[str, ...] = ()
+    category: int = 4
+
+
+@user_errors
+def compact_command(
+    namespace: str = typer.Argument(..., help="The bank, e.g. imported/memories/alice or locomo/conv-26."),
+    policy: str = typer.Option("heuristic", "--policy", help="heuristic | openai | hf"),
+    model: str | None = MODEL_OPTION,
+    base_url: str | None = BASE_URL_OPTION,
+    api_key: str | None = API_KEY_OPTION,
+    size: int = typer.Option(20, "--size", min=2, max=200, help="Memories per episode (one neighbourhood)."),
+    review: Path | None = typer.Option(None, "--review", help="The HTML review page (default: review-<bank>-<change>.html)."),
+    review_json: Path | None = typer.Option(None, "--json", help="Also write the review as JSON here."),
+    questions: Path | None = typer.Option(None, "--questions", help="JSON/JSONL of {question, answer} for the QA proxy."),
+    locomo: Path | None = LOCOMO_OPTION,
+    apply: bool = typer.Option(False, "--apply", help="Apply the pending compaction (or, if none, compact and apply)."),
+    change: int | None = typer.Option(None, "--change", help="With --apply: the proposed change to apply."),
+    discard: bool = typer.Option(False, "--discard", help="Discard the pending compaction (drop its fork)."),
+    seed: int = SEED_OPTION,
+    url: str | None = URL_OPTION,
+) -> None:
+    """Compact a bank: one blind episode per neighbourhood of related memories, all into one fork, then
+    a review of every change. Nothing in the bank changes until --apply; `memupdate undo` reverts an apply."""
+    from memupdate.store import to_namespace
+    from memupdate.store.change_log import apply_change, discard_change, get_change, latest_proposal
+
+    root = open_store(url)
+    bank = root.scoped(to_namespace(namespace))
+    if discard:
+        pending = get_change(bank, change) if change else latest_proposal(bank)
+        if pending is None:
+            raise MemupdateError(f"bank {bank.path!r} has no pending compaction to discard")
+        discard_change(bank, pending.id)
+        console.print(f"discarded change {pending.id} of {bank.path}; its fork was dropped", highlight=False)
+        return
+    pending = get_change(bank, change) if change else latest_proposal(bank)
+    if apply and pending is not None:
+        _print_applied(apply_change(bank, pending.id), bank)
+        return
+    if change:
+        raise MemupdateError("--change names a proposed change to apply: add --apply")
+    if bank.count() == 0:
+        raise MemupdateError(f"namespace {namespace!r} holds no memories: import or load it first (memupdate data import)")
+    for path, option, suffixes in ((review, "--review", (".html", ".htm")), (review_json, "--json", (".json",))):
+        check_output(path, option, suffixes)
+    probe = _questions(bank, questions, locomo)
+    if policy not in ("heuristic", "openai", "hf"):
+        raise MemupdateError(f"--policy {policy!r}: compaction needs heuristic, openai or hf")
+    check_policy_endpoint(policy, model, base_url, api_key)
+    if pending is not None:
+        discard_change(bank, pending.id)
+        err_console.print(f"the pending compaction (change {pending.id}) was discarded for this one", highlight=False)
+    proposal, report = _compact(root, bank, policy, model, base_url, api_key, seed, size, probe, review, review_json)
+    if apply:
+        _print_applied(apply_change(bank, proposal.id), bank)
+    else:
+        console.print(f"apply with `memupdate compact {bank.path} --apply`, or drop it with --discard", highlight=False)
+
+
+def _compact(root, bank, policy, model, base_url, api_key, seed, size, probe, review, review_json):  # noqa: ANN001, ANN202
+    from memupdate.agent.compaction import BankMoved, compact_bank
+    from memupdate.agent.policies import make_policy
+    from memupdate.agent.review import build_review, render_html, replaced_by
+    from memupdate.store.change_log import next_change_id, propose_change_with_id
+
+    chat_model = make_policy(policy, root, model=model, base_url=base_url, api_key=api_key, seed=seed)
+    change_id = next_change_id(bank)
+    started = time.perf_counter()
+    with progress_bar("compacting") as bar:
+        task = bar.add_task("compact", total=None)
+        try:
+            result = compact_bank(
+                chat_model, bank, (*bank.namespace, "compaction", f"c{change_id}"), size=size,
+                on_plan=lambda n: bar.update(task, total=n), on_episode=lambda: bar.advance(task),
+            )  # fmt: skip
+        except BankMoved as exc:
+            raise MemupdateError(str(exc)) from None
+    seconds = time.perf_counter() - started
+    qa = _qa(bank, result.fork, probe)
+    page = build_review(bank, result.fork, result.calls, qa=qa)
+    page |= {"change_id": change_id, "policy": policy if policy == "heuristic" else f"{policy}:{model}"}
+    summary = {
+        "counts": page["counts"], "qa": qa, "episodes": result.episodes, "failed_episodes": result.failed_episodes,
+        "stop_reasons": result.stop_reasons, "seconds": round(seconds, 1), "neighbourhood_size": size,
+    }  # fmt: skip
+    proposal = propose_change_with_id(
+        bank, change_id, result.fork, policy=page["policy"], summary=summary,
+        details={"replaced": replaced_by(page), "calls": result.calls, "review": page},
+    )  # fmt: skip
+    review = review or Path(f"review-{bank.path.replace('/', '_')}-c{change_id}.html")
+    review.write_text(render_html(page), encoding="utf-8")
+    if review_json:
+        review_json.write_text(json.dumps(page, indent=1, ensure_ascii=False, default=str) + "\n", encoding="utf-8")
+    counts = page["counts"]
+    kinds = ", ".join(f"{counts[k]} {k}s" for k in ("merge", "split", "update", "delete", "create", "rewrite") if counts[k])
+    console.print(
+        f"change {change_id}: {result.episodes} episodes in {seconds:.1f} s; memories {counts['memories_before']} -> "
+        f"{counts['memories_after']}; {kinds or 'no changes'}; {counts['flagged']} coverage flags"
+        + (f"; QA proxy {qa['before']:.3f} -> {qa['after']:.3f} on {qa['questions']} questions" if qa else ""),
+        highlight=False, soft_wrap=True,
+    )  # fmt: skip
+    if result.failed_episodes:
+        err_console.print(f"{len(result.failed_episodes)} episodes failed (their neighbourhoods unchanged): {result.failed_episodes[0]}", highlight=False)
+    console.print(f"review: {review.resolve()}" + (f" and {review_json}" if review_json else ""), highlight=False, soft_wrap=True)
+    return proposal, page
+
+
+def _print_applied(change, bank) -> None:  # noqa: ANN001
+    applied = change.summary.get("applied", {})
+    console.print(
+        f"applied change {change.id} to {bank.path} in one transaction: {applied.get('removed', 0)} removed, "
+        f"{applied.get('changed', 0)} changed, {applied.get('added', 0)} added; memories {applied.get('memories_before')} -> "
+        f"{applied.get('memories_after')}; replaced rows kept as superseded; `memupdate undo {bank.path}` reverts it",
+        highlight=False, soft_wrap=True,
+    )  # fmt: skip
+
+
+def _questions(bank, path: Path | None, locomo: Path | None) -> list[Any]:  # noqa: ANN001
+    """Questions for the QA proxy: the user's file, else the LoCoMo conversation a `locomo/<id>` bank is."""
+    if path is not None:
+        return read_questions(path)
+    if len(bank.namespace) == 2 and bank.namespace[0] == "locomo":
+        from memupdate.rl.data.locomo import default_locomo_path, load_locomo
+
+        source = locomo or default_locomo_path()
+        if source is None:
+            return []
+        try:
+            (conversation,) = load_locomo(source, [bank.namespace[1]])
+        except ValueError:
+            return []
+        return list(conversation.qa)
+    return []
+
+
+def read_questions(path: Path) -> list[UserQuestion]:
+    """A JSON list or JSONL of `{question, answer, category?, evidence?}`; a clear error names the bad item."""
+    try:
+        raw = path.read_text(encoding="utf-8").strip()
+        rows = json.loads(raw) if raw.startswith("[") else [json.loads(line) for line in raw.splitlines() if line.strip()]
+    except OSError as exc:
+        raise MemupdateError(f"--questions {str(path)!r}: {exc.strerror}") from None
+    except json.JSONDecodeError as exc:
+        raise MemupdateError(f"--questions {str(path)!r} is not JSON or JSONL (line {exc.lineno}: {exc.msg})") from None
+    questions = []
+    for number, row in enumerate(rows, 1):
+        if not isinstance(row, dict) or not isinstance(row.get("question"), str) or row.get("answer") is None:
+            raise MemupdateError(f"--questions {str(path)!r} item {number}: give {{\"question\": ..., \"answer\": ...}}")
+        questions.append(UserQuestion(row["question"], str(row["answer"]), tuple(row.get("evidence") or ()), int(row.get("category", 4))))
+    return questions
+
+
+def _qa(bank, fork, questions: list[Any]) -> dict[str, Any] | None:  # noqa: ANN001
+    """The QA proxy before -> after over the answerable (non-adversarial) questions."""
+    from memupdate.rl.scoring.metrics import ADVERSARIAL
+    from memupdate.rl.scoring.qa_proxy import score_questions
+
+    answerable = [q for q in questions if q.category != ADVERSARIAL and q.answer]
+    if not answerable:
+        return None
+    before = [s.qa_score for s in score_questions(bank, answerable)]
+    after = [s.qa_score for s in score_questions(fork, answerable)]
+    return {
+        "questions": len(answerable),
+        "before": sum(before) / len(before),
+        "after": sum(after) / len(after),
+        "better": sum(a > b + 1e-9 for a, b in zip(after, before, strict=True)),
+        "worse": sum(a < b - 1e-9 for a, b in zip(after, before, strict=True)),
+    }
