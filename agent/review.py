@@ -84,7 +84,7 @@ def build_review(bank: MemoryStore, fork: MemoryStore, calls: Sequence[dict[str,
             "reasons": reasons,
             "tools": tools,
             "coverage": _coverage(sources, results, fork_words),
-        })  # fmt: skip
+        })
     order = {kind: i for i, kind in enumerate(CHANGE_KINDS)}
     changes.sort(key=lambda c: (order[c["kind"]], (c["sources"] or c["results"])[0]["key"]))
     for number, change in enumerate(changes, 1):

@@ -115,7 +115,7 @@ def make_rows(base: Any, questions: list[Any]) -> list[dict[str, Any]]:
     from memupdate.agent.tools import MEMORY_TOOLS
     from memupdate.rl.data.locomo import qa_row
     from memupdate.rl.namespaces import trajectory_namespace
-    from memupdate.store.memory_store import namespace_path
+    from memupdate.store.records import namespace_path
 
     rows = []
     for i, q in enumerate(questions):

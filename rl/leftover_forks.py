@@ -22,7 +22,7 @@ from sqlalchemy import Engine
 from memupdate.rl.namespaces import TRAJ_LABEL, fork_base
 from memupdate.store import MemoryStore, drop_fork, to_namespace
 from memupdate.store.inventory import memory_counts, namespaces_labelled
-from memupdate.store.memory_store import SEPARATOR, namespace_path
+from memupdate.store.records import SEPARATOR, namespace_path
 
 
 @dataclass(frozen=True)

@@ -28,16 +28,12 @@ import numpy as np
 from sqlalchemy import Connection, Text, bindparam, delete, func, insert, literal, select, text, update
 from sqlalchemy.dialects.postgresql import JSONB
 
+from memupdate.store.codecs import from_vector_send
 from memupdate.store.errors import MemupdateError
-from memupdate.store.memory_store import (
-    RECORD_COLUMNS,
-    MemoryRecord,
-    MemoryStore,
-    _from_vector_send,
-    events,
-    memories,
-)
+from memupdate.store.memory_store import MemoryStore
 from memupdate.store.models import MemoryChange, SupersededMemory
+from memupdate.store.records import MemoryRecord
+from memupdate.store.statements import RECORD_COLUMNS, events, memories
 
 changes = MemoryChange.__table__
 superseded = SupersededMemory.__table__
@@ -137,7 +133,7 @@ def superseded_rows(bank: MemoryStore, change_id: int | None = None) -> list[dic
 # -- apply -------------------------------------------------------------------------------------------
 
 
-def apply_change(bank: MemoryStore, change_id: int, *, before_commit=None) -> ChangeRecord:  # noqa: ANN001
+def apply_change(bank: MemoryStore, change_id: int, *, before_commit=None) -> ChangeRecord:
     """Promote the change's fork onto the bank in one transaction (see the module docstring).
 
     `before_commit(conn)` runs last inside the transaction (tests interrupt an apply there)."""
@@ -165,7 +161,7 @@ def apply_change(bank: MemoryStore, change_id: int, *, before_commit=None) -> Ch
                 .where(forked.c.namespace == fork.path, forked.c.key == memories.c.key)
                 .values(content=forked.c.content, kind=forked.c.kind, metadata=forked.c.metadata,
                         embedding=forked.c.embedding, updated_at=forked.c.updated_at)
-            )  # fmt: skip
+            )
         if removed:
             conn.execute(delete(memories).where(memories.c.namespace == bank.path, memories.c.key.in_(removed)))
         if added:
@@ -185,11 +181,11 @@ def apply_change(bank: MemoryStore, change_id: int, *, before_commit=None) -> Ch
         )
         _drop_fork(conn, fork.path)
         summary = {**change.summary, "applied": {"removed": len(removed), "changed": len(changed), "added": len(added),
-                                                  **counts}}  # fmt: skip
+                                                  **counts}}
         row = conn.execute(
             update(changes).where(changes.c.id == change_id)
             .values(status="applied", applied_at=func.now(), summary=summary).returning(*changes.c)
-        ).one()  # fmt: skip
+        ).one()
         if before_commit is not None:
             before_commit(conn)
     return _change(row)
@@ -249,20 +245,20 @@ def _supersede(conn: Connection, bank_path: str, change_id: int, why: dict[str, 
     """Copy the replaced rows whole into superseded_memories, with what replaced them and why (one INSERT ... SELECT)."""
     entry = literal(why, JSONB).op("->", return_type=JSONB)(memories.c.key)
     columns = ["change_id", "memory_id", "namespace", "key", "content", "kind", "metadata", "embedding", "seq",
-               "created_at", "updated_at", "superseded_by", "reason"]  # fmt: skip
+               "created_at", "updated_at", "superseded_by", "reason"]
     source = select(
         literal(change_id), memories.c.id, memories.c.namespace, memories.c.key, memories.c.content, memories.c.kind,
         memories.c.metadata, memories.c.embedding, memories.c.seq, memories.c.created_at, memories.c.updated_at,
         func.coalesce(entry.op("->", return_type=JSONB)("by"), literal([], JSONB)),
         entry.op("->>", return_type=Text)("reason"),
-    ).where(memories.c.namespace == bank_path, memories.c.key.in_(list(why)))  # fmt: skip
+    ).where(memories.c.namespace == bank_path, memories.c.key.in_(list(why)))
     conn.execute(insert(superseded).from_select(columns, source))
 
 
 # -- undo --------------------------------------------------------------------------------------------
 
 
-def undo(bank: MemoryStore, to: int | None = None, *, before_commit=None) -> list[ChangeRecord]:  # noqa: ANN001
+def undo(bank: MemoryStore, to: int | None = None, *, before_commit=None) -> list[ChangeRecord]:
     """Undo the latest applied change, or with `to`, every applied change after change `to` (0: all),
     newest first, in one transaction; returns the undone changes. ChangeConflict if the bank was
     written since in a way the change did not (nothing is undone then)."""
@@ -349,7 +345,7 @@ def bank_vectors(bank: MemoryStore) -> tuple[list[str], np.ndarray]:
         ).all()
     if not rows:
         return [], np.zeros((0, bank.column_dims), dtype=np.float32)
-    return [row[0] for row in rows], np.stack([_from_vector_send(row[1], bank.column_dims) for row in rows])
+    return [row[0] for row in rows], np.stack([from_vector_send(row[1], bank.column_dims) for row in rows])
 
 
 def copy_keys(source: MemoryStore, target: MemoryStore, keys: Sequence[str]) -> int:
@@ -422,7 +418,7 @@ def _drop_fork(conn: Connection, path: str | None) -> None:
         conn.execute(delete(events).where(events.c.namespace == path))
 
 
-def _missing(bank: MemoryStore, change_id: int):  # noqa: ANN202
+def _missing(bank: MemoryStore, change_id: int):
     raise ChangeConflict(f"bank {bank.path!r} has no change {change_id}: `memupdate history {bank.path}` lists them")
 
 

@@ -36,16 +36,16 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
 from memupdate.store.errors import MemupdateError
-from memupdate.store.memory_store import (
+from memupdate.store.memory_store import MemoryStore
+from memupdate.store.models import MAX_CONTENT_CHARS, MEMORY_KINDS, MemorySource
+from memupdate.store.records import (
     KEY_PATTERN,
     MAX_NAMESPACE_DEPTH,
     NAMESPACE_LABEL,
     MemoryRecord,
-    MemoryStore,
     Namespace,
     NewMemory,
 )
-from memupdate.store.models import MAX_CONTENT_CHARS, MEMORY_KINDS, MemorySource
 
 sources = MemorySource.__table__
 DEFAULT_BANK_ROOT = "imported"
@@ -128,7 +128,7 @@ def langgraph_uri(url: str) -> str:
     return parsed.set(password=None).render_as_string(hide_password=False)
 
 
-def open_langgraph_store(url: str):  # noqa: ANN201
+def open_langgraph_store(url: str):
     """LangGraph's own `PostgresStore` on `url` (a context manager); SourceError naming the URL if the
     server cannot be reached or holds no LangGraph store."""
     from langgraph.store.postgres import PostgresStore
@@ -152,7 +152,7 @@ def read_langgraph_items(url: str, prefix: Sequence[str]) -> list[SourceItem]:
     return items
 
 
-def _langgraph_items(store, prefix: tuple[str, ...], url: str) -> list[SourceItem]:  # noqa: ANN001
+def _langgraph_items(store, prefix: tuple[str, ...], url: str) -> list[SourceItem]:
     from psycopg.errors import UndefinedTable
 
     try:
@@ -239,7 +239,7 @@ def _text_item(record: dict[str, Any]) -> SourceItem:
     return SourceItem((str(user),) if user else (), f"t{digest}", {"content": text}, created, created)
 
 
-def _from_item(item) -> SourceItem:  # noqa: ANN001
+def _from_item(item) -> SourceItem:
     return SourceItem(tuple(item.namespace), item.key, dict(item.value), _iso(item.created_at), _iso(item.updated_at))
 
 
@@ -495,7 +495,7 @@ def plan_export(bank: MemoryStore, record: dict[str, Any], current: dict[str, So
 
 
 def _has(bank: MemoryStore, key: str) -> bool:
-    from memupdate.store.memory_store import memories
+    from memupdate.store.statements import memories
 
     with bank.engine.connect() as conn:
         return conn.execute(select(memories.c.id).where(memories.c.namespace == bank.path, memories.c.key == key)).first() is not None
@@ -553,7 +553,7 @@ def export_file(bank: MemoryStore, path: Path) -> ExportReport:
         rows.append({
             "namespace": namespace, "key": source_key, "value": item_value(memory, None),
             "created_at": origin.get("created_at") or memory.created_at.isoformat(), "updated_at": memory.updated_at.isoformat(),
-        })  # fmt: skip
+        })
         (report.written_changed if source_key in (record or {"items": {}})["items"] else report.written_new).append(source_key)
     try:
         path.write_text(json.dumps(rows, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
@@ -579,7 +579,7 @@ def _record_written(bank: MemoryStore, seen: dict[str, Any], puts: dict[str, dic
         seen.pop(source_key, None)
 
 
-def _namespace_items(store, namespace: tuple[str, ...]) -> list[SourceItem]:  # noqa: ANN001
+def _namespace_items(store, namespace: tuple[str, ...]) -> list[SourceItem]:
     items, offset = [], 0
     while True:
         page = store.search(namespace, limit=PAGE_SIZE, offset=offset)

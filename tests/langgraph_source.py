@@ -13,7 +13,7 @@ LANGMEM_NAMESPACE = ("memories", "{langgraph_user_id}")
 
 
 @contextmanager
-def langgraph_store(database_url) -> Iterator[tuple[str, object]]:  # noqa: ANN001
+def langgraph_store(database_url) -> Iterator[tuple[str, object]]:
     """LangGraph's own PostgresStore on `database_url` (a SQLAlchemy URL), its tables created."""
     from langgraph.store.postgres import PostgresStore
 
@@ -23,7 +23,7 @@ def langgraph_store(database_url) -> Iterator[tuple[str, object]]:  # noqa: ANN0
         yield url, store
 
 
-def langmem_tool(store, action: str, user: str, **arguments) -> str:  # noqa: ANN001, ANN003
+def langmem_tool(store, action: str, user: str, **arguments) -> str:
     """Call LangMem's manage_memory tool on `store` for `user`, as an agent would."""
     from langmem import create_manage_memory_tool
 
@@ -31,7 +31,7 @@ def langmem_tool(store, action: str, user: str, **arguments) -> str:  # noqa: AN
     return tool.invoke({"action": action, **arguments}, config={"configurable": {"langgraph_user_id": user}})
 
 
-def remember(store, user: str, facts: Sequence[str]) -> list[str]:  # noqa: ANN001
+def remember(store, user: str, facts: Sequence[str]) -> list[str]:
     """Create each fact through LangMem's tool; returns the keys LangMem chose."""
     keys = []
     for fact in facts:

@@ -15,7 +15,7 @@ from memupdate.store.change_log import (
     superseded_rows,
     undo,
 )
-from memupdate.store.memory_store import memories
+from memupdate.store.statements import memories
 
 FACTS = [
     "Alice moved to Lisbon in 2021",
@@ -34,7 +34,7 @@ def bank_rows(bank: MemoryStore) -> list[tuple]:
                    text("embedding::text"),
                    memories.c.seq, memories.c.created_at, memories.c.updated_at)
             .where(memories.c.namespace == bank.path).order_by(memories.c.seq)
-        ).all()  # fmt: skip
+        ).all()
     return [tuple(row) for row in rows]
 
 
@@ -56,13 +56,13 @@ def test_apply_supersedes_and_undo_restores_exactly(store: MemoryStore) -> None:
     change = propose_change(
         bank, fork, policy="test", summary={},
         details={"replaced": {keys[0]: {"by": ["mX"], "reason": "duplicates"}, keys[2]: {"reason": "not needed"}}},
-    )  # fmt: skip
+    )
     assert history(bank)[-1].status == "proposed" and bank_rows(bank) == before
 
     applied = apply_change(bank, change.id)
     assert applied.status == "applied" and applied.summary["applied"] == {
         "removed": 3, "changed": 1, "added": 1, "memories_before": 5, "memories_after": 3,
-    }  # fmt: skip
+    }
     assert sorted(m.content for m in bank.list()) == sorted([FACTS[0], "Alice went hiking on 7 May 2023", FACTS[4]])
     assert fork.count() == 0 and not fork.events()  # the fork is promoted, then dropped
     kept = {row["key"]: row for row in superseded_rows(bank, change.id)}
@@ -88,7 +88,7 @@ def test_stale_fork_and_interrupted_apply_change_nothing(store: MemoryStore) -> 
     change = propose_change(bank, fork, policy="test", summary={}, details={})
     before = bank_rows(bank)
 
-    def interrupt(conn):  # noqa: ANN001, ANN202
+    def interrupt(conn):
         raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):

@@ -20,7 +20,7 @@ from memupdate.cli import app
 from memupdate.rl.data.ingest import ingest
 from memupdate.store import MemoryStore, NewMemory
 from memupdate.store.change_log import history
-from memupdate.store.memory_store import memories
+from memupdate.store.statements import memories
 
 runner = CliRunner()
 
@@ -30,7 +30,7 @@ def rows(bank: MemoryStore) -> list[tuple]:
         return [tuple(r) for r in conn.execute(
             select(memories.c.id, memories.c.key, memories.c.content, memories.c.kind, memories.c.metadata,
                    text("embedding::text"), memories.c.seq, memories.c.created_at, memories.c.updated_at)
-            .where(memories.c.namespace == bank.path).order_by(memories.c.seq))]  # fmt: skip
+            .where(memories.c.namespace == bank.path).order_by(memories.c.seq))]
 
 
 def test_neighbourhoods_cover_every_memory_once_within_the_size_and_keep_near_duplicates_together() -> None:
@@ -92,7 +92,7 @@ def test_coverage_flags_a_source_whose_words_no_result_holds(store: MemoryStore)
         NewMemory("Alice has a dog called Rex", metadata={"date": "2023-05-08"}),
         NewMemory("Alice went hiking yesterday", metadata={"date": "2023-05-08"}),
         NewMemory("Alice likes jazz"),
-    ])  # fmt: skip
+    ])
     fork = bank.fork((*bank.namespace, "f"))
     fork.update(b.key, content="Alice went hiking on 7 May 2023")  # anchored: nothing lost
     fork.replace([a.key], [NewMemory("Alice has a dog", metadata={"merged_from": [a.key]}, key="m1")])  # "rex" lost
@@ -112,7 +112,7 @@ class WritesToTheBank(PlanningPolicy):
 
     bank_path: str
 
-    def plan(self, bank, question):  # noqa: ANN001, ANN201
+    def plan(self, bank, question):
         self.store.scoped(self.bank_path).create("A memory written by another app meanwhile")
         return []
 
@@ -144,8 +144,8 @@ def test_apply_interrupted_or_stale_gives_one_line_and_changes_nothing(store: Me
     start = rows(bank)
     real = change_log.apply_change
 
-    def interrupted(bank_, change_id, **kwargs):  # noqa: ANN001, ANN003, ANN202
-        def stop(conn):  # noqa: ANN001, ANN202
+    def interrupted(bank_, change_id, **kwargs):
+        def stop(conn):
             raise KeyboardInterrupt
 
         return real(bank_, change_id, before_commit=stop)
@@ -173,13 +173,13 @@ def test_an_llm_policys_reason_is_its_tool_argument_or_its_text_that_turn() -> N
         AIMessage("These two say the same thing.", tool_calls=[
             {"name": "merge_memory", "args": {"memory_ids": ["a", "b"]}, "id": "1", "type": "tool_call"},
             {"name": "search_memory", "args": {"query": "x"}, "id": "2", "type": "tool_call"},
-        ]),  # fmt: skip
+        ]),
         ToolMessage("merged 2 memories into [m1] text", tool_call_id="1", name="merge_memory"),
         ToolMessage("[a] text", tool_call_id="2", name="search_memory"),
         AIMessage("", tool_calls=[
             {"name": "delete_memory", "args": {"memory_id": "c", "reason": "contradicted by m1"}, "id": "3", "type": "tool_call"},
             {"name": "delete_memory", "args": {"memory_id": "zz"}, "id": "4", "type": "tool_call"},
-        ]),  # fmt: skip
+        ]),
         ToolMessage("deleted [c]", tool_call_id="3", name="delete_memory"),
         ToolMessage("error: unknown memory id 'zz'", tool_call_id="4", name="delete_memory", status="error"),
     ]
@@ -202,7 +202,7 @@ def test_compacting_a_locomo_bank_keeps_every_word_and_does_not_lower_the_qa_pro
     bank = ingest(store, conversation).base
     questions = tmp_path / "questions.jsonl"
     questions.write_text("".join(json.dumps({"question": q.question, "answer": q.answer, "category": q.category}) + "\n"
-                                 for q in conversation.qa if q.answer))  # fmt: skip
+                                 for q in conversation.qa if q.answer))
     data = tmp_path / "review.json"
     args = ["compact", bank.path, "--questions", str(questions), "--review", str(tmp_path / "r.html"), "--json", str(data)]
     try:

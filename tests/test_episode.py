@@ -15,7 +15,7 @@ from test_reliability_cli import ScriptedModel, edit_then_fail
 from memupdate.rl.episode import scored_episode
 from memupdate.rl.namespaces import trajectory_namespace
 from memupdate.store import InvalidNamespace, MemoryStore, NewMemory, memory_store
-from memupdate.store.memory_store import namespace_path
+from memupdate.store.records import namespace_path
 
 FACTS = ["Ann adopted a dog named Rex in March 2021.", "Ann works as a nurse at the city hospital."]
 

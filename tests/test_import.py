@@ -15,7 +15,7 @@ from memupdate.store import MemoryStore
 runner = CliRunner()
 
 
-def invoke(*args: str):  # noqa: ANN201
+def invoke(*args: str):
     return runner.invoke(app, [str(a) for a in args])
 
 

@@ -19,7 +19,7 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="Chromium is not installed (Debian: apt-get install -y chromium)")
 # No network, no first-run work, no GPU: the page must render from the file alone.
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-         "--disable-component-update", "--no-first-run"]  # fmt: skip
+         "--disable-component-update", "--no-first-run"]
 
 
 def chromium(profile: Path, *args: str) -> subprocess.CompletedProcess:
@@ -77,7 +77,7 @@ def every_kind_of_change(store: MemoryStore) -> tuple[MemoryStore, MemoryStore]:
         NewMemory("Alice went hiking yesterday", metadata={"date": "2023-05-08"}),
         NewMemory("Alice has a dog called Rex and Alice plays the violin in an orchestra"),
         NewMemory("Alice's old phone number is 555-0100 <script>alert(1)</script>"),
-    ])  # fmt: skip
+    ])
     fork = bank.fork((*bank.namespace, "compaction", "c1"))
     k = [m.key for m in made]
     assert run_tool(fork, "merge_memory", {"memory_ids": k[:2], "content": "Alice moved to Lisbon in 2021."}).ok

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from memupdate.cli import app
 from memupdate.store import MemoryStore
-from memupdate.store.memory_store import memories
+from memupdate.store.statements import memories
 
 runner = CliRunner()
 FACTS = [
@@ -35,7 +35,7 @@ def rows(bank: MemoryStore) -> list[tuple]:
         return [tuple(r) for r in conn.execute(
             select(memories.c.id, memories.c.key, memories.c.content, memories.c.metadata, text("embedding::text"),
                    memories.c.seq, memories.c.created_at, memories.c.updated_at)
-            .where(memories.c.namespace == bank.path).order_by(memories.c.seq))]  # fmt: skip
+            .where(memories.c.namespace == bank.path).order_by(memories.c.seq))]
 
 
 def test_import_compact_apply_export_read_back_undo(fresh_database, database_url, store: MemoryStore, tmp_path) -> None:

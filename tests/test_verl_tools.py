@@ -25,7 +25,7 @@ from memupdate.rl.namespaces import fork_base, rollout_namespace, trajectory_nam
 from memupdate.rl.verl import forks, worker_db
 from memupdate.rl.verl.tools import MemoryEditTool
 from memupdate.store import DatabaseError, MemoryStore, NewMemory
-from memupdate.store.memory_store import namespace_path
+from memupdate.store.records import namespace_path
 
 TOOL_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "tool_config" / "memory_tools.yaml"
 FACTS = [

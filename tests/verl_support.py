@@ -131,7 +131,7 @@ def row_for(
     from memupdate.agent.prompts import system_prompt, task_prompt
     from memupdate.agent.tools import MEMORY_TOOLS
     from memupdate.rl.namespaces import trajectory_namespace
-    from memupdate.store.memory_store import namespace_path
+    from memupdate.store.records import namespace_path
 
     trajectory = f"t-qa{qa_index}-{uuid.uuid4().hex[:8]}"
     bank = namespace_path(trajectory_namespace(base.namespace, trajectory))

@@ -55,7 +55,7 @@ def agent_run(
     from memupdate.rl.namespaces import trajectory_id, trajectory_namespace
     from memupdate.rl.scoring.qa_proxy import score_questions
     from memupdate.store import to_namespace
-    from memupdate.store.memory_store import namespace_path
+    from memupdate.store.records import namespace_path
 
     root = open_store(url)
     bank = root.scoped(to_namespace(namespace))

@@ -95,7 +95,7 @@ def compact_command(
         console.print(f"apply with `memupdate compact {bank.path} --apply`, or drop it with --discard", highlight=False)
 
 
-def _compact(root, bank, policy, model, base_url, api_key, seed, size, probe, review, review_json):  # noqa: ANN001, ANN202
+def _compact(root, bank, policy, model, base_url, api_key, seed, size, probe, review, review_json):
     from memupdate.agent.compaction import BankMoved, compact_bank
     from memupdate.agent.policies import make_policy
     from memupdate.agent.review import build_review, render_html, replaced_by
@@ -110,7 +110,7 @@ def _compact(root, bank, policy, model, base_url, api_key, seed, size, probe, re
             result = compact_bank(
                 chat_model, bank, (*bank.namespace, "compaction", f"c{change_id}"), size=size,
                 on_plan=lambda n: bar.update(task, total=n), on_episode=lambda: bar.advance(task),
-            )  # fmt: skip
+            )
         except BankMoved as exc:
             raise MemupdateError(str(exc)) from None
     seconds = time.perf_counter() - started
@@ -120,11 +120,11 @@ def _compact(root, bank, policy, model, base_url, api_key, seed, size, probe, re
     summary = {
         "counts": page["counts"], "qa": qa, "episodes": result.episodes, "failed_episodes": result.failed_episodes,
         "stop_reasons": result.stop_reasons, "seconds": round(seconds, 1), "neighbourhood_size": size,
-    }  # fmt: skip
+    }
     proposal = propose_change_with_id(
         bank, change_id, result.fork, policy=page["policy"], summary=summary,
         details={"replaced": replaced_by(page), "calls": result.calls, "review": page},
-    )  # fmt: skip
+    )
     review = review or Path(f"review-{bank.path.replace('/', '_')}-c{change_id}.html")
     review.write_text(render_html(page), encoding="utf-8")
     if review_json:
@@ -136,24 +136,24 @@ def _compact(root, bank, policy, model, base_url, api_key, seed, size, probe, re
         f"{counts['memories_after']}; {kinds or 'no changes'}; {counts['flagged']} coverage flags"
         + (f"; QA proxy {qa['before']:.3f} -> {qa['after']:.3f} on {qa['questions']} questions" if qa else ""),
         highlight=False, soft_wrap=True,
-    )  # fmt: skip
+    )
     if result.failed_episodes:
         err_console.print(f"{len(result.failed_episodes)} episodes failed (their neighbourhoods unchanged): {result.failed_episodes[0]}", highlight=False)
     console.print(f"review: {review.resolve()}" + (f" and {review_json}" if review_json else ""), highlight=False, soft_wrap=True)
     return proposal, page
 
 
-def _print_applied(change, bank) -> None:  # noqa: ANN001
+def _print_applied(change, bank) -> None:
     applied = change.summary.get("applied", {})
     console.print(
         f"applied change {change.id} to {bank.path} in one transaction: {applied.get('removed', 0)} removed, "
         f"{applied.get('changed', 0)} changed, {applied.get('added', 0)} added; memories {applied.get('memories_before')} -> "
         f"{applied.get('memories_after')}; replaced rows kept as superseded; `memupdate undo {bank.path}` reverts it",
         highlight=False, soft_wrap=True,
-    )  # fmt: skip
+    )
 
 
-def _questions(bank, path: Path | None, locomo: Path | None) -> list[Any]:  # noqa: ANN001
+def _questions(bank, path: Path | None, locomo: Path | None) -> list[Any]:
     """Questions for the QA proxy: the user's file, else the LoCoMo conversation a `locomo/<id>` bank is."""
     if path is not None:
         return read_questions(path)
@@ -188,7 +188,7 @@ def read_questions(path: Path) -> list[UserQuestion]:
     return questions
 
 
-def _qa(bank, fork, questions: list[Any]) -> dict[str, Any] | None:  # noqa: ANN001
+def _qa(bank, fork, questions: list[Any]) -> dict[str, Any] | None:
     """The QA proxy before -> after over the answerable (non-adversarial) questions."""
     from memupdate.rl.scoring.metrics import ADVERSARIAL
     from memupdate.rl.scoring.qa_proxy import score_questions

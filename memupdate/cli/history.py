@@ -25,7 +25,7 @@ def history_command(
     if as_json:
         rows = [{**{k: getattr(c, k) for k in ("id", "status", "policy", "fork", "summary")},
                  **{k: getattr(c, k) and getattr(c, k).isoformat() for k in ("created_at", "applied_at", "undone_at")}}
-                for c in changes]  # fmt: skip
+                for c in changes]
         console.print_json(json.dumps(rows))
         return
     table = Table("change", "status", "policy", "when", "memories", "merges", "splits", "updates", "deletes", "creates")
@@ -37,7 +37,7 @@ def history_command(
         table.add_row(
             str(change.id), change.status, change.policy or "-", when.strftime("%Y-%m-%d %H:%M:%S"), memories,
             *(str(counts.get(k, 0)) for k in ("merge", "split", "update", "delete", "create")),
-        )  # fmt: skip
+        )
     if changes:
         console.print(table)
     console.print(f"{len(changes)} changes of {bank.path}", highlight=False)

@@ -21,7 +21,7 @@ from memupdate.rl.data.locomo import Conversation, qa_row, split_conversations
 from memupdate.rl.evaluate import EvalConfig, eval_questions
 from memupdate.rl.namespaces import base_namespace, trajectory_id, trajectory_namespace
 from memupdate.rl.scoring.reward import RewardConfig, collateral_sample
-from memupdate.store.memory_store import namespace_path
+from memupdate.store.records import namespace_path
 
 DATA_SOURCE = "locomo"
 ABILITY = "memory_editing"

@@ -36,7 +36,7 @@ from memupdate.rl.scoring.reward import (
 )
 from memupdate.rl.verl.worker_db import in_db_thread, worker_store
 from memupdate.store import MemoryStore, MemupdateError, drop_fork, to_namespace
-from memupdate.store.memory_store import SEPARATOR, namespace_path
+from memupdate.store.records import SEPARATOR, namespace_path
 
 log = logging.getLogger("memupdate.rl.verl.forks")
 
