@@ -126,7 +126,8 @@ def make_teacher(spec: str, store: MemoryStore, config: DistillConfig, *, temper
         def member(seed: int) -> HuggingFaceChatModel:  # shares the loaded weights; its own sampling seed
             return HuggingFaceChatModel(
                 hf_model=loaded.hf_model, tokenizer=loaded.tokenizer, max_new_tokens=config.max_new_tokens,
-                temperature=temperature, seed=seed,
+                temperature=temperature, seed=seed, system_prompt=loaded.system_prompt,
+                tool_result_chars=loaded.tool_result_chars,
             )  # fmt: skip
 
         return Teacher(spec, member)
@@ -492,6 +493,9 @@ def distill(
     out = Path(out)
     tiny = config.student == "tiny"
     if not tiny:
+        from memupdate.agent.models import resolve_model
+
+        config = replace(config, student=resolve_model(config.student))
         check_student(config.student)
     if config.group_size < 2:
         raise MemupdateError(f"--group-size {config.group_size}: GRPO compares rollouts of one question, so it needs at least 2")
