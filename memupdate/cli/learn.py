@@ -34,7 +34,8 @@ def learn_command(
     student_group_size: int = typer.Option(3, "--student-group-size", help="Student rollouts per question per RL iteration."),
     rl_questions: int = typer.Option(16, "--rl-questions", help="Training questions each RL iteration rolls out on."),
     iterations: int = typer.Option(2, "--iterations", help="RL iterations after distillation."),
-    learning_rate: float = typer.Option(3e-4, "--learning-rate"),
+    learning_rate: float = typer.Option(3e-4, "--learning-rate", help="Used when --sweep is empty."),
+    sweep: str = typer.Option("1e-5,1e-4,3e-4,1e-3", "--sweep", help="Learning rates SFT tries (one pass each); the lowest held-out loss wins."),
     top_layers: int = typer.Option(6, "--top-layers", help="Train only the last N transformer layers (0: all)."),
     sft_epochs: int = typer.Option(4, "--sft-epochs"),
     rl_epochs: int = typer.Option(2, "--rl-epochs"),
@@ -54,6 +55,7 @@ def learn_command(
     config = LearnConfig(
         student=student, train_questions=train_questions, eval_questions=eval_questions, group_size=group_size,
         student_group_size=student_group_size, rl_questions=rl_questions, iterations=iterations, learning_rate=learning_rate,
+        sweep=tuple(float(v) for v in sweep.split(",") if v.strip()),
         top_layers=top_layers, sft_epochs=sft_epochs, rl_epochs=rl_epochs, temperature=temperature,
         max_new_tokens=max_new_tokens, seed=seed,
     )  # fmt: skip

@@ -40,6 +40,10 @@ class TrainConfig:
     max_length: int = 2048  # tokens per trajectory; the start is kept
     warmup_steps: int = 2
     seed: int = 0
+    # Candidates tried first, one short pass each from the same start on up to `sweep_examples` examples;
+    # the one with the lowest held-out loss trains (empty: `learning_rate` as given).
+    sweep: tuple[float, ...] = ()
+    sweep_examples: int = 32
 
 
 def finetune(
@@ -120,36 +124,50 @@ def finetune(
         return total / sum(int(mask.sum()) for _, mask in held)
 
     # 3. The loop: AdamW, linear warm-up then linear decay, gradient clipping.
-    optimizer = torch.optim.AdamW(trained, lr=config.learning_rate, weight_decay=0.0)
-    steps = config.epochs * math.ceil(len(train) / config.batch_size)
+    def train_loop(learning_rate: float, epochs: int, rows: list[int], label: str) -> tuple[list[float], list[float | None]]:
+        optimizer = torch.optim.AdamW(trained, lr=learning_rate, weight_decay=0.0)
+        steps = epochs * math.ceil(len(rows) / config.batch_size)
 
-    def rate(step: int) -> float:
-        return min(1.0, (step + 1) / max(config.warmup_steps, 1)) * max(0.0, 1.0 - step / steps)
+        def rate(step: int) -> float:
+            return min(1.0, (step + 1) / max(config.warmup_steps, 1)) * max(0.0, 1.0 - step / steps)
 
-    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, rate)
-    losses, held_losses = [], [held_out_loss()]
-    order, shuffle, step = list(range(len(train))), random.Random(config.seed), 0
-    model.train()
-    for _ in range(config.epochs):
-        shuffle.shuffle(order)
-        for first in range(0, len(order), config.batch_size):
-            batch = order[first : first + config.batch_size]
-            tokens = sum(int(train[i][1].sum()) for i in batch)
-            total = 0.0
-            for i in batch:
-                ids, mask, weight = train[i]
-                loss = loss_sum(ids, mask, train_inputs[i]) * weight / tokens
-                loss.backward()
-                total += loss.item()
-            torch.nn.utils.clip_grad_norm_(trained, 1.0)
-            optimizer.step()
-            schedule.step()
-            optimizer.zero_grad(set_to_none=True)
-            losses.append(round(total, 4))
-            step += 1
-            if progress:
-                progress("fine-tune", step, steps)
-        held_losses.append(held_out_loss())
+        schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, rate)
+        losses, held_losses = [], [held_out_loss()]
+        order, shuffle, step = list(rows), random.Random(config.seed), 0
+        model.train()
+        for _ in range(epochs):
+            shuffle.shuffle(order)
+            for first in range(0, len(order), config.batch_size):
+                batch = order[first : first + config.batch_size]
+                tokens = sum(int(train[i][1].sum()) for i in batch)
+                total = 0.0
+                for i in batch:
+                    ids, mask, weight = train[i]
+                    loss = loss_sum(ids, mask, train_inputs[i]) * weight / tokens
+                    loss.backward()
+                    total += loss.item()
+                torch.nn.utils.clip_grad_norm_(trained, 1.0)
+                optimizer.step()
+                schedule.step()
+                optimizer.zero_grad(set_to_none=True)
+                losses.append(round(total, 4))
+                step += 1
+                if progress:
+                    progress(label, step, steps)
+            held_losses.append(held_out_loss())
+        return losses, held_losses
+
+    learning_rate, sweep = config.learning_rate, {}
+    if config.sweep and held:
+        start_weights = [p.detach().clone() for p in trained]
+        rows = random.Random(config.seed).sample(range(len(train)), min(config.sweep_examples, len(train)))
+        for candidate in config.sweep:
+            sweep[candidate] = train_loop(candidate, 1, rows, f"learning rate {candidate:g}")[1][-1]
+            with torch.no_grad():
+                for p, w in zip(trained, start_weights, strict=True):
+                    p.copy_(w)
+        learning_rate = min(sweep, key=lambda c: sweep[c])
+    losses, held_losses = train_loop(learning_rate, config.epochs, list(range(len(train))), "fine-tune")
 
     # 4. Save: weights, tokenizer, and how the student saw its prompts.
     out = Path(out)
@@ -166,7 +184,9 @@ def finetune(
         "held_out_examples": len(held),
         "trained_tokens": sum(int(m.sum()) for _, m, _ in train),
         "trained_parameters": sum(p.numel() for p in trained),
-        "steps": steps,
+        "steps": len(losses),
+        "learning_rate": learning_rate,
+        "sweep_held_out_loss": {f"{c:g}": round(v, 4) for c, v in sweep.items()},
         "losses": losses,
         "held_out_loss": [None if v is None else round(v, 4) for v in held_losses],
         "seconds": round(time.perf_counter() - started, 1),

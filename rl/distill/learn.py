@@ -71,7 +71,8 @@ class LearnConfig:
     max_operations: int = 6
     sft_epochs: int = 4
     rl_epochs: int = 2
-    learning_rate: float = 3e-4
+    learning_rate: float = 3e-4  # used when `sweep` is empty
+    sweep: tuple[float, ...] = (1e-5, 1e-4, 3e-4, 1e-3)  # SFT tries each for one pass; the best held-out loss wins
     top_layers: int = 6
     batch_size: int = 8
     seed: int = 0
@@ -191,10 +192,11 @@ def learn(
     def held_out_trajectories() -> list[list[dict[str, str]]]:
         return [_seen(r, settings) for r in teacher_records if r["group"] in kept_out and r["reward"] > 0 and r["messages"]]
 
-    def train_stage(start: Path, target: Path, records: list[dict[str, Any]], weights: list[float], epochs: int) -> dict[str, Any]:
+    def train_stage(start: Path, target: Path, records: list[dict[str, Any]], weights: list[float], epochs: int, sweep: tuple = ()) -> dict[str, Any]:
         examples = [(_seen(r, settings), w) for r, w in zip(records, weights, strict=True) if r["group"] not in kept_out and r["messages"]]
         train_config = TrainConfig(
-            learning_rate=config.learning_rate, epochs=epochs, batch_size=config.batch_size, top_layers=config.top_layers, seed=config.seed
+            learning_rate=learning_rate(), epochs=epochs, batch_size=config.batch_size, top_layers=config.top_layers, seed=config.seed,
+            sweep=sweep,
         )
         return finetune(start, target, examples, held_out_trajectories(), train_config, progress=progress)
 
@@ -203,7 +205,12 @@ def learn(
         advantages, stats = assign_advantages(teacher_records)
         flat = _flat_groups(teacher_records)
         weights = [1.0 if r["reward"] > 0 and (a > 0 or r["group"] in flat) else 0.0 for r, a in zip(teacher_records, advantages, strict=True)]
-        return {**stats, "training": train_stage(base, out / "sft", teacher_records, weights, config.sft_epochs)}
+        return {**stats, "training": train_stage(base, out / "sft", teacher_records, weights, config.sft_epochs, config.sweep)}
+
+    def learning_rate() -> float:
+        """The rate the SFT sweep chose (RL iterations go on with it), else the configured one."""
+        chosen = stages.done.get("sft", {}).get("result", {}).get("training", {}).get("learning_rate")
+        return chosen or config.learning_rate
 
     stages.run("sft", sft)
     stages.run("eval-sft", lambda: evaluate("sft", student(out / "sft", config, 0.0)))
@@ -291,7 +298,7 @@ def _stage_facts(result: Any) -> dict[str, Any]:
                                      "rollouts_per_minute", "tokens_per_rollout", "student_trajectories_trained") if k in result}  # fmt: skip
     if "training" in result:
         t = result["training"]
-        facts["training"] = {k: t[k] for k in ("examples", "steps", "learning_rate", "held_out_loss", "seconds", "peak_rss_mb", "trained_parameters")}
+        facts["training"] = {k: t[k] for k in ("examples", "steps", "learning_rate", "sweep_held_out_loss", "held_out_loss", "seconds", "peak_rss_mb", "trained_parameters")}
         facts["training"]["loss_first_last"] = [t["losses"][0], t["losses"][-1]]
     return facts
 
