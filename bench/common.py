@@ -10,13 +10,10 @@
 from __future__ import annotations
 
 import argparse
-import atexit
 import json
 import os
 import random
-import shutil
 import sys
-import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -51,17 +48,14 @@ def parse_args(parser: argparse.ArgumentParser, argv: Sequence[str] | None = Non
 
 def open_engine(args: argparse.Namespace):  # noqa: ANN201
     """The engine to benchmark on, migrated: `--url`, else the embedded server in `--data-dir` or a temp dir."""
-    from memupdate.store.database import get_engine, start_embedded_server
+    from memupdate.store.database import get_engine
+    from memupdate.store.embedded import start_embedded_server, temporary_data_dir
     from memupdate.store.migrate import upgrade
 
     if args.url:
         engine = get_engine(args.url)
     else:
-        data_dir = Path(args.data_dir) if args.data_dir else Path(tempfile.mkdtemp(prefix="memupdate-bench-"))
-        if not args.data_dir:
-            data_dir.chmod(0o755)  # the server runs as user `pgserver` when we are root
-            # Registered before the server starts: atexit runs last-in first-out, so after pgserver's stop.
-            atexit.register(shutil.rmtree, data_dir, ignore_errors=True)
+        data_dir = Path(args.data_dir) if args.data_dir else temporary_data_dir("memupdate-bench-")
         with console.status(f"starting the embedded PostgreSQL in {data_dir} ..."):
             engine = get_engine(start_embedded_server(data_dir))
     upgrade(engine)

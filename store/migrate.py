@@ -2,7 +2,8 @@
 
     from memupdate.store.migrate import upgrade, status
     upgrade(engine)            # CREATE EXTENSION vector; tables; indexes
-    status(engine)             # {"revision": "0001", "server_version": "18.3", "pgvector_version": "0.8.2", ...}
+    status(engine)             # {"revision": "0001", "server_version": "18.4", "pgvector_version": "0.8.5",
+                               #  "vector_operations": "ok", ...}
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from sqlalchemy import Engine, func, select
 
 import memupdate.migrations
 from memupdate.store.database import require_pgvector, server_info
+from memupdate.store.embedded import check_vector_operations
 from memupdate.store.models import Base, Memory
 
 MIGRATIONS_DIR = Path(memupdate.migrations.__file__).parent
@@ -61,9 +63,11 @@ def drift(engine: Engine) -> list[Any]:
 
 
 def status(engine: Engine) -> dict[str, Any]:
-    """Revision (current and head), server and pgvector versions, namespace and memory counts."""
+    """Revision (current and head), server and pgvector versions, whether pgvector's operations run on
+    that server ("ok", or what failed and the fix), namespace and memory counts."""
     info: dict[str, Any] = {"url": engine.url.render_as_string(hide_password=True), **server_info(engine)}
     info["revision"], info["head"] = current_revision(engine), head_revision()
+    info["vector_operations"] = check_vector_operations(engine) or "ok"
     info["namespaces"] = info["memories"] = None
     if info["revision"] is not None:
         with engine.connect() as conn:

@@ -6,10 +6,7 @@ Set MEMUPDATE_TEST_DATABASE_URL to run the suite against another server instead.
 
 from __future__ import annotations
 
-import atexit
 import os
-import shutil
-import tempfile
 import uuid
 from collections.abc import Iterator
 from dataclasses import replace
@@ -20,7 +17,8 @@ from sqlalchemy import text
 
 from memupdate.rl.data.locomo import load_sample
 from memupdate.store import MemoryStore
-from memupdate.store.database import get_engine, start_embedded_server
+from memupdate.store.database import get_engine
+from memupdate.store.embedded import start_embedded_server, temporary_data_dir
 from memupdate.store.embeddings import get_embedder
 from memupdate.store.migrate import upgrade
 
@@ -33,8 +31,7 @@ if os.environ.get("CI"):
 @pytest.fixture(scope="session")
 def data_dir():
     # Not pytest's tmp_path: that is private to root, and the embedded server runs as its own user.
-    path = tempfile.mkdtemp(prefix="memupdate-test-")
-    atexit.register(shutil.rmtree, path, ignore_errors=True)  # runs after pgserver's own atexit stop
+    path = temporary_data_dir("memupdate-test-")
     os.environ["MEMUPDATE_DATA_DIR"] = str(path)  # subprocesses (CLI tests) share the embedded server
     return path
 

@@ -20,6 +20,10 @@ from memupdate.store.migrate import current_revision, downgrade, drift, head_rev
 runner = CliRunner()
 
 
+def version_tuple(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in version.split("."))
+
+
 def test_upgrade_downgrade_upgrade_is_clean_and_has_no_drift(fresh_database) -> None:
     engine = get_engine(fresh_database)
     assert current_revision(engine) is None
@@ -39,7 +43,7 @@ def test_db_commands_against_a_database_url(fresh_database) -> None:
     assert result.exit_code == 0, result.output
     result = runner.invoke(app, ["db", "status", "--url", url, "--json"])
     status = json.loads(result.output)
-    assert status["revision"] == head_revision() and status["pgvector_version"] == "0.8.2"
+    assert status["revision"] == head_revision() and version_tuple(status["pgvector_version"]) >= (0, 8)
     assert status["server_version"].startswith("18") and status["memories"] == 0
     assert runner.invoke(app, ["db", "downgrade", "base", "--url", url]).exit_code == 0
     status = json.loads(runner.invoke(app, ["db", "status", "--url", url, "--json"]).output)
@@ -116,7 +120,8 @@ def test_two_processes_share_the_embedded_server() -> None:
         f"""
         import sys
         from sqlalchemy import text
-        from memupdate.store.database import get_engine, start_embedded_server
+        from memupdate.store.database import get_engine
+        from memupdate.store.embedded import start_embedded_server
         engine = get_engine(start_embedded_server({data_dir!r}))
         with engine.begin() as conn:
             conn.execute(text("SELECT pg_advisory_xact_lock(42)"))  # create the table one process at a time

