@@ -8,6 +8,8 @@
 and the weight of their loss (1 for imitation, the scaled advantage for an advantage-weighted update).
 The loss is the weighted cross-entropy on the assistant's tokens only (`render.tokenize_with_mask`).
 
+On a GPU the weights stay float32 (a 1e-5 step is below bf16's resolution) under bf16 autocast.
+With `lora_rank = r > 0` LoRA adapters train instead (merged into the saved weights; `top_layers` 0).
 With `top_layers = k > 0` only the last k transformer layers and the final norm train. The layers below
 are frozen, so their output for an example never changes: it is computed once, before the first epoch,
 and each optimiser step runs only the top k layers forward and backward. On SmolLM2 (30 layers) with
@@ -44,6 +46,8 @@ class TrainConfig:
     # the one with the lowest held-out loss trains (empty: `learning_rate` as given).
     sweep: tuple[float, ...] = ()
     sweep_examples: int = 32
+    lora_rank: int = 0  # > 0: LoRA adapters on every linear layer (peft, with the `rl` extra), merged on save
+    gradient_checkpointing: bool = False
 
 
 def finetune(
@@ -63,17 +67,31 @@ def finetune(
     from memupdate.rl.distill.render import tokenize_with_mask
 
     started = time.perf_counter()
+    if config.lora_rank and config.top_layers:
+        raise MemupdateError("LoRA trains adapters on every layer: give top_layers=0 with lora_rank > 0")
     torch.manual_seed(config.seed)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
     tokenizer = AutoTokenizer.from_pretrained(start, local_files_only=True)
-    model = AutoModelForCausalLM.from_pretrained(start, local_files_only=True, dtype=torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(start, local_files_only=True, dtype=torch.float32).to(device)
+    if config.gradient_checkpointing:
+        model.gradient_checkpointing_enable()
+    if config.lora_rank:
+        from peft import LoraConfig, get_peft_model
+
+        model = get_peft_model(model, LoraConfig(r=config.lora_rank, lora_alpha=2 * config.lora_rank, target_modules="all-linear"))
     body, head = model.get_decoder(), model.get_output_embeddings()
     layers = body.layers
     split = len(layers) - config.top_layers if config.top_layers else 0
 
     # 1. Tokenise: ids, the loss mask (assistant tokens), the weight.
+    cut = 0
+
     def encode(messages: list[dict[str, str]]) -> tuple[Any, Any]:
-        ids, mask = tokenize_with_mask(tokenizer, messages, max_length=config.max_length, tools=tools)
-        return torch.tensor([ids]), torch.tensor(mask[1:])  # token t is predicted from the ones before it
+        nonlocal cut
+        ids, mask = tokenize_with_mask(tokenizer, messages, tools=tools)
+        cut += len(ids) > config.max_length
+        ids, mask = ids[: config.max_length], mask[: config.max_length]
+        return torch.tensor([ids], device=device), torch.tensor(mask[1:], device=device)  # token t is predicted from those before
 
     train = [(*encode(m), w) for m, w in examples if w > 0]
     train = [t for t in train if t[1].any()]
@@ -82,11 +100,12 @@ def finetune(
         raise MemupdateError("no trajectory with a positive weight has an assistant token to train on")
 
     # 2. Freeze the bottom, and compute its output once per example (it never changes).
-    for p in model.parameters():
-        p.requires_grad_(False)
-    trained = [*layers[split:].parameters(), *body.norm.parameters()] if split else list(model.parameters())
-    for p in trained:
-        p.requires_grad_(True)
+    if split:
+        for p in model.parameters():
+            p.requires_grad_(False)
+        for p in [*layers[split:].parameters(), *body.norm.parameters()]:
+            p.requires_grad_(True)
+    trained = [p for p in model.parameters() if p.requires_grad]  # with LoRA: the adapters
 
     def bottom(ids: Any) -> Any:
         if not split:
@@ -100,9 +119,10 @@ def finetune(
     def loss_sum(ids: Any, mask: Any, frozen: Any) -> Any:
         """Summed cross-entropy over the masked tokens of one example."""
         if frozen is None:
-            hidden = body(input_ids=ids).last_hidden_state
+            with torch.autocast("cuda", dtype=torch.bfloat16, enabled=device == "cuda"):
+                hidden = body(input_ids=ids).last_hidden_state
         else:
-            positions = torch.arange(ids.shape[1]).unsqueeze(0)
+            positions = torch.arange(ids.shape[1], device=device).unsqueeze(0)
             rotary = body.rotary_emb(frozen, position_ids=positions)
             causal = create_causal_mask(
                 config=model.config, inputs_embeds=frozen, attention_mask=None, past_key_values=None, position_ids=positions
@@ -111,7 +131,7 @@ def finetune(
             for layer in layers[split:]:
                 hidden = layer(hidden, attention_mask=causal, position_embeddings=rotary, position_ids=positions)
             hidden = body.norm(hidden)
-        logits = head(hidden[0, :-1][mask])  # only where the loss is: the vocabulary x all tokens is large
+        logits = head(hidden[0, :-1][mask]).float()  # only where the loss is: the vocabulary x all tokens is large
         return torch.nn.functional.cross_entropy(logits, ids[0, 1:][mask], reduction="sum")
 
     def held_out_loss() -> float | None:
@@ -169,10 +189,12 @@ def finetune(
         learning_rate = min(sweep, key=lambda c: sweep[c])
     losses, held_losses = train_loop(learning_rate, config.epochs, list(range(len(train))), "fine-tune")
 
-    # 4. Save: weights, tokenizer, and how the student saw its prompts.
+    # 4. Save: weights (adapters merged), tokenizer, and how the student saw its prompts.
+    if config.lora_rank:
+        model = model.merge_and_unload()
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(out)
+    model.to("cpu").save_pretrained(out)
     tokenizer.save_pretrained(out)
     from memupdate.agent.policies.hf import STUDENT_SETTINGS
 
@@ -181,6 +203,7 @@ def finetune(
     report = {
         **asdict(config),
         "examples": len(train),
+        "cut_to_max_length": cut,
         "held_out_examples": len(held),
         "trained_tokens": sum(int(m.sum()) for _, m, _ in train),
         "trained_parameters": sum(p.numel() for p in trained),
@@ -188,9 +211,11 @@ def finetune(
         "learning_rate": learning_rate,
         "sweep_held_out_loss": {f"{c:g}": round(v, 4) for c, v in sweep.items()},
         "losses": losses,
+        "loss_first": losses[0],
+        "loss_last": losses[-1],
         "held_out_loss": [None if v is None else round(v, 4) for v in held_losses],
         "seconds": round(time.perf_counter() - started, 1),
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
     }
     (out / "training.json").write_text(json.dumps(report, indent=1))
-    return report
+    return json.loads(json.dumps(report))  # as a resumed run reads it back (tuples become lists)
