@@ -108,3 +108,12 @@ def test_spread_and_interval():
     assert spread(list(range(10)), 3) == [0, 3, 6] and spread([1, 2], 5) == [1, 2]
     ci = interval([0.0, 0.2, 0.4])
     assert ci["mean"] == pytest.approx(0.2) and ci["low"] < 0.2 < ci["high"]
+
+
+def test_prose_limit_cuts_a_turn_without_a_tool_call(tiny):
+    """A random tiny model never opens a <tool_call>: its turn stops at the prose limit, not max_new_tokens."""
+    policy = HuggingFaceChatModel.from_pretrained(tiny, max_new_tokens=40)
+    messages = [SystemMessage("You edit memory."), HumanMessage("Ann moved to Berlin.")]
+    free = policy.invoke(messages).usage_metadata["output_tokens"]
+    cut = policy.model_copy(update={"max_prose_tokens": 6}).invoke(messages).usage_metadata["output_tokens"]
+    assert cut == 6 < free

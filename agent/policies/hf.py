@@ -125,6 +125,9 @@ class HuggingFaceChatModel(BaseChatModel):
     system_prompt: str | None = None  # replaces the graph's system prompt (a small student's shorter one)
     tool_result_chars: int | None = None  # tool results cut to this many characters
     reuse_cache: bool = True  # keep the KV cache of the last turn and prefill only the new tokens
+    # Stop a turn that has written this many tokens without opening a <tool_call> (None: never): a reply
+    # is either calls or a short closing sentence, so long prose is a loop, and decoding costs ~0.1 s a token.
+    max_prose_tokens: int | None = None
     _rng: Any = PrivateAttr(default=None)
     _cache: Any = PrivateAttr(default=None)  # (token ids the cache holds, the cache)
 
@@ -218,6 +221,8 @@ class HuggingFaceChatModel(BaseChatModel):
             if seeded:
                 torch.manual_seed(int(torch.randint(0, 2**62, (1,), generator=self._rng)))
             cache = self._reusable_cache(inputs["input_ids"][0].tolist())
+            if self.max_prose_tokens:
+                options["stopping_criteria"] = [_ProseLimit(self.tokenizer, inputs["input_ids"].shape[1], self.max_prose_tokens)]
             output = self.hf_model.generate(**inputs, **options, past_key_values=cache, return_dict_in_generate=True)
         cache = getattr(output, "past_key_values", None)
         output = getattr(output, "sequences", output)  # a plain tensor where generate is scripted (tests)
@@ -264,3 +269,17 @@ class HuggingFaceChatModel(BaseChatModel):
         if pad is None and ids:
             pad = ids[0]
         return {"eos_token_id": ids, "pad_token_id": pad}
+
+
+class _ProseLimit:
+    """A `generate` stopping criterion: stop once `limit` new tokens hold no `<tool_call>`."""
+
+    def __init__(self, tokenizer: Any, prompt_length: int, limit: int):
+        self.tokenizer, self.prompt_length, self.limit = tokenizer, prompt_length, limit
+
+    def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
+        import torch
+
+        new = input_ids[0, self.prompt_length :]
+        done = len(new) >= self.limit and hermes.OPEN not in self.tokenizer.decode(new, skip_special_tokens=True)
+        return torch.full((input_ids.shape[0],), done, dtype=torch.bool)

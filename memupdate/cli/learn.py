@@ -40,7 +40,9 @@ def learn_command(
     sft_epochs: int = typer.Option(4, "--sft-epochs"),
     rl_epochs: int = typer.Option(2, "--rl-epochs"),
     temperature: float = typer.Option(0.8, "--temperature", help="The student's sampling temperature in RL rollouts."),
-    max_new_tokens: int = typer.Option(256, "--max-new-tokens", help="Per student turn."),
+    max_new_tokens: int = typer.Option(192, "--max-new-tokens", help="Per student turn."),
+    max_prose_tokens: int = typer.Option(48, "--max-prose-tokens", help="Cut a student turn this long with no <tool_call> (a loop)."),
+    threads: int = typer.Option(0, "--threads", help="Torch threads (0: default); 1 is far faster on cores other jobs share."),
     seed: int = typer.Option(0, "--seed"),
     url: str | None = URL_OPTION,
 ) -> None:
@@ -57,7 +59,7 @@ def learn_command(
         student_group_size=student_group_size, rl_questions=rl_questions, iterations=iterations, learning_rate=learning_rate,
         sweep=tuple(float(v) for v in sweep.split(",") if v.strip()),
         top_layers=top_layers, sft_epochs=sft_epochs, rl_epochs=rl_epochs, temperature=temperature,
-        max_new_tokens=max_new_tokens, seed=seed,
+        max_new_tokens=max_new_tokens, max_prose_tokens=max_prose_tokens, threads=threads, seed=seed,
     )  # fmt: skip
     store = open_store(url)
     with _stage_bars() as report:
