@@ -76,6 +76,7 @@ class LearnConfig:
     learning_rate: float = 3e-4  # used when `sweep` is empty
     sweep: tuple[float, ...] = (1e-5, 1e-4, 3e-4, 1e-3)  # SFT tries each for one pass; the best held-out loss wins
     top_layers: int = 6
+    lora_rank: int = 0  # > 0 (with top_layers 0): LoRA adapters instead, e.g. for Qwen2.5-3B on a GPU
     batch_size: int = 8
     seed: int = 0
     reward: RewardConfig = field(default_factory=RewardConfig)
@@ -202,7 +203,7 @@ def learn(
         examples = [(_seen(r, settings), w) for r, w in zip(records, weights, strict=True) if r["group"] not in kept_out and r["messages"]]
         train_config = TrainConfig(
             learning_rate=learning_rate(), epochs=epochs, batch_size=config.batch_size, top_layers=config.top_layers, seed=config.seed,
-            sweep=sweep,
+            sweep=sweep, lora_rank=config.lora_rank,
         )
         return finetune(start, target, examples, held_out_trajectories(), train_config, progress=progress)
 
