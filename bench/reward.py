@@ -45,6 +45,7 @@ from bench.common import (
     write_json,
 )
 from memupdate.agent.tools import run_tool
+from memupdate.rl.namespaces import trajectory_namespace
 from memupdate.rl.scoring.faithfulness import check_faithfulness
 from memupdate.rl.scoring.qa_proxy import QAScore, build_context, evidence_recall, qa_score, score_questions
 from memupdate.rl.scoring.reward import (
@@ -98,7 +99,7 @@ def make_forks(base: MemoryStore, questions: list) -> list[tuple[list, MemorySto
     forks = []
     with console.status(f"forking and editing {len(plans)} trajectories ..."):
         for qi, j, calls in plans:
-            fork = base.fork((*base.namespace[:-1], "traj", f"q{qi:02d}-f{j}"))
+            fork = base.fork(trajectory_namespace(base.namespace[:-1], f"q{qi:02d}-f{j}"))
             for name, arguments in calls:
                 result = run_tool(fork, name, arguments)
                 assert result.ok, f"{name} failed: {result.text}"

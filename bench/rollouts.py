@@ -113,12 +113,13 @@ def make_rows(base: Any, questions: list[Any]) -> list[dict[str, Any]]:
     """One preprocessed row per question (the shape `memupdate data preprocess` writes), 8 collateral each."""
     from memupdate.agent.prompts import system_prompt, task_prompt
     from memupdate.agent.tools import MEMORY_TOOLS
+    from memupdate.rl.namespaces import trajectory_namespace
     from memupdate.store.memory_store import namespace_path
 
     rows = []
     for i, q in enumerate(questions):
         trajectory = f"bench-qa{i}-{uuid.uuid4().hex[:8]}"
-        bank = namespace_path((*base.namespace, "traj", trajectory))
+        bank = namespace_path(trajectory_namespace(base.namespace, trajectory))
         create_kwargs = {"base_namespace": base.path, "namespace": bank, "trajectory_id": trajectory}
         others = random.Random(i).sample([o for o in questions if o is not q], 8)
         extra_info = {
@@ -244,7 +245,7 @@ def prepare(engine: Any, embedder: Any) -> dict[str, Any]:
     from verl.tools.tool_registry import initialize_tools_from_config
 
     from memupdate.rl.distill.tiny_student import build_tiny_checkpoint
-    from memupdate.rl.verl import forks
+    from memupdate.rl.verl import worker_db
     from memupdate.rl.verl.launch import CONFIGS_DIR, compose_config
 
     model = build_tiny_checkpoint(tempfile.mkdtemp(prefix="memupdate-bench-tiny-"))
@@ -256,9 +257,9 @@ def prepare(engine: Any, embedder: Any) -> dict[str, Any]:
     from memupdate.settings import get_settings
 
     get_settings.cache_clear()
-    forks.use_worker_store(None)
-    store = forks.worker_store()  # the production pool: WORKER_CONNECTIONS connections
-    forks.use_worker_store(type(store)(store.engine, embedder, store.namespace))
+    worker_db.use_worker_store(None)
+    store = worker_db.worker_store()  # the production pool: WORKER_CONNECTIONS connections
+    worker_db.use_worker_store(type(store)(store.engine, embedder, store.namespace))
     tools = initialize_tools_from_config(str(REPO / "configs" / "tool_config" / "memory_tools.yaml"))
     return {
         "config": config,
@@ -270,10 +271,10 @@ def prepare(engine: Any, embedder: Any) -> dict[str, Any]:
 
 def _restore_process(saved_url: str | None) -> None:
     """Undo `prepare`'s process-wide settings (`memupdate bench all` runs every benchmark in one process)."""
-    from memupdate.rl.verl import forks
+    from memupdate.rl.verl import worker_db
     from memupdate.settings import get_settings
 
-    forks.use_worker_store(None)
+    worker_db.use_worker_store(None)
     if saved_url is None:
         os.environ.pop("MEMUPDATE_DATABASE_URL", None)
     else:
@@ -285,7 +286,7 @@ def run(args: argparse.Namespace) -> dict:
     import contextlib
     import io
 
-    from memupdate.rl.verl.forks import WORKER_CONNECTIONS
+    from memupdate.rl.verl.worker_db import WORKER_CONNECTIONS
 
     memories, questions, source = memory_bank(N_MEMORIES, N_QUESTIONS, SEED)
     engine = open_engine(args)
@@ -357,7 +358,7 @@ def report(summary: dict) -> None:
             "(driver, socket and server; the rest of the wall time is Python: tools, QA proxy, reward, verl).",
             "model s: the embedding model's time in the pass (the texts were embedded by an untimed pass first).",
             f"conns: connections opened during the pass / most in use at once; a worker process opens at most "
-            f"{summary['worker_connections']} (memupdate.rl.verl.forks.WORKER_CONNECTIONS); this run opened "
+            f"{summary['worker_connections']} (memupdate.rl.verl.worker_db.WORKER_CONNECTIONS); this run opened "
             f"{summary['connections_opened_total']} in all.",
             "Timings on a shared 2-core machine vary by ±10-20% between runs, more when another process is busy.",
         ],

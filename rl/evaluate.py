@@ -16,7 +16,6 @@ The base namespace is never written; each conversation is ingested first if it i
 from __future__ import annotations
 
 import time
-import uuid
 from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
@@ -24,9 +23,10 @@ from typing import Any, Literal
 
 from langchain_core.language_models import BaseChatModel
 
-from memupdate.agent.graph import run_episode
-from memupdate.rl.data.ingest import base_namespace, ingest
+from memupdate.rl.data.ingest import ingest
 from memupdate.rl.data.locomo import ADVERSARIAL, Conversation, QAItem, category_name
+from memupdate.rl.episode import scored_episode
+from memupdate.rl.namespaces import trajectory_id
 from memupdate.rl.scoring.answerer import LLMAnswerer, answerer_report
 from memupdate.rl.scoring.qa_proxy import QAScore
 from memupdate.rl.scoring.reward import (
@@ -36,7 +36,7 @@ from memupdate.rl.scoring.reward import (
     reward_from_scores,
     score,
 )
-from memupdate.store import MemoryRecord, MemoryStore, to_namespace
+from memupdate.store import MemoryRecord, MemoryStore
 
 Mode = Literal["targeted", "blind"]
 
@@ -53,15 +53,6 @@ class EvalConfig:
     # A run whose share of failed episodes exceeds this is not a result: the report says so
     # (`failures["over_threshold"]`) and the CLI exits non-zero.
     max_failure_share: float = 0.1
-
-
-def trajectory_id(sample_id: str, qa_index: int | str) -> str:
-    """`{sample_id}-qa{idx}-{uuid8}`: unique per rollout, so forks of one question never collide."""
-    return f"{sample_id}-qa{qa_index}-{uuid.uuid4().hex[:8]}"
-
-
-def trajectory_namespace(sample_id: str, trajectory: str) -> tuple[str, ...]:
-    return (*base_namespace(sample_id), "traj", trajectory)
 
 
 def eval_questions(conversation: Conversation, config: EvalConfig) -> tuple[list[QAItem], list[dict]]:
@@ -176,47 +167,33 @@ class Episode:
     def run(
         self, policy: BaseChatModel | None, config: EvalConfig, tool_counts: Counter, *, keep_going: bool = False
     ) -> tuple[list[QAScore], RewardBreakdown, str | None]:
-        """Fork the base, let the policy edit the fork, score it, drop it.
+        """Fork the base, let the policy edit the fork, score it, drop it (`scored_episode`; kept with
+        `config.keep_forks`, also after a failure, but never after Ctrl-C).
 
         With `keep_going`, a policy that raises is reported in the third value instead of raising.
         """
-        sample_id = self.conversation.sample_id
-        trajectory = trajectory_id(sample_id, self.qa_index)
-        fork_namespace = to_namespace(trajectory_namespace(sample_id, trajectory))
-        failure = None
-        try:
-            # Inside the try: an interrupt landing just after the fork commits must still drop it.
-            fork = self.base.fork(fork_namespace, episode=trajectory)
-            if policy is not None:
-                try:
-                    result = run_episode(
-                        policy, fork, self.question, max_turns=config.max_turns, max_operations=config.max_operations
-                    )
-                    tool_counts.update(result.tool_counts)
-                except Exception as exc:
-                    if not keep_going:
-                        raise
-                    failure = f"{type(exc).__name__}: {exc}"
+        before = [self.before[q.index] for q in self.scored]
+
+        def scorer(fork: MemoryStore) -> tuple[list[QAScore], RewardBreakdown]:
             after = score(fork, self.scored, self.reward)
-            before = [self.before[q.index] for q in self.scored]
-            breakdown = reward_from_scores(self.base, fork, before, after, self.base_snapshot, self.reward)
-        except BaseException as exc:
-            if not config.keep_forks or not isinstance(exc, Exception):  # Ctrl-C: always drop, then re-raise
-                _drop_fork(self.base, fork_namespace)
-            raise
-        if not config.keep_forks:
-            _drop_fork(self.base, fork_namespace)
-        return after, breakdown, failure
+            return after, reward_from_scores(self.base, fork, before, after, self.base_snapshot, self.reward)
 
-
-def _drop_fork(base: MemoryStore, namespace: tuple[str, ...]) -> None:
-    """Drop a fork, once more on a fresh connection if the first try fails: an interrupt can break the
-    connection the episode was using, and a leftover fork must not outlive the run."""
-    try:
-        base.scoped(namespace).drop()
-    except Exception:
-        base.engine.dispose()
-        base.scoped(namespace).drop()
+        done = scored_episode(
+            policy,
+            self.base,
+            trajectory_id(self.conversation.sample_id, self.qa_index),
+            self.question,
+            scorer,
+            max_turns=config.max_turns,
+            max_operations=config.max_operations,
+            keep=config.keep_forks,
+            keep_failed=config.keep_forks,
+            keep_going=keep_going,
+        )
+        if done.result is not None:
+            tool_counts.update(done.result.tool_counts)
+        after, breakdown = done.score
+        return after, breakdown, done.failure
 
 
 def _row(conversation: Conversation, qa: QAItem, before: QAScore, after: QAScore, breakdown: RewardBreakdown) -> dict[str, Any]:

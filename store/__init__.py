@@ -23,6 +23,7 @@ from memupdate.store.memory_store import (
     NamespaceDiff,
     NewMemory,
     ScoredMemory,
+    drop_fork,
     to_namespace,
 )
 
@@ -50,5 +51,6 @@ __all__ = [
     "NewMemory",
     "ScoredMemory",
     "as_langgraph_store",
+    "drop_fork",
     "to_namespace",
 ]

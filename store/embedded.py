@@ -22,6 +22,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+import time
 import warnings
 from pathlib import Path
 
@@ -131,8 +132,7 @@ def check_vector_operations(engine: Engine, server_log: Path | None = None, dims
         if not exc.connection_invalidated and "vector" in str(exc.orig) and "does not exist" in str(exc.orig):
             return "pgvector is not installed in this database: run `memupdate db upgrade`"
         reason = str(exc.orig).strip().splitlines()[0] if exc.orig else str(exc)
-        log_tail = _log_tail(server_log)
-        if "signal 4" in log_tail or "Illegal instruction" in log_tail:
+        if _log_says_sigill(server_log):
             return (
                 "pgvector crashed the PostgreSQL backend with an illegal instruction (SIGILL): its vector.so "
                 f"was built for a newer CPU than this one (e.g. AVX-512 via -march=native). Fix: {PORTABLE_FIX}"
@@ -152,12 +152,21 @@ def _cosine_distance(a: list[float], b: list[float]) -> float:
     return 1.0 - dot / math.sqrt(sum(x * x for x in a) * sum(y * y for y in b))
 
 
-def _log_tail(log: Path | None, size: int = 20_000) -> str:
-    try:
-        data = log.read_bytes() if log else b""
-    except OSError:
-        return ""
-    return data[-size:].decode(errors="replace")
+def _log_says_sigill(log: Path | None, wait: float = 5.0, size: int = 20_000) -> bool:
+    """Whether the server's log reports a backend killed by signal 4. The client sees its connection close
+    before the postmaster reaps the backend and logs why, so the log is read again for a few seconds."""
+    deadline = time.monotonic() + wait
+    while log is not None:
+        try:
+            tail = log.read_bytes()[-size:].decode(errors="replace")
+        except OSError:
+            return False
+        if "signal 4" in tail or "Illegal instruction" in tail:
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+    return False
 
 
 def temporary_data_dir(prefix: str = "memupdate-") -> Path:

@@ -22,7 +22,8 @@ import asyncio
 import random
 import re
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import lru_cache
@@ -604,6 +605,38 @@ class MemoryStore:
             fork._log(conn, [("fork", None, None, {"source": self.path, "memories": copied})])
         return fork
 
+    @contextmanager
+    def forked(
+        self, target: Namespace | str, *, episode: str | None = None, keep: bool = False, keep_failed: bool = False
+    ) -> Iterator[MemoryStore]:
+        """`fork` into `target` for the block, then drop the fork (`drop_fork`), however the block ends.
+
+            with base.forked(("locomo", "conv-26", "try-1")) as fork:
+                fork.create("Caroline moved from Sweden in 2019")
+                reward = compute_reward(base, fork, questions)
+            # the fork is gone, also after an error, Ctrl-C or asyncio cancellation
+
+        `keep` keeps it when the block finishes, `keep_failed` when it raises an error, for inspection;
+        an interrupt (KeyboardInterrupt, asyncio.CancelledError) always drops it. A `target` that cannot
+        be forked (taken, or this namespace) raises InvalidNamespace and is left as it is.
+        """
+        fork = self.scoped(target, episode=episode)
+        try:
+            self.fork(fork.namespace, episode=episode)
+        except InvalidNamespace:
+            raise  # nothing was forked: what holds that name is not ours to drop
+        except BaseException:
+            drop_fork(fork)  # an interrupt just after the fork committed
+            raise
+        try:
+            yield fork
+        except BaseException as exc:
+            if not (keep_failed and isinstance(exc, Exception)):
+                drop_fork(fork)
+            raise
+        if not keep:
+            drop_fork(fork)
+
     def drop(self, *, keep_events: bool = False) -> int:
         """Delete every memory of the namespace (and its event log unless `keep_events`); returns how many."""
         with self.engine.begin() as conn:
@@ -646,6 +679,17 @@ class MemoryStore:
         ]
         if rows:
             conn.execute(insert(events), rows)
+
+
+def drop_fork(fork: MemoryStore) -> int:
+    """Drop a fork (its memories and events), once more on a fresh connection if the first try fails: an
+    interrupt can break the connection the episode was using, and a fork must not outlive its run. The
+    one way memupdate drops a fork (`MemoryStore.forked`, verl's rollouts, `memupdate db forks --prune`)."""
+    try:
+        return fork.drop()
+    except Exception:
+        fork.engine.dispose()
+        return fork.drop()
 
 
 def check_schema(engine: Engine, embedder: Embedder) -> int:

@@ -88,3 +88,17 @@ def fresh_database(engine):
     get_engine(url).dispose()
     with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
         conn.execute(text(f'DROP DATABASE "{name}" WITH (FORCE)'))
+
+
+@pytest.fixture
+def worker_root(engine, embedder) -> Iterator[MemoryStore]:
+    """This process's rollout-worker store is the test database (what `worker_store()` gives a Ray
+    worker), reset after the test even when it or a fixture built on this one fails."""
+    from memupdate.rl.verl import worker_db
+
+    root = MemoryStore(engine, embedder, ("memupdate",))
+    worker_db.use_worker_store(root)
+    try:
+        yield root
+    finally:
+        worker_db.use_worker_store(None)

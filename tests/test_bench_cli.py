@@ -18,7 +18,11 @@ def test_bench_store_writes_json_and_the_cost_curve(database_url: str, tmp_path)
         app, ["bench", "store", "--url", database_url, "--sizes", "200", "--queries", "12", "--json", str(out), "--plot", str(png)]
     )
     assert result.exit_code == 0, result.output
-    store = json.loads(out.read_text())["store"]["results"]["200"]
+    summary = json.loads(out.read_text())
+    store = summary["store"]["results"]["200"]
+    host = summary["machine"]  # what docs/benchmarks.md says the figures were measured on
+    assert host["cores"] >= 1 and host["date"] and len(host["load_start"]) == len(host["load_end"]) == 3
+    assert host["avx512"] in (True, False)
     assert set(store) == {"memupdate", "InMemoryStore", "PostgresStore"}
     assert store["memupdate"]["search_p50_ms"] > 0 and store["PostgresStore"]["recall_at_5"] > 0
     assert png.stat().st_size > 0

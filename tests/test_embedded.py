@@ -96,13 +96,13 @@ def test_a_backend_killed_by_the_cpu_names_the_cause_and_the_fix(own_server, mon
     """A real SIGILL: the check's backend is sent signal 4 while it runs, as an AVX-512 instruction on a
     CPU without it would, and the server's own log says so."""
     engine, log = own_server
-    monkeypatch.setattr(embedded, "VECTOR_CHECK", "SELECT pg_sleep(30) FROM unnest(CAST(:queries AS text[])) LIMIT 1")
+    monkeypatch.setattr(embedded, "VECTOR_CHECK", "SELECT pg_sleep(300) FROM unnest(CAST(:queries AS text[])) LIMIT 1")
 
     def kill_the_check() -> None:
-        for _ in range(100):
+        for _ in range(1200):  # up to 2 minutes on a loaded machine
             with engine.connect() as conn:
                 pid = conn.execute(
-                    text("SELECT pid FROM pg_stat_activity WHERE query LIKE 'SELECT pg_sleep(30)%'")
+                    text("SELECT pid FROM pg_stat_activity WHERE query LIKE 'SELECT pg_sleep(300)%'")
                 ).scalar()
             if pid:
                 os.kill(pid, signal.SIGILL)

@@ -167,24 +167,66 @@ def test_interrupted_eval_is_one_line_and_exit_130(store, sample_file, database_
     assert len(namespaces_under(store, sample_file)) == 1, "only the base is left"
 
 
+# A real `memupdate eval` process whose policy makes one edit, then answers; on turn STALL it writes the
+# marker file and waits for Ctrl-C, so the test knows the episode is under way when it sends SIGINT.
+STALLING_EVAL = """
+import sys, time
+from pathlib import Path
+from langchain_core.language_models.fake_chat_models import FakeMessagesListChatModel
+from langchain_core.messages import AIMessage
+import memupdate.agent.policies as policies
+from memupdate.cli import app
+
+MARKER, STALL = Path(sys.argv[1]), int(sys.argv[2])
+CREATE = {"name": "manage_memory", "args": {"action": "create", "content": "Mid-episode note."}, "id": "c1",
+          "type": "tool_call"}
+
+
+class StallingModel(FakeMessagesListChatModel):
+    turns: int = 0
+
+    def bind_tools(self, tools, **kwargs):
+        return self
+
+    def _generate(self, *args, **kwargs):
+        self.turns += 1
+        if self.turns == STALL:
+            MARKER.write_text(str(self.turns))
+            time.sleep(60)  # Ctrl-C ends this
+        return super()._generate(*args, **kwargs)
+
+
+policies.make_policy = lambda *a, **k: StallingModel(responses=[AIMessage("", tool_calls=[CREATE]), AIMessage("Done.")])
+app(sys.argv[3:], prog_name="memupdate")
+"""
+
+
 @pytest.mark.slow
-def test_ctrl_c_on_a_real_eval_process(store, sample_file, database_url) -> None:
-    """SIGINT at several moments of a real `memupdate eval` process: exit 130, one line, no fork left."""
-    for delay in (1.0, 2.5, 4.0):
-        proc = subprocess.Popen([MEMUPDATE, "eval", "--policy", "heuristic", "--locomo", str(sample_file), "--url",
-                                 database_url], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
-        # Wait until the run has begun (the base is loaded), then interrupt it.
-        deadline = time.monotonic() + 120
-        while not namespaces_under(store, sample_file) and time.monotonic() < deadline and proc.poll() is None:
+@pytest.mark.parametrize("stall", [1, 2], ids=["before-any-edit", "after-an-edit"])
+def test_ctrl_c_mid_episode_of_a_real_eval_process(store, sample_file, database_url, tmp_path, stall) -> None:
+    """SIGINT while a real `memupdate eval` process is inside an episode (its fork exists): exit 130, one
+    line, no fork left."""
+    marker = tmp_path / "in-episode"
+    proc = subprocess.Popen([sys.executable, "-c", STALLING_EVAL, str(marker), str(stall), "eval", "--policy", "heuristic",
+                             "--locomo", str(sample_file), "--url", database_url], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 180
+        while not marker.exists() and proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.2)
-        time.sleep(delay)
+        assert marker.exists(), f"the episode never reached turn {stall}: {proc.poll()=}"
+        sample_id = json.loads(sample_file.read_text())[0]["sample_id"]
+        base = store.scoped(("locomo", sample_id))
+        (fork,) = [ns for ns in namespaces_under(store, sample_file) if ns != base.namespace]
+        assert fork[:3] == (*base.namespace, "traj"), "the episode's fork exists when the signal is sent"
+        assert store.scoped(fork).count() == base.count() + (stall - 1), "the fork holds the edits made so far"
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=120)
-        if proc.returncode == 0:
-            continue  # the run finished before the signal: nothing to check
-        assert proc.returncode == 130, err
-        assert "Traceback" not in err and "interrupted" in err, err
-        assert len(namespaces_under(store, sample_file)) == 1, "only the base is left"
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and "interrupted" in err, err
+    assert namespaces_under(store, sample_file) == [base.namespace], "only the base is left"
 
 
 # -- item 8 and 9: agent run ------------------------------------------------------------------------

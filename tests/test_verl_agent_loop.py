@@ -29,7 +29,7 @@ from verl_support import (  # noqa: E402
 )
 
 from memupdate.rl.verl import forks  # noqa: E402
-from memupdate.store import MemoryStore  # noqa: E402
+from memupdate.store import drop_fork  # noqa: E402
 
 CREATE_HELPFUL = tool_call("manage_memory", {"action": "create", "content": HELPFUL_FACT})
 SAMPLING = {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "repetition_penalty": 1.0, "logprobs": True}
@@ -60,11 +60,9 @@ def tools():
 
 
 @pytest.fixture
-def base(store, engine, embedder):
-    forks.use_worker_store(MemoryStore(engine, embedder, ("memupdate",)))
+def base(store, worker_root):
     load_base(store)
-    yield store
-    forks.use_worker_store(None)
+    return store
 
 
 def make_loop(agent: str, config, server, tokenizer, tools):
@@ -213,8 +211,10 @@ async def test_malformed_tool_calls(config, tokenizer, tools, base) -> None:
     assert forks_left(base, row) == []
 
 
-async def test_a_cancelled_rollout_leaves_no_fork(config, tokenizer, tools, base) -> None:
+async def test_a_cancelled_rollout_leaves_no_fork(config, tokenizer, tools, base, monkeypatch) -> None:
     row = row_for(base)
+    dropped = []  # the forks `drop_fork`, the one way a fork is dropped, dropped (it still runs)
+    monkeypatch.setattr(forks, "drop_fork", lambda fork: dropped.append(fork.namespace) or drop_fork(fork))
 
     stalled = asyncio.Event()
 
@@ -229,8 +229,8 @@ async def test_a_cancelled_rollout_leaves_no_fork(config, tokenizer, tools, base
     loop = make_loop("memupdate_agent", config, server, tokenizer, tools)
     task = asyncio.create_task(loop.run(dict(SAMPLING), **rollout_kwargs(row)))
     await asyncio.wait_for(stalled.wait(), timeout=60)
-    assert len(forks_left(base, row)) == 1
+    (fork,) = forks_left(base, row)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    assert forks_left(base, row) == []
+    assert forks_left(base, row) == [] and dropped == [fork]

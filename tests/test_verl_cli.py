@@ -18,7 +18,8 @@ from typer.testing import CliRunner  # noqa: E402
 from verl_support import REPO, load_base, row_for, write_parquet  # noqa: E402
 
 from memupdate.cli import app  # noqa: E402
-from memupdate.rl.verl.forks import list_forks  # noqa: E402
+from memupdate.rl.leftover_forks import list_forks  # noqa: E402
+from memupdate.rl.namespaces import rollout_namespace, trajectory_namespace  # noqa: E402
 from memupdate.rl.verl.launch import plan_training  # noqa: E402
 
 runner = CliRunner()
@@ -78,10 +79,10 @@ def test_dry_run_prints_a_command_verl_runs_unchanged(dataset, database_url, tmp
 
 
 def test_start_up_drops_leftover_forks_of_the_datasets_bases_only(dataset, store, database_url) -> None:
-    store.fork((*store.namespace, "traj", "crashed-qa0-aaaa0000", "r1"))
+    store.fork(rollout_namespace(trajectory_namespace(store.namespace, "crashed-qa0-aaaa0000"), "r1"))
     other = store.scoped((*store.namespace[:-1], store.namespace[-1] + "-other"))
     other.create("another bank")
-    kept = other.fork((*other.namespace, "traj", "other-qa0-bbbb0000"))
+    kept = other.fork(trajectory_namespace(other.namespace, "other-qa0-bbbb0000"))
     try:
         plan = plan_training("locomo_memory_grpo", dataset, url=database_url, prune_after=timedelta(0))
         assert "dropped 1 leftover trajectory forks" in plan.checks[-1]
@@ -130,7 +131,7 @@ def test_foreign_parquet_and_unreachable_database(dataset, database_url, tmp_pat
 
 def test_db_forks_lists_prunes_and_status_counts_them_apart(store, database_url) -> None:
     store.create("a fact")
-    fork = store.fork((*store.namespace, "traj", "run-qa1-cccc0000"))
+    fork = store.fork(trajectory_namespace(store.namespace, "run-qa1-cccc0000"))
     code, output = invoke("db", "status", "--url", database_url, "--json")
     status = json.loads(output)
     assert code == 0 and status["forks"] >= 1 and status["bases"] >= 1 and status["fork_memories"] >= 1

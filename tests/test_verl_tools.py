@@ -20,7 +20,9 @@ from verl.experimental.agent_loop.tool_agent_loop import AgentData  # noqa: E402
 from verl.tools.tool_registry import initialize_tools_from_config  # noqa: E402
 
 from memupdate.agent.tools import MEMORY_TOOLS  # noqa: E402
-from memupdate.rl.verl import forks  # noqa: E402
+from memupdate.rl import leftover_forks  # noqa: E402
+from memupdate.rl.namespaces import fork_base, rollout_namespace, trajectory_namespace  # noqa: E402
+from memupdate.rl.verl import forks, worker_db  # noqa: E402
 from memupdate.rl.verl.tools import MemoryEditTool  # noqa: E402
 from memupdate.store import DatabaseError, MemoryStore, NewMemory  # noqa: E402
 from memupdate.store.memory_store import namespace_path  # noqa: E402
@@ -36,12 +38,9 @@ FACTS = [
 
 
 @pytest.fixture
-def root(engine, embedder):
+def root(worker_root):
     """This process's rollout store is the test database (what `worker_store()` gives a Ray worker)."""
-    store = MemoryStore(engine, embedder, ("memupdate",))
-    forks.use_worker_store(store)
-    yield store
-    forks.use_worker_store(None)
+    return worker_root
 
 
 @pytest.fixture
@@ -51,7 +50,7 @@ def row(store, root):
     trajectory = f"t-qa0-{uuid.uuid4().hex[:8]}"
     create_kwargs = {
         "base_namespace": store.path,
-        "namespace": namespace_path((*store.namespace, "traj", trajectory)),
+        "namespace": namespace_path(trajectory_namespace(store.namespace, trajectory)),
         "trajectory_id": trajectory,
     }
     extra_info = {
@@ -225,60 +224,72 @@ async def test_a_row_without_create_kwargs_is_a_clear_message(tools, row) -> Non
     assert "lack base_namespace, namespace, trajectory_id" in text and "memupdate data preprocess" in text
 
 
-def test_worker_store_has_a_small_pool_and_names_an_unreachable_database(database_url, monkeypatch) -> None:
+@pytest.fixture
+def configured_worker(monkeypatch):
+    """Point `worker_store()` at a URL through MEMUPDATE_DATABASE_URL, as in a Ray worker. No store
+    before the test; after it (also when it fails) the store it made is closed and forgotten."""
     from memupdate.settings import get_settings
 
-    forks.use_worker_store(None)
-    monkeypatch.setenv("MEMUPDATE_DATABASE_URL", database_url)
-    get_settings.cache_clear()
+    def forget() -> None:
+        if worker_db._worker_store is not None:
+            worker_db._worker_store.engine.dispose()
+        worker_db.use_worker_store(None)
+
+    def configure(url: str) -> None:
+        forget()
+        monkeypatch.setenv("MEMUPDATE_DATABASE_URL", url)
+        get_settings.cache_clear()
+
+    worker_db.use_worker_store(None)
     try:
-        store = forks.worker_store()
-        assert store.engine.pool.size() == forks.WORKER_CONNECTIONS and store.engine.pool._max_overflow == 0
-        store.engine.dispose()
-        forks.use_worker_store(None)
-        monkeypatch.setenv("MEMUPDATE_DATABASE_URL", "postgresql://nobody@127.0.0.1:1/none")
-        get_settings.cache_clear()
-        with pytest.raises(
-            DatabaseError, match="rollout worker cannot reach PostgreSQL at .*127.0.0.1:1.*runtime env"
-        ):
-            forks.worker_store()
+        yield configure
     finally:
-        forks.use_worker_store(None)
+        forget()
+        monkeypatch.undo()
         get_settings.cache_clear()
+
+
+def test_worker_store_has_a_small_pool_and_names_an_unreachable_database(database_url, configured_worker) -> None:
+    configured_worker(database_url)
+    store = worker_db.worker_store()
+    assert store.engine.pool.size() == worker_db.WORKER_CONNECTIONS and store.engine.pool._max_overflow == 0
+    configured_worker("postgresql://nobody@127.0.0.1:1/none")
+    with pytest.raises(DatabaseError, match="rollout worker cannot reach PostgreSQL at .*127.0.0.1:1.*runtime env"):
+        worker_db.worker_store()
 
 
 def test_list_and_prune_leftover_forks(root, store) -> None:
     base = store
     base.create("a fact")
-    old = base.fork((*base.namespace, "traj", "crashed-qa1-aaaa0000", "r1"))
-    live = base.fork((*base.namespace, "traj", "running-qa2-bbbb0000"))
+    old = base.fork(rollout_namespace(trajectory_namespace(base.namespace, "crashed-qa1-aaaa0000"), "r1"))
+    live = base.fork(trajectory_namespace(base.namespace, "running-qa2-bbbb0000"))
     live.create("edited just now")
-    emptied = base.fork((*base.namespace, "traj", "emptied-qa3-cccc0000"))
+    emptied = base.fork(trajectory_namespace(base.namespace, "emptied-qa3-cccc0000"))
     emptied.delete(emptied.list()[0].key)  # no memories left, only its events
-    found = {f.namespace: f for f in forks.list_forks(root, base.namespace)}
+    found = {f.namespace: f for f in leftover_forks.list_forks(root, base.namespace)}
     assert set(found) == {old.path, live.path, emptied.path}
     assert found[emptied.path].memories == 0 and found[emptied.path].events == 2
     assert all(f.base == base.path and f.created_at is not None for f in found.values())
-    assert forks.prune_forks(root, older_than=timedelta(hours=1), prefix=base.namespace) == []
-    pruned = forks.prune_forks(root, older_than=timedelta(0), prefix=base.namespace)
+    assert leftover_forks.prune_forks(root, older_than=timedelta(hours=1), prefix=base.namespace) == []
+    pruned = leftover_forks.prune_forks(root, older_than=timedelta(0), prefix=base.namespace)
     assert {f.namespace for f in pruned} == set(found)
-    assert forks.list_forks(root, base.namespace) == [] and base.count() == 1
+    assert leftover_forks.list_forks(root, base.namespace) == [] and base.count() == 1
 
 
 def test_fork_base_and_durations() -> None:
-    assert forks.fork_base(("locomo", "conv-26", "traj", "conv-26-qa3-1a2b3c4d", "r1")) == (
+    assert fork_base(("locomo", "conv-26", "traj", "conv-26-qa3-1a2b3c4d", "r1")) == (
         "locomo",
         "conv-26",
     )
-    assert forks.fork_base(("locomo", "conv-26")) is None and forks.fork_base(("traj", "x")) is None
-    assert forks.parse_duration("90s") == timedelta(seconds=90) and forks.parse_duration("6h") == timedelta(
+    assert fork_base(("locomo", "conv-26")) is None and fork_base(("traj", "x")) is None
+    assert leftover_forks.parse_duration("90s") == timedelta(seconds=90) and leftover_forks.parse_duration("6h") == timedelta(
         hours=6
     )
-    assert forks.parse_duration("2d") == timedelta(days=2) and forks.parse_duration("30") == timedelta(
+    assert leftover_forks.parse_duration("2d") == timedelta(days=2) and leftover_forks.parse_duration("30") == timedelta(
         seconds=30
     )
     with pytest.raises(ValueError, match="like 90s, 30m, 6h or 2d"):
-        forks.parse_duration("soon")
+        leftover_forks.parse_duration("soon")
 
 
 def test_reward_kwargs_become_the_reward_config_and_typos_are_named() -> None:

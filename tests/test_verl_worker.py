@@ -31,8 +31,7 @@ from verl_support import (  # noqa: E402
     write_parquet,
 )
 
-from memupdate.rl.verl import forks  # noqa: E402
-from memupdate.store import MemoryStore  # noqa: E402
+from memupdate.rl.namespaces import TRAJ_LABEL  # noqa: E402
 
 OTHER_QUESTION, OTHER_ANSWER = "What instrument did Ben start learning?", "violin"
 N = 4
@@ -56,8 +55,7 @@ def tiny_model(tmp_path_factory):
 
 
 @pytest.fixture
-def dataset(store, engine, embedder, tmp_path):
-    forks.use_worker_store(MemoryStore(engine, embedder, ("memupdate",)))
+def dataset(store, worker_root, tmp_path):
     load_base(store)
     rows = [
         row_for(store, qa_index=0),
@@ -65,8 +63,7 @@ def dataset(store, engine, embedder, tmp_path):
     ]
     write_parquet(rows, tmp_path / "train.parquet")
     write_parquet(rows[:1], tmp_path / "test.parquet")
-    yield tmp_path, rows
-    forks.use_worker_store(None)
+    return tmp_path, rows
 
 
 class InProcessReward:
@@ -130,7 +127,7 @@ def check_rewards(output, batch, tokenizer, store) -> dict[str, list[float]]:
     # Each group (uid) holds the n rollouts of one row, in dataset order.
     uids = batch.non_tensor_batch["uid"]
     assert all(len(set(uids[i * N : (i + 1) * N])) == 1 for i in range(2))
-    assert store.list_namespaces(prefix=(*store.namespace, "traj")) == []  # every fork dropped
+    assert store.list_namespaces(prefix=(*store.namespace, TRAJ_LABEL)) == []  # every fork dropped
     return {"scores": scores, "kinds": kinds}
 
 

@@ -130,10 +130,11 @@ def row_for(
     """One preprocessed row on `base`, in the shape `memupdate data preprocess` writes."""
     from memupdate.agent.prompts import system_prompt, task_prompt
     from memupdate.agent.tools import MEMORY_TOOLS
+    from memupdate.rl.namespaces import trajectory_namespace
     from memupdate.store.memory_store import namespace_path
 
     trajectory = f"t-qa{qa_index}-{uuid.uuid4().hex[:8]}"
-    bank = namespace_path((*base.namespace, "traj", trajectory))
+    bank = namespace_path(trajectory_namespace(base.namespace, trajectory))
     create_kwargs = {"base_namespace": base.path, "namespace": bank, "trajectory_id": trajectory}
     return {
         "data_source": "locomo",

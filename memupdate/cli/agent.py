@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from contextlib import contextmanager
 
 import typer
 
@@ -47,14 +48,18 @@ def agent_run(
     """
     from langchain_core.messages import AIMessage, ToolMessage
 
+    from memupdate.agent.graph import run_episode
     from memupdate.agent.policies import make_policy
-    from memupdate.rl.evaluate import trajectory_id
+    from memupdate.rl.episode import scored_episode
+    from memupdate.rl.namespaces import trajectory_id, trajectory_namespace
     from memupdate.rl.scoring.qa_proxy import score_questions
     from memupdate.store import to_namespace
+    from memupdate.store.memory_store import namespace_path
 
     root = open_store(url)
     bank = root.scoped(to_namespace(namespace))
-    if bank.count() == 0:
+    count_before = bank.count()  # a fork starts as a copy of the bank
+    if count_before == 0:
         raise MemupdateError(f"namespace {namespace!r} holds no memories: load it first (memupdate data load)")
     chat_model = make_policy(policy, root, model=model, base_url=base_url, api_key=api_key, seed=seed)
     if chat_model is None:
@@ -62,19 +67,28 @@ def agent_run(
     check_policy_endpoint(policy, model, base_url, api_key)
     probe = [_Probe(question, answer)] if question and answer else []
     before = score_questions(bank, probe)[0].qa_score if probe else None
-    target = bank.scoped((*bank.namespace, "traj", trajectory_id("run", "x"))) if fork else bank
+
+    def outcome(target):  # noqa: ANN001, ANN202
+        """What the episode left in `target`: its memory count and the probe question's QA proxy."""
+        return target.count(), score_questions(target, probe)[0].qa_score if probe else None
+
+    trajectory = trajectory_id("run", "x")
+    target_path = namespace_path(trajectory_namespace(bank.namespace, trajectory)) if fork else bank.path
     try:
-        if fork:
-            bank.fork(target.namespace)
-        count_before = target.count()
-        result = _episode(chat_model, target, question, root if checkpoint else None)
-    except BaseException as exc:
-        if fork:  # a failed or interrupted episode leaves nothing behind
-            target.drop()
-        if isinstance(exc, Exception) and not isinstance(exc, MemupdateError):
-            where = f"; its fork {target.path} was dropped" if fork else f"; {target.path} keeps the edits made before"
-            raise MemupdateError(f"the episode failed: {type(exc).__name__}: {_first_line(exc)}{where}") from None
-        raise
+        with _checkpointer(root if checkpoint else None) as saver:
+            if fork:  # kept for inspection when the episode ends; dropped if it fails or is interrupted
+                done = scored_episode(chat_model, bank, trajectory, question, outcome, checkpointer=saver, keep=True)
+                result, (count_after, after) = done.result, done.score
+            else:
+                result = run_episode(chat_model, bank, question, checkpointer=saver, thread_id=bank.path)
+                count_after, after = outcome(bank)
+    except Exception as exc:
+        if isinstance(exc, MemupdateError):
+            raise
+        where = f"; its fork {target_path} was dropped" if fork else f"; {target_path} keeps the edits made before"
+        raise MemupdateError(f"the episode failed: {type(exc).__name__}: {_first_line(exc)}{where}") from None
+    if checkpoint:
+        console.print(f"graph state checkpointed under thread_id {target_path!r}", highlight=False)
     for message in result.messages[2:]:
         # Tool text is printed as it is, never as Rich markup: `[f0007]` is a memory handle, not a style.
         if isinstance(message, AIMessage):
@@ -87,27 +101,24 @@ def agent_run(
             console.print(message.content, style=style, markup=False, highlight=False)
     console.print(
         f"stopped: {result.stop_reason} after {result.turns} turns, {result.operations} operations | "
-        f"memories {count_before} -> {target.count()} in {target.path}"
+        f"memories {count_before} -> {count_after} in {target_path}"
     )
     if probe:
-        after = score_questions(target, probe)[0].qa_score
         console.print(f"QA proxy for the question: {before:.3f} -> {after:.3f}")
 
 
-def _episode(chat_model, target, question: str | None, checkpoint_store):  # noqa: ANN001, ANN202
-    """Run the episode, with its graph state in LangGraph's Postgres checkpointer if a store is given."""
-    from memupdate.agent.graph import run_episode
-
-    if checkpoint_store is None:
-        return run_episode(chat_model, target, question)
+@contextmanager
+def _checkpointer(store):  # noqa: ANN001, ANN202
+    """LangGraph's Postgres checkpointer on `store`'s database, set up; None when no store is given."""
+    if store is None:
+        yield None
+        return
     from langgraph.checkpoint.postgres import PostgresSaver
 
-    conninfo = checkpoint_store.engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
+    conninfo = store.engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
     with PostgresSaver.from_conn_string(conninfo) as saver:
         saver.setup()
-        result = run_episode(chat_model, target, question, checkpointer=saver, thread_id=target.path)
-    console.print(f"graph state checkpointed under thread_id {target.path!r}", highlight=False)
-    return result
+        yield saver
 
 
 def _first_line(exc: BaseException) -> str:

@@ -6,7 +6,9 @@
 
 The benchmarks live in the repository's top-level `bench/` folder (not in the installed package):
 run from the repository root, or from an editable install. Each also runs alone as
-`python -m bench.<name>`. `all` runs them on one embedded server (or `--url`).
+`python -m bench.<name>`. `all` runs them on one embedded server (or `--url`), and its JSON records
+the machine (CPU, cores, AVX-512, load average at the start and the end, date) for `python -m bench.page`,
+which writes docs/benchmarks.md from it (`make bench` does both).
 """
 
 from __future__ import annotations
@@ -14,9 +16,12 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import json
+import os
+import platform
 import sys
 import tempfile
 import time
+from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
 
@@ -61,6 +66,33 @@ def load_benchmark(name: str):  # noqa: ANN201
     return importlib.import_module(f"bench.{name}")
 
 
+def machine() -> dict[str, object]:
+    """What the figures were measured on, for `bench.page`'s header; unknown fields are None.
+
+        >>> sorted(machine())
+        ['avx512', 'cores', 'cpu', 'date', 'load_start', 'memory_gb', 'platform', 'python']
+    """
+    cpu, flags, memory_gb = platform.processor() or None, None, None
+    cpuinfo, meminfo = Path("/proc/cpuinfo"), Path("/proc/meminfo")
+    if cpuinfo.is_file():  # Linux: the model name and the instruction-set flags of the first core
+        fields = dict(line.split(":", 1) for line in cpuinfo.read_text().splitlines() if ":" in line)
+        fields = {key.strip(): value.strip() for key, value in fields.items()}
+        cpu, flags = fields.get("model name", cpu), fields.get("flags", "").split() or None
+    if meminfo.is_file():
+        total_kb = next((line.split()[1] for line in meminfo.read_text().splitlines() if line.startswith("MemTotal:")), None)
+        memory_gb = round(int(total_kb) / 1024**2, 1) if total_kb else None
+    return {
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "avx512": None if flags is None else "avx512f" in flags,
+        "memory_gb": memory_gb,
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "load_start": [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None,
+    }
+
+
 def bench_command(
     which: Benchmark = typer.Argument(Benchmark.all, help="the benchmark to run, or all of them"),
     json_out: Path | None = typer.Option(None, "--json", help="write every result to this JSON file"),
@@ -79,7 +111,8 @@ def bench_command(
 
         data_dir = temporary_data_dir("memupdate-bench-")
     common = ["--url", url] if url else ["--data-dir", str(data_dir)]
-    summary: dict[str, object] = {}
+    host = machine()
+    summary: dict[str, object] = {"machine": host}
     started = time.perf_counter()
     for name in names:
         module = load_benchmark(name)
@@ -98,6 +131,8 @@ def bench_command(
         out.unlink()
         summary[name] = {"seconds": round(time.perf_counter() - began, 1), **result}
     summary["seconds"] = round(time.perf_counter() - started, 1)
+    if hasattr(os, "getloadavg"):  # the load at the end too: the machine may be shared
+        host["load_end"] = [round(x, 2) for x in os.getloadavg()]
     console.print(f"benchmarks done in {summary['seconds']:.0f} s")
     if json_out:
         json_out.write_text(json.dumps(summary, indent=2, default=str) + "\n")

@@ -111,13 +111,13 @@ def conversation_ids(conversations: str | None) -> list[str] | None:
 def check_sample_ids(conversations) -> None:  # noqa: ANN001
     """Every conversation's trajectory namespaces must be valid labels: a long sample id would make every
     fork fail one by one, so say so before the run."""
-    from memupdate.rl.evaluate import trajectory_id, trajectory_namespace
-    from memupdate.store import InvalidNamespace, to_namespace
+    from memupdate.rl.namespaces import base_namespace, trajectory_id, trajectory_namespace
+    from memupdate.store import InvalidNamespace
 
     for conversation in conversations:
         widest = trajectory_id(conversation.sample_id, max((qa.index for qa in conversation.qa), default=0))
         try:
-            to_namespace(trajectory_namespace(conversation.sample_id, widest))
+            trajectory_namespace(base_namespace(conversation.sample_id), widest)
         except InvalidNamespace:
             room = len(conversation.sample_id) - (len(widest) - 64)
             raise MemupdateError(

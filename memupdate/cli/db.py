@@ -41,7 +41,7 @@ def db_downgrade(revision: str = typer.Argument("-1"), url: str | None = URL_OPT
 def db_status(url: str | None = URL_OPTION, as_json: bool = typer.Option(False, "--json")) -> None:
     """Show the revision, PostgreSQL and pgvector versions, and namespace and memory counts (bases and
     trajectory forks apart)."""
-    from memupdate.rl.verl.forks import namespace_summary
+    from memupdate.rl.leftover_forks import namespace_summary
     from memupdate.store.database import get_engine
     from memupdate.store.migrate import status
 
@@ -59,6 +59,8 @@ def db_status(url: str | None = URL_OPTION, as_json: bool = typer.Option(False, 
         if name != "url":
             table.add_row(name, "-" if value is None else str(value))
     console.print(table)
+    if info["vector_operations"] != "ok":
+        console.print(f"[red]vector operations: {info['vector_operations']}[/]", soft_wrap=True)
     if info["revision"] != info["head"]:
         console.print("[yellow]schema is not at head: run `memupdate db upgrade`[/]")
     elif info.get("forks"):
@@ -78,7 +80,7 @@ def db_forks(
     from datetime import UTC, datetime
 
     from memupdate.cli.common import open_store
-    from memupdate.rl.verl.forks import list_forks, parse_duration, prune_forks
+    from memupdate.rl.leftover_forks import list_forks, parse_duration, prune_forks
     from memupdate.store.errors import MemupdateError
 
     try:

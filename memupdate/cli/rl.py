@@ -33,7 +33,7 @@ def rl_train(
     url: str | None = URL_OPTION,
 ) -> None:
     """Check the database, base namespaces and parquet files, then run verl's trainer (GPUs needed)."""
-    from memupdate.rl.verl.forks import parse_duration
+    from memupdate.rl.leftover_forks import parse_duration
     from memupdate.rl.verl.launch import plan_training
     from memupdate.store.errors import MemupdateError
 

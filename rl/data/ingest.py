@@ -19,9 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from memupdate.rl.data.locomo import Conversation, Fact, Turn
+from memupdate.rl.namespaces import base_namespace
 from memupdate.store import MemoryStore, NewMemory
-
-BASE_PREFIX = "locomo"
 
 
 @dataclass(frozen=True)
@@ -39,10 +38,6 @@ class IngestReport:
             shown = ", ".join(self.removed_by_edit[:5]) + (" ..." if len(self.removed_by_edit) > 5 else "")
             text += f", {len(self.removed_by_edit)} skipped as removed by an edit ({shown})"
         return text
-
-
-def base_namespace(sample_id: str) -> tuple[str, str]:
-    return (BASE_PREFIX, sample_id)
 
 
 def fact_key(index: int) -> str:

@@ -17,9 +17,9 @@ from typing import Any
 
 from memupdate.agent.prompts import system_prompt, task_prompt
 from memupdate.agent.tools import MEMORY_TOOLS
-from memupdate.rl.data.ingest import base_namespace
 from memupdate.rl.data.locomo import Conversation, split_conversations
-from memupdate.rl.evaluate import EvalConfig, eval_questions, trajectory_id, trajectory_namespace
+from memupdate.rl.evaluate import EvalConfig, eval_questions
+from memupdate.rl.namespaces import base_namespace, trajectory_id, trajectory_namespace
 from memupdate.rl.scoring.reward import RewardConfig, collateral_sample
 from memupdate.store.memory_store import namespace_path
 
@@ -33,7 +33,7 @@ def qa_rows(conversation: Conversation, split: str, include_adversarial: bool = 
     rows = []
     for qa in questions:
         trajectory = trajectory_id(conversation.sample_id, qa.index)
-        bank = namespace_path(trajectory_namespace(conversation.sample_id, trajectory))
+        bank = namespace_path(trajectory_namespace(base, trajectory))
         create_kwargs = {"base_namespace": base, "namespace": bank, "trajectory_id": trajectory}
         rows.append(
             {

@@ -25,11 +25,12 @@ from typing import TYPE_CHECKING, Any
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, ToolMessage
 
-from memupdate.agent.graph import run_episode
 from memupdate.agent.policies.hf import to_chat_dicts
 from memupdate.rl.data.ingest import ingest_conversation
 from memupdate.rl.data.locomo import Conversation, QAItem
-from memupdate.rl.evaluate import EvalConfig, eval_questions, trajectory_id, trajectory_namespace
+from memupdate.rl.episode import scored_episode
+from memupdate.rl.evaluate import EvalConfig, eval_questions
+from memupdate.rl.namespaces import trajectory_id
 from memupdate.rl.scoring.reward import collateral_sample, compute_reward, score
 from memupdate.store import MemoryStore, MemupdateError
 
@@ -133,18 +134,18 @@ def rollout(
     """Fork the base, let `policy` edit the fork, score it with the reward, drop it; the trajectory record."""
     started = time.perf_counter()
     sample_id = prompt.conversation.sample_id
-    trajectory = trajectory_id(sample_id, prompt.qa.index)
-    fork = base.fork(trajectory_namespace(sample_id, trajectory), episode=trajectory)
-    try:
-        messages: list = []
-        episode = None
-        if policy is not None:
-            question = prompt.qa.question if config.mode == "targeted" else None
-            episode = run_episode(policy, fork, question, max_turns=config.max_turns, max_operations=config.max_operations)
-            messages = episode.messages
-        reward = compute_reward(base, fork, prompt.scored, config.reward, base_scores=base_scores, base_snapshot=base_snapshot)
-    finally:
-        fork.drop()
+    question = prompt.qa.question if config.mode == "targeted" else None
+    done = scored_episode(
+        policy,
+        base,
+        trajectory_id(sample_id, prompt.qa.index),
+        question,
+        lambda fork: compute_reward(base, fork, prompt.scored, config.reward, base_scores=base_scores, base_snapshot=base_snapshot),
+        max_turns=config.max_turns,
+        max_operations=config.max_operations,
+    )
+    episode, reward = done.result, done.score
+    messages = episode.messages if episode else []
     return {
         "sample_id": sample_id,
         "qa_index": prompt.qa.index,

@@ -263,7 +263,7 @@ def check_database(
     """(the URL workers get, what was done); LaunchError when the database is unreachable, not migrated,
     or lacks a base namespace. Leftover forks under the bases are pruned when `prune_after` is set
     (only counted on a dry run)."""
-    from memupdate.rl.verl.forks import list_forks, prune_forks
+    from memupdate.rl.leftover_forks import list_forks, prune_forks
     from memupdate.store import MemoryStore
     from memupdate.store.database import get_engine
     from memupdate.store.embeddings import get_embedder

@@ -1,0 +1,76 @@
+"""What the database holds across namespaces: memories per namespace, and the namespaces with a given
+label in their path, with their size and first and last writes (how leftover forks are found).
+
+    from memupdate.store.inventory import memory_counts, namespaces_labelled
+
+    memory_counts(engine)             # {"locomo/conv-26": 167, "locomo/conv-26/traj/conv-26-qa3-1a2b3c4d": 168}
+    namespaces_labelled(engine, "traj", under="locomo/conv-26")
+    # [NamespaceActivity(namespace="locomo/conv-26/traj/conv-26-qa3-1a2b3c4d", memories=168, events=3, ...)]
+
+Both take an engine, not a store: `memupdate db status` counts without loading the embedding model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from sqlalchemy import Engine, func, select
+
+from memupdate.store.memory_store import SEPARATOR, events, memories
+
+
+@dataclass(frozen=True)
+class NamespaceActivity:
+    """A namespace with memories or only events left: how many of each, and when it was written."""
+
+    namespace: str
+    memories: int
+    events: int
+    created_at: datetime | None  # its first event (a fork's fork event), else its oldest row
+    last_write: datetime | None  # its newest event or row change
+
+
+def memory_counts(engine: Engine) -> dict[str, int]:
+    """Memories per namespace path, for every namespace that holds any."""
+    with engine.connect() as conn:
+        return dict(conn.execute(select(memories.c.namespace, func.count()).group_by(memories.c.namespace)).all())
+
+
+def namespaces_labelled(engine: Engine, label: str, under: str | None = None) -> list[NamespaceActivity]:
+    """Every namespace with `label` between two of its labels (optionally at or below the path `under`),
+    with memories or only events, oldest write first."""
+    pattern = f"%{SEPARATOR}{_like_literal(label)}{SEPARATOR}%"
+    found: dict[str, dict] = {}
+    with engine.connect() as conn:
+        for table, newest in ((memories, func.max(func.greatest(memories.c.created_at, memories.c.updated_at))),
+                              (events, func.max(events.c.created_at))):  # fmt: skip
+            query = (
+                select(table.c.namespace, func.count(), func.min(table.c.created_at), newest)
+                .where(table.c.namespace.like(pattern))
+                .group_by(table.c.namespace)
+            )
+            for namespace, count, first, last in conn.execute(query):
+                if under and not (namespace == under or namespace.startswith(under + SEPARATOR)):
+                    continue
+                entry = found.setdefault(namespace, {"memories": 0, "events": 0, "first": {}, "last": []})
+                entry["memories" if table is memories else "events"] = count
+                entry["first"][table.name] = first
+                entry["last"].append(last)
+    activity = [
+        NamespaceActivity(
+            namespace,
+            entry["memories"],
+            entry["events"],
+            # The fork event dates a fork; copied rows keep their base's created_at, so they only stand in.
+            entry["first"].get(events.name) or entry["first"].get(memories.name),
+            max((d for d in entry["last"] if d is not None), default=None),
+        )
+        for namespace, entry in found.items()
+    ]
+    return sorted(activity, key=lambda a: (a.last_write or datetime.min.replace(tzinfo=UTC), a.namespace))
+
+
+def _like_literal(text: str) -> str:
+    """`text` matched as it is by LIKE (its `%`, `_` and `\\` escaped)."""
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
