@@ -39,6 +39,7 @@ def learn_command(
     top_layers: int = typer.Option(6, "--top-layers", help="Train only the last N transformer layers (0: all)."),
     lora_rank: int = typer.Option(0, "--lora-rank", help="> 0 with --top-layers 0: LoRA adapters (GPU, large students)."),
     sft_epochs: int = typer.Option(4, "--sft-epochs"),
+    batch_size: int = typer.Option(8, "--batch-size", help="Trajectories per optimiser step."),
     rl_epochs: int = typer.Option(2, "--rl-epochs"),
     temperature: float = typer.Option(0.8, "--temperature", help="The student's sampling temperature in RL rollouts."),
     max_new_tokens: int = typer.Option(192, "--max-new-tokens", help="Per student turn."),
@@ -59,7 +60,7 @@ def learn_command(
         student=student, train_questions=train_questions, eval_questions=eval_questions, group_size=group_size,
         student_group_size=student_group_size, rl_questions=rl_questions, iterations=iterations, learning_rate=learning_rate,
         sweep=tuple(float(v) for v in sweep.split(",") if v.strip()),
-        top_layers=top_layers, lora_rank=lora_rank, sft_epochs=sft_epochs, rl_epochs=rl_epochs, temperature=temperature,
+        top_layers=top_layers, lora_rank=lora_rank, sft_epochs=sft_epochs, batch_size=batch_size, rl_epochs=rl_epochs, temperature=temperature,
         max_new_tokens=max_new_tokens, max_prose_tokens=max_prose_tokens, threads=threads, seed=seed,
     )  # fmt: skip
     store = open_store(url)
