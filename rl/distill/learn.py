@@ -229,9 +229,8 @@ def learn(
         target = out / f"rl-{k}"
 
         def iteration(start: Path = current, k: int = k, target: Path = target) -> dict[str, Any]:
-            started = time.perf_counter()
             own = collect(store, student(start, config, config.temperature), chosen, config.student_group_size, f"rl-{k}", log, rollouts, progress, f"rl-{k} student groups")  # fmt: skip
-            minutes = (time.perf_counter() - started) / 60
+            minutes = sum(r["seconds"] for r in own) / 60  # each rollout's own time: right on a resumed stage too
             groups = {p.group for p in chosen}
             records = own + [r for r in teacher_records if r["group"] in groups]
             advantages, stats = assign_advantages(records)
@@ -242,7 +241,7 @@ def learn(
                 **stats,
                 "student": summarize(own),
                 "student_reward_mean": _mean([r["reward"] for r in own]),
-                "rollouts_per_minute": round(len([r for r in own]) / minutes, 2) if minutes > 0 else None,
+                "rollouts_per_minute": round(len(own) / minutes, 2) if minutes > 0 else None,
                 "tokens_per_rollout": _mean([_tokens(r) for r in own]),
                 "student_trajectories_trained": sum(w > 0 for w, r in zip(weights, records, strict=True) if r["policy"].startswith("student")),
                 "training": train_stage(start, target, records, weights, config.rl_epochs),
