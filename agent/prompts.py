@@ -54,3 +54,11 @@ def parse_task(text: str) -> tuple[str | None, str | None]:
     """(namespace, question) from a `task_prompt` message; None where a line is absent."""
     bank, question = _BANK.search(text), _QUESTION.search(text)
     return (bank["namespace"] if bank else None, question["question"].strip() if question else None)
+
+# For small students on a CPU, where each prompt token costs ~5 ms of prefill: the same task in ~90
+# tokens instead of ~240 (the tools are listed by the student's chat template).
+COMPACT_SYSTEM_PROMPT = """Edit this memory bank so questions answered later from the ~120 words of memories most \
+similar to them are answered better: anchor relative dates ("yesterday") to absolute ones using the memory's date; \
+merge duplicates; fix or delete wrong memories; keep each memory short and self-contained, naming who it is about; \
+write only what the memories support. Memories show as [handle] (date) text; refer to them by handle. \
+Stop calling tools when done."""

@@ -56,3 +56,23 @@ def test_anchored_uses_the_memory_date(base: MemoryStore) -> None:
     text = anchored(relative)
     assert text != relative.content and "2024" in text
     assert anchored(replace(relative, metadata={})) == relative.content
+
+
+def test_stepwise_teacher_edits_only_what_its_search_showed(base: MemoryStore) -> None:
+    """The teacher a language model imitates: search alone first, then edit only the handles it showed."""
+    from langchain_core.messages import AIMessage, ToolMessage
+
+    policy = HeuristicPolicy(store=base, seed=1, stepwise=8, look_first=True, max_operations=4)
+    fork = base.fork(base.namespace + ("traj", "stepwise"), episode="stepwise")
+    try:
+        episode = run_episode(policy, fork, "When did Nadia run the half marathon?")
+    finally:
+        fork.drop()
+    turns = [m for m in episode.messages if isinstance(m, AIMessage)]
+    assert [c["name"] for c in turns[0].tool_calls] == ["search_memory"] and turns[0].tool_calls[0]["args"]["top_k"] == 8
+    shown = next(m.content for m in episode.messages if isinstance(m, ToolMessage))
+    edits = [c for t in turns[1:] for c in t.tool_calls]
+    assert edits, "the teacher made no edit after its search"
+    for call in edits:
+        for key in [*call["args"].get("memory_ids", []), call["args"].get("memory_id")]:
+            assert key is None or f"[{key}]" in shown

@@ -1,7 +1,7 @@
 """`--answerer hf:DIR`: a local checkpoint answers on the CPU with the endpoint answerer's prompt and cache.
 
 The checkpoint is the tiny Qwen2 built from a config with a locally trained tokenizer
-(`tests/tiny_checkpoint.py`, i.e. `memupdate.rl.distill.tiny_student`): random weights, so the answers
+(conftest's `tiny_model`, built by `memupdate.rl.distill.tiny_student`): random weights, so the answers
 are noise, but the prompt, the greedy batched generation and the cache are the real ones. No hub download.
 """
 
@@ -11,7 +11,6 @@ import os
 import uuid
 
 import pytest
-from tiny_checkpoint import build_tiny_checkpoint
 from typer.testing import CliRunner
 
 from memupdate.cli import app
@@ -31,8 +30,8 @@ CONTEXTS = ["Nadia ran her first 10k race on 2 March 2024", "Nadia adopted a dog
 
 
 @pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory):
-    return build_tiny_checkpoint(tmp_path_factory.mktemp("tiny-reader"))
+def checkpoint(tiny_model):
+    return tiny_model
 
 
 def recorded_generate(reader: HFReader) -> list:

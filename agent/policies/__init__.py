@@ -43,9 +43,11 @@ def make_policy(
         from memupdate.agent.policies.hf import HuggingFaceChatModel
 
         if not model:
-            raise MemupdateError("the hf policy needs --model: a local checkpoint directory (config.json, tokenizer)")
+            raise MemupdateError("the hf policy needs --model: a local checkpoint directory (config.json, tokenizer) or smollm2")
+        from memupdate.agent.models import resolve_model
+
         try:
-            return HuggingFaceChatModel.from_pretrained(model, temperature=temperature, seed=seed)
+            return HuggingFaceChatModel.from_pretrained(resolve_model(model), temperature=temperature, seed=seed)
         except ValueError as exc:
             raise MemupdateError(str(exc)) from None
     raise MemupdateError(f"unknown policy {name!r}: choose one of {', '.join(POLICY_NAMES)}")

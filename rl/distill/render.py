@@ -29,21 +29,41 @@ def student_tools() -> list[dict[str, Any]]:
     return [convert_to_openai_tool(schema) for schema in tool_schemas()]
 
 
-def render_transcript(tokenizer: Any, messages: Sequence[dict[str, str]], *, add_generation_prompt: bool = False) -> str:
+def as_student_saw(messages: Sequence[dict[str, str]], settings: dict[str, Any]) -> list[dict[str, str]]:
+    """A logged trajectory as a student with these prompt settings (`hf.prompt_settings`) saw it in its
+    rollouts: its system prompt, tool results cut the same way. Training renders exactly this."""
+    from memupdate.agent.policies.hf import trim_tool_result
+
+    system, limit = settings.get("system_prompt"), settings.get("tool_result_chars")
+    out = []
+    for m in messages:
+        if m["role"] == "system" and system:
+            m = {**m, "content": system}
+        elif m["role"] == "tool":
+            m = {**m, "content": trim_tool_result(m["content"], limit)}
+        out.append(m)
+    return out
+
+
+def render_transcript(
+    tokenizer: Any, messages: Sequence[dict[str, str]], *, add_generation_prompt: bool = False, tools: list | None = None
+) -> str:
     return tokenizer.apply_chat_template(
-        list(messages), tools=student_tools(), add_generation_prompt=add_generation_prompt, tokenize=False
+        list(messages), tools=tools or student_tools(), add_generation_prompt=add_generation_prompt, tokenize=False
     )
 
 
-def assistant_spans(tokenizer: Any, messages: Sequence[dict[str, str]]) -> tuple[str, list[tuple[int, int]]]:
+def assistant_spans(
+    tokenizer: Any, messages: Sequence[dict[str, str]], tools: list | None = None
+) -> tuple[str, list[tuple[int, int]]]:
     """The full transcript and the [start, end) character spans the assistant wrote (with its end token)."""
-    text = render_transcript(tokenizer, messages)
+    text = render_transcript(tokenizer, messages, tools=tools)
     spans = []
     for i, message in enumerate(messages):
         if message["role"] != "assistant":
             continue
-        before = render_transcript(tokenizer, messages[:i], add_generation_prompt=True)
-        through = render_transcript(tokenizer, messages[: i + 1]).rstrip()  # the template's newline after the turn
+        before = render_transcript(tokenizer, messages[:i], add_generation_prompt=True, tools=tools)
+        through = render_transcript(tokenizer, messages[: i + 1], tools=tools).rstrip()  # the template's newline after the turn
         if not (through.startswith(before) and text.startswith(through)):
             raise MemupdateError(
                 f"the student's chat template does not render message {i} as a continuation of the ones before "
@@ -54,11 +74,11 @@ def assistant_spans(tokenizer: Any, messages: Sequence[dict[str, str]]) -> tuple
 
 
 def tokenize_with_mask(
-    tokenizer: Any, messages: Sequence[dict[str, str]], max_length: int | None = None
+    tokenizer: Any, messages: Sequence[dict[str, str]], max_length: int | None = None, tools: list | None = None
 ) -> tuple[list[int], list[bool]]:
     """Token ids of the transcript and, per token, whether the loss is on it; cut to `max_length` tokens
     (the start is kept: the system prompt, task and first turns)."""
-    text, spans = assistant_spans(tokenizer, messages)
+    text, spans = assistant_spans(tokenizer, messages, tools)
     encoded = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
     ids = list(encoded["input_ids"])
     mask = [any(start <= s < end for start, end in spans) for s, _ in encoded["offset_mapping"]]

@@ -30,33 +30,33 @@ tokens; peak memory is about the model, AdamW's two moments and one sequence's a
 
 from __future__ import annotations
 
-import hashlib
 import json
-import math
-import random
 import shutil
 import time
-from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
-from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import AIMessage, ToolMessage
-
-from memupdate.agent.policies.hf import to_chat_dicts
-from memupdate.rl.data.ingest import ingest_conversation
-from memupdate.rl.data.locomo import Conversation, QAItem
+from memupdate.rl.data.locomo import Conversation
 from memupdate.rl.distill.advantages import group_advantages, zero_variance_groups
-from memupdate.rl.episode import scored_episode
-from memupdate.rl.evaluate import EvalConfig, Mode, eval_questions
-from memupdate.rl.namespaces import trajectory_id
-from memupdate.rl.scoring.reward import RewardConfig, collateral_sample, compute_reward
+from memupdate.rl.distill.rollouts import (
+    Progress,
+    Prompt,
+    Teacher,
+    TrajectoryLog,
+    collect,
+    held_back_prompts,
+    make_teacher,
+    summarize,
+    training_prompts,
+)
+from memupdate.rl.evaluate import Mode
+from memupdate.rl.scoring.reward import RewardConfig
 from memupdate.rl.scoring.summaries import mean
 from memupdate.store import MemoryStore, MemupdateError
 
-Progress = Callable[[str, int, int], None]
+__all__ = ["DistillConfig", "Prompt", "Teacher", "TrajectoryLog", "collect", "distill", "make_teacher", "training_prompts"]
 TRAJECTORIES = "trajectories.jsonl"
 EVALUATIONS = "eval.jsonl"
 RUN_INFO = "memupdate.json"
@@ -90,221 +90,6 @@ class DistillConfig:
     max_operations: int | None = None
     seed: int = 0
     reward: RewardConfig = field(default_factory=RewardConfig)
-
-
-# -- teachers --------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Teacher:
-    """Who rolls out a group: `make(seed)` gives one member's chat model (None: no edits)."""
-
-    name: str
-    make: Callable[[int], BaseChatModel | None]
-
-
-def make_teacher(spec: str, store: MemoryStore, config: DistillConfig, *, temperature: float | None = None) -> Teacher:
-    """`heuristic`, `openai:MODEL` or `hf:DIR` (also `none`: no edits), stochastic across seeds."""
-    from memupdate.agent.policies import make_policy
-    from memupdate.agent.policies.heuristic import HeuristicPolicy
-    from memupdate.agent.policies.hf import HuggingFaceChatModel
-    from memupdate.settings import get_settings
-
-    kind, _, model = spec.partition(":")
-    temperature = config.temperature if temperature is None else temperature
-    if kind == "none":
-        return Teacher(spec, lambda seed: None)
-    if kind == "heuristic" and not model:
-        operations = config.max_operations or get_settings().max_operations
-        explore = config.explore if temperature > 0 else 0.0
-        return Teacher(spec, lambda seed: HeuristicPolicy(store=store, seed=seed, explore=explore, max_operations=operations))
-    if kind == "openai" and model:
-        base = make_policy("openai", store, model=model, base_url=config.base_url, api_key=config.api_key, temperature=temperature)
-        return Teacher(spec, lambda seed: base.model_copy(update={"seed": seed}))
-    if kind == "hf" and model:
-        loaded = make_policy("hf", store, model=model, temperature=temperature)
-        assert isinstance(loaded, HuggingFaceChatModel)
-
-        def member(seed: int) -> HuggingFaceChatModel:  # shares the loaded weights; its own sampling seed
-            return HuggingFaceChatModel(
-                hf_model=loaded.hf_model, tokenizer=loaded.tokenizer, max_new_tokens=config.max_new_tokens,
-                temperature=temperature, seed=seed,
-            )
-
-        return Teacher(spec, member)
-    raise MemupdateError(f"--teacher {spec!r} is not one of heuristic, openai:MODEL (e.g. openai:Qwen/Qwen2.5-7B-Instruct), hf:DIR")
-
-
-# -- rollouts ---------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Prompt:
-    """One question to roll out a group on, with the questions its reward scores (target first)."""
-
-    conversation: Conversation
-    qa: QAItem
-    scored: list[QAItem]
-
-    @property
-    def group(self) -> str:
-        return f"{self.conversation.sample_id}/qa{self.qa.index}"
-
-
-def training_prompts(conversations: Sequence[Conversation], config: DistillConfig) -> list[Prompt]:
-    """The first `max_questions` answerable questions of each conversation, each with its collateral sample."""
-    prompts = []
-    for conversation in conversations:
-        questions, _ = eval_questions(conversation, EvalConfig())
-        for qa in questions[: config.max_questions]:
-            scored = [qa, *collateral_sample(questions, qa.index, config.reward.collateral_questions)]
-            prompts.append(Prompt(conversation, qa, scored))
-    return prompts
-
-
-def held_back_prompts(conversations: Sequence[Conversation], used: Sequence[Prompt], config: DistillConfig) -> list[Prompt]:
-    """Up to `eval_questions` questions per conversation that no training group used."""
-    seen = {p.group for p in used}
-    prompts = []
-    for conversation in conversations:
-        questions, _ = eval_questions(conversation, EvalConfig())
-        fresh = [qa for qa in questions if f"{conversation.sample_id}/qa{qa.index}" not in seen]
-        for qa in fresh[: config.eval_questions]:
-            prompts.append(Prompt(conversation, qa, [qa, *collateral_sample(questions, qa.index, config.reward.collateral_questions)]))
-    return prompts
-
-
-def member_seed(config: DistillConfig, key: str) -> int:
-    """A seed per trajectory key: a resumed run draws the same rollouts as an uninterrupted one."""
-    return int.from_bytes(hashlib.sha256(f"{config.seed}:{key}".encode()).digest()[:4], "big")
-
-
-def rollout(
-    policy: BaseChatModel | None, base: MemoryStore, prompt: Prompt, config: DistillConfig
-) -> dict[str, Any]:
-    """Fork the base, let `policy` edit the fork, score it with the reward, drop it; the trajectory record."""
-    started = time.perf_counter()
-    sample_id = prompt.conversation.sample_id
-    question = prompt.qa.question if config.mode == "targeted" else None
-    done = scored_episode(
-        policy,
-        base,
-        trajectory_id(sample_id, prompt.qa.index),
-        question,
-        lambda fork: compute_reward(base, fork, prompt.scored, config.reward),
-        max_turns=config.max_turns,
-        max_operations=config.max_operations,
-    )
-    episode, reward = done.result, done.score
-    messages = episode.messages if episode else []
-    return {
-        "sample_id": sample_id,
-        "qa_index": prompt.qa.index,
-        "question": prompt.qa.question,
-        "group": prompt.group,
-        "messages": to_chat_dicts(messages),
-        **call_summary(messages),
-        "stop_reason": episode.stop_reason if episode else None,
-        "turns": episode.turns if episode else 0,
-        "reward": reward.reward,
-        "reward_parts": reward.as_dict(),
-        "seconds": round(time.perf_counter() - started, 2),
-    }
-
-
-def call_summary(messages: Sequence) -> dict[str, Any]:
-    """Each tool call with its result, and the counts behind the share of valid calls."""
-    results = {m.tool_call_id: m for m in messages if isinstance(m, ToolMessage)}
-    calls, invalid = [], 0
-    for message in messages:
-        if not isinstance(message, AIMessage):
-            continue
-        invalid += len(message.invalid_tool_calls)
-        for call in message.tool_calls:
-            result = results.get(call["id"])
-            ok = result is not None and result.status == "success"
-            calls.append({"name": call["name"], "args": call["args"], "ok": ok, "result": result.content if result else None})
-    return {
-        "calls": calls,
-        "valid_calls": len(calls),
-        "invalid_calls": invalid,
-        "ok_calls": sum(c["ok"] for c in calls),
-    }
-
-
-class TrajectoryLog:
-    """An append-only JSONL of records keyed by `key`; what is already there is not rolled out again."""
-
-    def __init__(self, path: Path):
-        self.path = path
-        self.records: dict[str, dict[str, Any]] = {}
-        if path.is_file():
-            lines = path.read_text().splitlines()
-            for number, line in enumerate(lines):
-                try:
-                    record = json.loads(line)
-                except json.JSONDecodeError:
-                    if number == len(lines) - 1:  # a run killed mid-write leaves a partial last line
-                        break
-                    raise MemupdateError(f"{path}, line {number + 1}, is not JSON: fix or delete that line to resume") from None
-                self.records[record["key"]] = record
-            # Rewrite without a partial tail, so appends start on a fresh line.
-            path.write_text("".join(json.dumps(r) + "\n" for r in self.records.values()))
-        path.touch()  # the dataset's place exists from the start, even if the first rollout fails
-
-    def __contains__(self, key: str) -> bool:
-        return key in self.records
-
-    def append(self, record: dict[str, Any]) -> None:
-        self.records[record["key"]] = record
-        with self.path.open("a") as f:
-            f.write(json.dumps(record) + "\n")
-
-
-def collect(
-    store: MemoryStore,
-    teacher: Teacher,
-    prompts: Sequence[Prompt],
-    members: int,
-    prefix: str,
-    log: TrajectoryLog,
-    config: DistillConfig,
-    progress: Progress | None = None,
-    stage: str = "rollouts",
-) -> list[dict[str, Any]]:
-    """`members` rollouts of `teacher` per prompt, keyed `{prefix}/{group}/g{member}`; logged ones are reused."""
-    records, done, total = [], 0, len(prompts) * members
-    for conversation, group in _by_conversation(prompts):
-        base = ingest_conversation(store, conversation)
-        if base.count() == 0:
-            raise MemupdateError(f"conversation {conversation.sample_id} has no facts to remember: leave it out of --conversations")
-        for prompt in group:
-            for member in range(members):
-                key = f"{prefix}/{prompt.group}/g{member}"
-                if key not in log:
-                    seed = member_seed(config, key)
-                    try:
-                        record = rollout(teacher.make(seed), base, prompt, config)
-                    except MemupdateError:
-                        raise
-                    except Exception as exc:  # the teacher (an endpoint, a checkpoint) failed: keep what is logged
-                        raise MemupdateError(
-                            f"teacher {teacher.name} failed on {key}: {type(exc).__name__}: {exc}. The {len(log.records)} "
-                            f"trajectories so far are kept in {log.path}; fix the teacher and rerun the same command to resume"
-                        ) from exc
-                    log.append({"key": key, "policy": teacher.name, "member": member, "seed": seed, **record})
-                records.append(log.records[key])
-                done += 1
-                if progress:
-                    progress(stage, done, total)
-    return records
-
-
-def _by_conversation(prompts: Sequence[Prompt]) -> list[tuple[Conversation, list[Prompt]]]:
-    grouped: dict[str, tuple[Conversation, list[Prompt]]] = {}
-    for prompt in prompts:
-        grouped.setdefault(prompt.conversation.sample_id, (prompt.conversation, []))[1].append(prompt)
-    return list(grouped.values())
 
 
 # -- advantages ---------------------------------------------------------------------------------------
@@ -367,81 +152,18 @@ def finetune(
     start: Path, out: Path, records: Sequence[dict[str, Any]], weights: Sequence[float], config: DistillConfig, *, tiny: bool,
     progress: Progress | None = None,
 ) -> dict[str, Any]:
-    """Fine-tune the checkpoint at `start` on the weighted records, loss on assistant tokens; save to `out`."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    """Fine-tune every weight of the checkpoint at `start` (or LoRA adapters) on the weighted records (the loop
+    is `finetune.finetune`); save to `out`."""
+    from memupdate.rl.distill.finetune import TrainConfig
+    from memupdate.rl.distill.finetune import finetune as train
 
-    from memupdate.rl.distill.render import tokenize_with_mask
-
-    tokenizer = AutoTokenizer.from_pretrained(start, local_files_only=True)
-    examples, cut = [], 0
-    for record, weight in zip(records, weights, strict=True):
-        if weight <= 0 or not record["messages"]:
-            continue
-        ids, mask = tokenize_with_mask(tokenizer, record["messages"])
-        cut += len(ids) > config.max_length
-        ids, mask = ids[: config.max_length], mask[: config.max_length]
-        if any(mask[1:]):
-            examples.append((ids, mask, weight))
-    if not examples:
-        raise MemupdateError("no trajectory with a positive advantage has an assistant token to train on")
-
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    torch.manual_seed(config.seed)
-    # float32 master weights (a 1e-5 step is below bf16's resolution), bf16 autocast on a GPU.
-    model = AutoModelForCausalLM.from_pretrained(start, local_files_only=True, dtype=torch.float32).to(device)
-    if config.gradient_checkpointing:
-        model.gradient_checkpointing_enable()
-    if config.lora_rank:
-        from peft import LoraConfig, get_peft_model
-
-        model = get_peft_model(model, LoraConfig(r=config.lora_rank, lora_alpha=2 * config.lora_rank, target_modules="all-linear"))
-    model.train()
-    rate = config.learning_rate or (1e-3 if tiny else 1e-5)
-    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=rate, weight_decay=0.0)
-    steps = config.epochs * math.ceil(len(examples) / config.batch_size)
-    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0 - step / max(steps, 1))
-    decoder, head = model.get_decoder(), model.get_output_embeddings()
-    order, losses, step = list(range(len(examples))), [], 0
-    shuffle = random.Random(config.seed)
-    for _ in range(config.epochs):
-        shuffle.shuffle(order)
-        for first in range(0, len(order), config.batch_size):
-            batch = [examples[i] for i in order[first : first + config.batch_size]]
-            tokens = sum(sum(mask[1:]) for _, mask, _ in batch)
-            total = 0.0
-            for ids, mask, weight in batch:
-                input_ids = torch.tensor([ids], device=device)
-                trained = torch.tensor(mask[1:], device=device)  # token t is predicted from the ones before it
-                with torch.autocast("cuda", dtype=torch.bfloat16, enabled=device == "cuda"):
-                    hidden = decoder(input_ids=input_ids).last_hidden_state[0, :-1][trained]
-                    logits = head(hidden).float()  # only where the loss is: a 150k vocabulary x 4k tokens would not fit
-                loss = torch.nn.functional.cross_entropy(logits, input_ids[0, 1:][trained], reduction="sum") * weight / tokens
-                loss.backward()
-                total += loss.item()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            optimizer.step()
-            schedule.step()
-            optimizer.zero_grad(set_to_none=True)
-            losses.append(total)
-            step += 1
-            if progress:
-                progress("fine-tune", step, steps)
-    if config.lora_rank:
-        model = model.merge_and_unload()
-    out.mkdir(parents=True, exist_ok=True)
-    model.to("cpu").save_pretrained(out)
-    tokenizer.save_pretrained(out)
-    return {
-        "examples": len(examples),
-        "cut_to_max_length": cut,
-        "trained_tokens": sum(sum(m[1:]) for _, m, _ in examples),
-        "steps": steps,
-        "learning_rate": rate,
-        "loss_first": losses[0],
-        "loss_last": losses[-1],
-        "losses": [round(v, 4) for v in losses],
-    }
+    train_config = TrainConfig(
+        learning_rate=config.learning_rate or (1e-3 if tiny else 1e-5), epochs=config.epochs, batch_size=config.batch_size,
+        top_layers=0, max_length=config.max_length, warmup_steps=0, seed=config.seed, lora_rank=config.lora_rank,
+        gradient_checkpointing=config.gradient_checkpointing,
+    )
+    examples = [(r["messages"], w) for r, w in zip(records, weights, strict=True) if r["messages"]]
+    return train(start, out, examples, [], train_config, progress=progress)
 
 
 # -- evaluation ---------------------------------------------------------------------------------------
@@ -454,23 +176,6 @@ def evaluate_policy(
     """One greedy rollout per held-back prompt, logged under `eval/{label}`; the summary."""
     records = collect(store, teacher, prompts, 1, f"eval/{label}", log, config, progress, f"eval {label}")
     return summarize(records)
-
-
-def summarize(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    valid = sum(r["valid_calls"] for r in records)
-    invalid = sum(r["invalid_calls"] for r in records)
-    tools = Counter(c["name"] for r in records for c in r["calls"])
-    tools_ok = Counter(c["name"] for r in records for c in r["calls"] if c["ok"])
-    return {
-        "questions": len(records),
-        "reward_mean": mean([r["reward"] for r in records]),
-        "qa_delta_mean": mean([r["reward_parts"]["performance_delta"] for r in records]),
-        "valid_call_share": valid / (valid + invalid) if valid + invalid else None,
-        "ok_call_share": sum(r["ok_calls"] for r in records) / valid if valid else None,
-        "calls_per_episode": (valid + invalid) / len(records) if records else 0.0,
-        "tool_calls": {name: {"calls": n, "ok": tools_ok[name]} for name, n in sorted(tools.items())},
-        "stop_reasons": dict(Counter(str(r["stop_reason"]) for r in records)),
-    }
 
 
 # -- the loop -----------------------------------------------------------------------------------------
@@ -489,6 +194,9 @@ def distill(
     out = Path(out)
     tiny = config.student == "tiny"
     if not tiny:
+        from memupdate.agent.models import resolve_model
+
+        config = replace(config, student=resolve_model(config.student))
         check_student(config.student)
     if config.group_size < 2:
         raise MemupdateError(f"--group-size {config.group_size}: GRPO compares rollouts of one question, so it needs at least 2")

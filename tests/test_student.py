@@ -1,0 +1,119 @@
+"""The pretrained student's pieces without the pretrained model: its chat template (compact tools, prefix
+stable), short prompts, the stepwise teacher, top-layer fine-tuning and the KV cache across turns.
+
+Models here are tiny Qwen2s built from a config with a tokenizer trained locally (`memupdate.rl.distill.tiny_student`):
+nothing is downloaded. The real SmolLM2 is exercised by the slow test in test_student_smollm2.py.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from memupdate.agent import models
+from memupdate.agent.models import STUDENT_CHAT_TEMPLATE, get_model, resolve_model
+from memupdate.agent.policies.hf import HuggingFaceChatModel, to_chat_dicts, trim_tool_result
+from memupdate.agent.prompts import COMPACT_SYSTEM_PROMPT, system_prompt
+from memupdate.rl.distill.finetune import TrainConfig, finetune
+from memupdate.rl.distill.learn import interval, spread
+from memupdate.rl.distill.render import as_student_saw, render_transcript, student_tools, tokenize_with_mask
+from memupdate.rl.distill.tiny_student import build_tiny_checkpoint
+from memupdate.store import MemupdateError
+
+TRANSCRIPT = [
+    {"role": "system", "content": system_prompt()},
+    {"role": "user", "content": "Memory bank: locomo/x\nTarget question: When did Ann move?"},
+    {"role": "assistant", "content": '<tool_call>\n{"name": "search_memory", "arguments": {"query": "Ann move"}}\n</tool_call>'},
+    {"role": "tool", "content": "[f0001] 0.80 (2023-05-08) Ann moved to Berlin last week.\n[f0002] 0.70 (2023-05-09) Ann likes tea."},
+    {"role": "assistant", "content": "Done."},
+]
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    path = build_tiny_checkpoint(tmp_path_factory.mktemp("tiny_student"), layers=3)
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    tokenizer.chat_template = STUDENT_CHAT_TEMPLATE
+    tokenizer.save_pretrained(path)
+    return path
+
+
+def test_template_lists_tools_in_one_line_each_and_renders_prefixes_as_prefixes(tiny):
+    tokenizer = AutoTokenizer.from_pretrained(tiny)
+    text = render_transcript(tokenizer, TRANSCRIPT)
+    assert "- search_memory(query, top_k?): Find the memories most similar to a query\n" in text
+    assert "- manage_memory(action=create|update, content, memory_id?, kind?=episodic|semantic|procedural)" in text
+    assert '"properties"' not in text  # no JSON schema
+    assert text.count("<|im_start|>") == len(TRANSCRIPT)
+    for i in range(1, len(TRANSCRIPT)):
+        assert text.startswith(render_transcript(tokenizer, TRANSCRIPT[:i]))
+    ids, mask = tokenize_with_mask(tokenizer, TRANSCRIPT)
+    trained = tokenizer.decode([t for t, m in zip(ids, mask, strict=True) if m])
+    assert "search_memory" in trained and "Done." in trained and "Berlin" not in trained
+    schemas = "\n".join(json.dumps(t) for t in student_tools())
+    assert len(text) < len(schemas)  # the whole transcript is shorter than the tools' schemas alone
+
+
+def test_student_sees_short_system_prompt_and_trimmed_results():
+    long = "\n".join(f"[f{i:04d}] 0.50 (2023-01-01) memory number {i} with some words" for i in range(40))
+    trimmed = trim_tool_result(long, 300)
+    assert len(trimmed) <= 304 and trimmed.endswith(" ...") and "\n[f0003]" in trimmed
+    assert trim_tool_result("short", 300) == "short" and trim_tool_result(long, None) == long
+    messages = [SystemMessage(system_prompt()), HumanMessage("task"), AIMessage("x"), ToolMessage(long, tool_call_id="c")]
+    seen = to_chat_dicts(messages, system_prompt=COMPACT_SYSTEM_PROMPT, tool_result_chars=300)
+    assert seen[0]["content"] == COMPACT_SYSTEM_PROMPT and seen[3]["content"] == trimmed
+    # Training renders a logged (full) trajectory exactly as the rollout showed it.
+    settings = {"system_prompt": COMPACT_SYSTEM_PROMPT, "tool_result_chars": 300}
+    assert as_student_saw(to_chat_dicts(messages), settings) == seen
+    assert len(COMPACT_SYSTEM_PROMPT) < len(system_prompt()) / 2
+
+
+def test_missing_wheel_names_the_make_target(monkeypatch, tmp_path):
+    monkeypatch.setattr(models.importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(MemupdateError, match="make student"):
+        get_model("smollm2", tmp_path / "m")
+    with pytest.raises(MemupdateError, match="unknown model 'gpt5'.*smollm2"):
+        get_model("gpt5")
+    assert resolve_model(str(tmp_path)) == str(tmp_path)  # a folder is used as it is
+
+
+def test_top_layer_finetune_moves_the_loss_and_freezes_the_bottom(tiny, tmp_path):
+    examples = [(TRANSCRIPT, 1.0)] * 4
+    report = finetune(tiny, tmp_path / "out", examples, [TRANSCRIPT], TrainConfig(learning_rate=3e-3, epochs=3, batch_size=2, top_layers=1))
+    assert report["held_out_loss"][-1] < report["held_out_loss"][0]
+    before = AutoModelForCausalLM.from_pretrained(tiny)
+    after = AutoModelForCausalLM.from_pretrained(tmp_path / "out")
+    assert torch.equal(before.model.layers[0].mlp.up_proj.weight, after.model.layers[0].mlp.up_proj.weight)
+    assert not torch.equal(before.model.layers[-1].mlp.up_proj.weight, after.model.layers[-1].mlp.up_proj.weight)
+    assert torch.equal(before.model.embed_tokens.weight, after.model.embed_tokens.weight)
+
+
+def test_kv_cache_across_turns_gives_the_same_reply(tiny):
+    messages = [SystemMessage("You edit memory."), HumanMessage("Ann moved to Berlin.")]
+    replies = {}
+    for reuse in (False, True):
+        policy = HuggingFaceChatModel.from_pretrained(tiny, max_new_tokens=12).model_copy(update={"reuse_cache": reuse})
+        first = policy.invoke(messages)
+        second = policy.invoke([*messages, first, HumanMessage("And then?")])
+        replies[reuse] = (first.content, second.content, policy._cache is not None)
+    assert replies[True][:2] == replies[False][:2]
+    assert replies[True][2] and not replies[False][2]
+
+
+def test_spread_and_interval():
+    assert spread(list(range(10)), 3) == [0, 3, 6] and spread([1, 2], 5) == [1, 2]
+    ci = interval([0.0, 0.2, 0.4])
+    assert ci["mean"] == pytest.approx(0.2) and ci["low"] < 0.2 < ci["high"]
+
+
+def test_prose_limit_cuts_a_turn_without_a_tool_call(tiny):
+    """A random tiny model never opens a <tool_call>: its turn stops at the prose limit, not max_new_tokens."""
+    policy = HuggingFaceChatModel.from_pretrained(tiny, max_new_tokens=40)
+    messages = [SystemMessage("You edit memory."), HumanMessage("Ann moved to Berlin.")]
+    free = policy.invoke(messages).usage_metadata["output_tokens"]
+    cut = policy.model_copy(update={"max_prose_tokens": 6}).invoke(messages).usage_metadata["output_tokens"]
+    assert cut == 6 < free
