@@ -260,7 +260,7 @@ def test_migration_0002_up_and_down(fresh_database) -> None:
     engine = get_engine(fresh_database)
     upgrade(engine, "0001")
     assert "llm_replies" not in inspect(engine).get_table_names()
-    upgrade(engine)
+    upgrade(engine, "0002")
     assert current_revision(engine) == "0002" and "llm_replies" in inspect(engine).get_table_names()
     columns = {c["name"] for c in inspect(engine).get_columns("llm_replies")}
     assert {"kind", "model", "template_hash", "input_hash", "question", "reply"} <= columns
