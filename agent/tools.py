@@ -16,7 +16,8 @@ against the operation budget like any call, and change nothing.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -152,13 +153,14 @@ def manage_memory(store: MemoryStore, args: ManageMemoryArgs) -> str:
         return f"created {show(memory)}"
     if not args.memory_id:
         raise ToolError("update needs memory_id: the handle of the memory to rewrite, e.g. f0012")
-    memory = store.update(_known(store, [args.memory_id])[0].key, content=args.content, kind=args.kind)
+    with _unknown_ids():  # the write itself finds the memory: no read before it
+        memory = store.update(args.memory_id, content=args.content, kind=args.kind)
     return f"updated {show(memory)}"
 
 
 def delete_memory(store: MemoryStore, args: DeleteMemoryArgs) -> str:
-    memory = _known(store, [args.memory_id])[0]
-    store.delete(memory.key)
+    with _unknown_ids():
+        memory = store.delete(args.memory_id)
     return f"deleted [{memory.key}]"
 
 
@@ -228,8 +230,15 @@ def merged_provenance(sources: Sequence[MemoryRecord]) -> dict[str, Any]:
 
 
 def _known(store: MemoryStore, ids: Sequence[str]) -> list[MemoryRecord]:
-    try:
+    with _unknown_ids():
         return store.get_many(list(ids))
+
+
+@contextmanager
+def _unknown_ids() -> Iterator[None]:
+    """A MemoryNotFound of the block as the tool's error naming the id and the fix."""
+    try:
+        yield
     except MemoryNotFound as exc:
         raise ToolError(
             f"unknown memory id {exc.key!r} in this bank: use a handle shown by search_memory or sample_memory"

@@ -12,16 +12,19 @@ server package keeps a lock-guarded list of the processes holding it, so two pro
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from functools import lru_cache
+from typing import Any, TypeVar
 
-from sqlalchemy import Engine, create_engine, text
+from sqlalchemy import Connection, Engine, create_engine, text
 from sqlalchemy.engine import URL, make_url
-from sqlalchemy.exc import ArgumentError, OperationalError
+from sqlalchemy.exc import ArgumentError, DBAPIError, OperationalError
 
 from memupdate.settings import database_url_origin, get_settings
 from memupdate.store.errors import DatabaseError
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 URL_HINT = "expected postgresql://user:password@host:5432/dbname"
 
 
@@ -59,15 +62,40 @@ def url_origin(url: str | URL | None) -> str:
 
 @lru_cache(maxsize=8)
 def _engine_for(url: URL) -> Engine:
-    return create_engine(url, pool_pre_ping=True, pool_size=8, max_overflow=8, connect_args={"connect_timeout": 5})
+    # No pool pre-ping: it costs a round trip per checkout; the store retries a dead pooled connection
+    # instead (`retrying`), and a disconnect invalidates the whole pool, so the next checkout reconnects.
+    return create_engine(url, pool_size=8, max_overflow=8, connect_args={"connect_timeout": 5})
+
+
+def retrying(connect: Callable[[], Any], work: Callable[[Connection], T], *, retry: bool = True) -> T:
+    """`work(conn)` on `connect()`'s connection, once more on a fresh one when the pooled connection
+    turns out dead (the server restarted or dropped it) before `work` finished: what a pool pre-ping
+    did, without its round trip on every checkout.
+
+        rows = retrying(engine.connect, lambda conn: conn.execute(query).all())
+
+    Pass `retry=False` for work whose first statements may have run before the connection broke (a
+    transaction of several statements): its error then reaches the caller. A failure after `work`
+    returned (its COMMIT) is never retried: the write may have landed.
+    """
+    for attempt in (1, 2):
+        finished = False
+        try:
+            with connect() as conn:
+                result = work(conn)
+                finished = True
+            return result
+        except DBAPIError as exc:
+            if finished or not retry or attempt == 2 or not exc.connection_invalidated:
+                raise
+    raise AssertionError("unreachable")
 
 
 def get_engine(url: str | URL | None = None) -> Engine:
     """A pooled engine for `url` (see `resolve_url`), checked to be reachable; one per URL per process."""
     engine = _engine_for(resolve_url(url))
     try:
-        with engine.connect() as conn:
-            conn.execute(text("SELECT 1"))
+        retrying(engine.connect, lambda conn: conn.execute(text("SELECT 1")))
     except OperationalError as exc:
         _engine_for.cache_clear()
         reason = str(exc.orig).strip().splitlines()[0] if exc.orig else str(exc)

@@ -22,17 +22,18 @@ from __future__ import annotations
 
 import random
 import uuid
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, Literal, get_args
+from functools import lru_cache
+from typing import Any, Literal, TypeVar, get_args
 
 import numpy as np
-from sqlalchemy import Engine, delete, func, insert, literal, select, update
+from sqlalchemy import ARRAY, Connection, Engine, Text, bindparam, delete, func, insert, literal, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.exc import IntegrityError
 
 from memupdate.store.codecs import from_vector_send, record_of, vector_text
-from memupdate.store.database import get_engine
+from memupdate.store.database import get_engine, retrying
 from memupdate.store.embeddings import Embedder, get_embedder
 from memupdate.store.errors import InvalidMemory, InvalidNamespace, MemoryNotFound
 from memupdate.store.records import (
@@ -48,9 +49,11 @@ from memupdate.store.records import (
     to_namespace,
 )
 from memupdate.store.statements import (
+    DELETE_LOGGED,
     RECORD_COLUMNS,
     SEARCH_BY_VECTOR,
     SEARCH_MANY_BY_VECTOR,
+    UPDATE_LOGGED,
     events,
     in_subtree,
     memories,
@@ -59,6 +62,7 @@ from memupdate.store.validation import check_content, check_kind, check_metadata
 
 SampleStrategy = Literal["random", "diverse", "recent"]
 SAMPLE_STRATEGIES: tuple[str, ...] = get_args(SampleStrategy)
+T = TypeVar("T")
 
 
 class MemoryStore:
@@ -103,8 +107,7 @@ class MemoryStore:
 
     def get_many(self, keys: Sequence[str]) -> list[MemoryRecord]:
         """The memories `keys`, in that order; MemoryNotFound naming the first key that is missing."""
-        with self.engine.connect() as conn:
-            return self._fetch(conn, keys)
+        return self._read(lambda conn: self._fetch(conn, keys))
 
     def list(self, limit: int | None = None, offset: int = 0) -> list[MemoryRecord]:
         """Memories in insertion order (a fork keeps its base's order), for paging through a namespace."""
@@ -115,14 +118,11 @@ class MemoryStore:
             .offset(offset)
             .limit(limit)
         )
-        with self.engine.connect() as conn:
-            return [record_of(row) for row in conn.execute(query)]
+        return self._read(lambda conn: [record_of(row) for row in conn.execute(query)])
 
     def count(self) -> int:
-        with self.engine.connect() as conn:
-            return conn.execute(
-                select(func.count()).select_from(memories).where(memories.c.namespace == self.path)
-            ).scalar_one()
+        query = select(func.count()).select_from(memories).where(memories.c.namespace == self.path)
+        return self._read(lambda conn: conn.execute(query).scalar_one())
 
     def search(self, query: str, top_k: int = 5) -> list[ScoredMemory]:
         """The `top_k` memories closest to `query` by cosine similarity, best first (exact scan)."""
@@ -133,9 +133,8 @@ class MemoryStore:
         if top_k < 1:
             raise InvalidMemory(f"top_k={top_k} must be at least 1")
         params = {"query_vector": np.asarray(vector, dtype=np.float32), "namespace": self.path, "top_k": top_k}
-        with self.engine.connect() as conn:
-            rows = conn.execute(SEARCH_BY_VECTOR, params)
-            return [ScoredMemory(record_of(row), 1.0 - float(row.distance)) for row in rows]
+        rows = self._read(lambda conn: conn.execute(SEARCH_BY_VECTOR, params).all())
+        return [ScoredMemory(record_of(row), 1.0 - float(row.distance)) for row in rows]
 
     def search_many_by_vector(
         self, vectors: Sequence[np.ndarray | Sequence[float]], top_k: int = 5
@@ -154,10 +153,9 @@ class MemoryStore:
             return []
         params = {"query_vectors": [vector_text(v) for v in vectors], "namespace": self.path, "top_k": top_k}
         hits: list[list[tuple[float, ScoredMemory]]] = [[] for _ in vectors]
-        with self.engine.connect() as conn:
-            for row in conn.execute(SEARCH_MANY_BY_VECTOR, params):
-                distance = float(row.distance)
-                hits[row.ordinal - 1].append((distance, ScoredMemory(record_of(row), 1.0 - distance)))
+        for row in self._read(lambda conn: conn.execute(SEARCH_MANY_BY_VECTOR, params).all()):
+            distance = float(row.distance)
+            hits[row.ordinal - 1].append((distance, ScoredMemory(record_of(row), 1.0 - distance)))
         return hits
 
     def sample(self, strategy: SampleStrategy = "random", k: int = 5, *, seed: int | None = None) -> list[MemoryRecord]:
@@ -275,24 +273,15 @@ class MemoryStore:
         if metadata is not None:
             check_metadata(metadata)
         vector = self.embedder.embed([content])[0] if content is not None else None
-        with self.engine.begin() as conn:
-            before = self._fetch(conn, [key], lock=True)[0]
-            values: dict[str, Any] = {"updated_at": func.clock_timestamp()}
-            if content is not None:
-                values |= {"content": content, "embedding": vector}
-            if kind is not None:
-                values["kind"] = kind
-            if metadata is not None:
-                values["metadata"] = metadata
-            row = conn.execute(
-                update(memories)
-                .where(memories.c.namespace == self.path, memories.c.key == key)
-                .values(**values)
-                .returning(*RECORD_COLUMNS)
-            ).one()
-            after = record_of(row)
-            self._log(conn, [("update", key, before.as_event(), after.as_event())])
-        return after
+        if "\x00" in key:  # PostgreSQL text cannot hold NUL, so no stored key does (and the query would fail)
+            raise MemoryNotFound(key, self.path)
+        params = {"namespace_path": self.path, "memory_key": key, "new_content": content, "new_embedding": vector,
+                  "new_kind": kind, "new_metadata": metadata, "episode": self.episode}
+        # One statement (the row locked, changed and its event written): atomic without a transaction.
+        row = self._write(lambda conn: conn.execute(UPDATE_LOGGED, params).first())
+        if row is None:
+            raise MemoryNotFound(key, self.path)
+        return record_of(row)
 
     def delete(self, key: str) -> MemoryRecord:
         """Remove a memory; returns what was removed."""
@@ -314,11 +303,11 @@ class MemoryStore:
                 raise InvalidMemory(f"memory key {item.key!r} must be 1-128 letters, digits or _ . : @ + = -")
         if len(set(delete_keys)) != len(delete_keys):
             raise InvalidMemory(f"memory ids {list(delete_keys)!r} name the same memory twice")
-        vectors = self.embedder.embed([item.content for item in items]) if items else []
+        if not items:
+            return self._delete(delete_keys)
+        vectors = self.embedder.embed([item.content for item in items])
         with self.engine.begin() as conn:
-            removed = self._fetch(conn, delete_keys, lock=True) if delete_keys else []
-            if delete_keys:
-                conn.execute(delete(memories).where(memories.c.namespace == self.path, memories.c.key.in_(delete_keys)))
+            removed = self._remove(conn, delete_keys) if delete_keys else []
             created: list[MemoryRecord] = []
             if items:
                 rows = [
@@ -423,17 +412,50 @@ class MemoryStore:
 
     # -- internals -------------------------------------------------------------------------------
 
-    def _fetch(self, conn, keys: Sequence[str], *, lock: bool = False) -> list[MemoryRecord]:
-        """The rows `keys` in that order (locked for this transaction if asked); MemoryNotFound if any is missing."""
+    def _read(self, work: Callable[[Connection], T]) -> T:
+        """`work(conn)` on a pooled connection in autocommit mode: no BEGIN, no ROLLBACK, no pre-ping
+        (a dead pooled connection is retried once on a fresh one)."""
+        return retrying(_autocommit(self.engine).connect, work)
+
+    def _write(self, work: Callable[[Connection], T]) -> T:
+        """`work(conn)` running ONE statement in autocommit mode: the statement is its own transaction,
+        so it needs no BEGIN or COMMIT round trip, and it is retried once on a dead pooled connection."""
+        return retrying(_autocommit(self.engine).connect, work)
+
+    def _delete(self, keys: Sequence[str]) -> list[MemoryRecord]:
+        """Remove `keys` and log a delete event each, in one statement; MemoryNotFound (nothing removed)
+        naming the first key that is missing."""
+        self._check_keys(keys)
+        params = {"namespace_path": self.path, "keys": list(keys), "episode": self.episode}
+        if len(keys) == 1:  # nothing to undo when the one key is missing: no transaction needed
+            rows = self._write(lambda conn: conn.execute(DELETE_LOGGED, params).all())
+            return self._in_order(keys, rows)
+        with self.engine.begin() as conn:  # a missing key must roll back the others' removal
+            return self._in_order(keys, conn.execute(DELETE_LOGGED, params).all())
+
+    def _remove(self, conn, keys: Sequence[str]) -> list[MemoryRecord]:
+        """Remove `keys` in `conn`'s transaction (the DELETE locks and returns them, no SELECT first)."""
+        self._check_keys(keys)
+        query = delete(memories).where(memories.c.namespace == self.path, memories.c.key.in_(keys))
+        return self._in_order(keys, conn.execute(query.returning(*RECORD_COLUMNS)).all())
+
+    def _check_keys(self, keys: Sequence[str]) -> None:
         for key in keys:
             if "\x00" in key:  # PostgreSQL text cannot hold NUL, so no stored key does (and the query would fail)
                 raise MemoryNotFound(key, self.path)
-        query = select(*RECORD_COLUMNS).where(memories.c.namespace == self.path, memories.c.key.in_(keys))
-        found = {row.key: record_of(row) for row in conn.execute(query.with_for_update() if lock else query)}
+
+    def _in_order(self, keys: Sequence[str], rows) -> list[MemoryRecord]:
+        """The records of `rows` in the order of `keys`; MemoryNotFound naming the first key missing."""
+        found = {row.key: record_of(row) for row in rows}
         for key in keys:
             if key not in found:
                 raise MemoryNotFound(key, self.path)
         return [found[key] for key in keys]
+
+    def _fetch(self, conn, keys: Sequence[str]) -> list[MemoryRecord]:
+        """The rows `keys` in that order; MemoryNotFound if any is missing."""
+        self._check_keys(keys)
+        return self._in_order(keys, conn.execute(_FETCH, {"namespace": self.path, "keys": list(keys)}))
 
     def _log(self, conn, entries: Iterable[tuple[str, str | None, dict | None, dict | None]]) -> None:
         rows = [
@@ -442,6 +464,19 @@ class MemoryStore:
         ]
         if rows:
             conn.execute(insert(events), rows)
+
+
+# get_many's statement, built once.
+_FETCH = select(*RECORD_COLUMNS).where(
+    memories.c.namespace == bindparam("namespace"), memories.c.key == func.any(bindparam("keys", type_=ARRAY(Text)))
+)
+
+
+@lru_cache(maxsize=16)
+def _autocommit(engine: Engine) -> Engine:
+    """`engine` in autocommit mode, sharing its pool: a read or a one-statement write saves the BEGIN and
+    ROLLBACK/COMMIT round trips (setting the mode is local to the driver, no round trip)."""
+    return engine.execution_options(isolation_level="AUTOCOMMIT")
 
 
 def drop_fork(fork: MemoryStore) -> int:

@@ -6,7 +6,23 @@
 
 from __future__ import annotations
 
-from sqlalchemy import ARRAY, ColumnElement, Text, bindparam, cast, column, func, select, true
+from sqlalchemy import (
+    ARRAY,
+    ColumnElement,
+    Text,
+    bindparam,
+    cast,
+    column,
+    delete,
+    func,
+    insert,
+    literal,
+    literal_column,
+    select,
+    true,
+    update,
+)
+from sqlalchemy.dialects.postgresql import JSONB
 
 from memupdate.store.models import Memory, MemoryEvent
 from memupdate.store.records import SEPARATOR
@@ -62,3 +78,64 @@ def in_subtree(path: str) -> ColumnElement[bool]:
     pattern = path.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + SEPARATOR + "%"
     return (memories.c.namespace == path) | memories.c.namespace.like(pattern)
 
+
+
+# -- writes that log their event row in the same statement (a data-modifying CTE: one round trip) ------
+
+# What the store's own inserts write for a None before/after: JSON's null (JSONB's none_as_null is off).
+_JSON_NULL = literal_column("'null'::jsonb", JSONB)
+_EVENT_COLUMNS = ["namespace", "memory_key", "op", "before", "after", "episode"]
+
+
+def as_event(table) -> ColumnElement:
+    """SQL for `MemoryRecord.as_event()` of a row of `table` (jsonb that decodes to the same dict)."""
+    return func.jsonb_build_object("key", table.c.key, "content", table.c.content, "kind", table.c.kind,
+                                   "metadata", table.c.metadata)
+
+
+def _logged(rows, op: str, before, after, order_by=None):
+    """The insert of one `op` event per row of the CTE `rows` (before/after: SQL or None)."""
+    source = select(
+        bindparam("namespace_path", type_=Text), rows.c.key, literal(op, Text),
+        before if before is not None else _JSON_NULL,
+        after if after is not None else _JSON_NULL,
+        bindparam("episode", type_=Text),
+    )
+    return insert(events).from_select(_EVENT_COLUMNS, source.order_by(order_by) if order_by is not None else source)
+
+
+# delete: the rows `keys` removed and returned, one delete event each in the order of `keys`.
+_KEYS = bindparam("keys", type_=ARRAY(Text))
+_REMOVED = (
+    delete(memories)
+    .where(memories.c.namespace == bindparam("namespace_path"), memories.c.key == func.any(_KEYS))
+    .returning(*RECORD_COLUMNS)
+    .cte("removed")
+)
+DELETE_LOGGED = select(*_REMOVED.c).add_cte(
+    _logged(_REMOVED, "delete", as_event(_REMOVED), None, func.array_position(_KEYS, _REMOVED.c.key)).cte("logged")
+)
+
+# update: the row `memory_key` changed (a None new_* keeps that column), returned with its event row written.
+# (Parameters named after no column of `memories`: an UPDATE would take those as values to SET.)
+_OLD = (
+    select(memories.c.id, memories.c.key, memories.c.content, memories.c.kind, memories.c.metadata)
+    .where(memories.c.namespace == bindparam("namespace_path"), memories.c.key == bindparam("memory_key"))
+    .with_for_update()
+    .cte("old")
+)
+_UPDATED = (
+    update(memories)
+    .where(memories.c.id == _OLD.c.id)
+    .values(
+        content=func.coalesce(bindparam("new_content", type_=Text), memories.c.content),
+        embedding=func.coalesce(bindparam("new_embedding", type_=memories.c.embedding.type), memories.c.embedding),
+        kind=func.coalesce(bindparam("new_kind", type_=memories.c.kind.type), memories.c.kind),
+        # none_as_null: a None keeps the metadata (JSON's null would replace it).
+        metadata=func.coalesce(bindparam("new_metadata", type_=JSONB(none_as_null=True)), memories.c.metadata),
+        updated_at=func.clock_timestamp(),
+    )
+    .returning(*RECORD_COLUMNS, as_event(_OLD).label("before"))
+    .cte("updated")
+)
+UPDATE_LOGGED = select(*_UPDATED.c).add_cte(_logged(_UPDATED, "update", _UPDATED.c.before, as_event(_UPDATED)).cte("logged"))

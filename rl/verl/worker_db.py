@@ -45,8 +45,7 @@ def worker_store() -> MemoryStore:
         engine = create_engine(
             url,
             pool_size=WORKER_CONNECTIONS,
-            max_overflow=0,
-            pool_pre_ping=True,
+            max_overflow=0,  # no pre-ping: the store reconnects on error (`store.database.retrying`)
             connect_args={"connect_timeout": 5, "options": "-c synchronous_commit=off"},
         )
         try:
