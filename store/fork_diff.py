@@ -4,23 +4,38 @@
     changes = changes_from(fork, base)                       # counts, written memories, the base's version
     changes.memories_before, changes.edited, changes.written, changes.base_version
     changes_from(fork, base, question_vectors).changed_hits  # each changed memory's distance to each question
+    changes_from(fork, base, nearest=3).nearest_keys         # each new key's 3 closest base memories
 
 Neither namespace is read whole: the two are joined by key in the database, and only the rows the fork
-changed come back.
+changed come back, all in one statement (one round trip, no transaction: a read in autocommit mode).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import TYPE_CHECKING
 
 import numpy as np
-from sqlalchemy import ARRAY, Text, bindparam, func, literal, select
+from sqlalchemy import (
+    ARRAY,
+    Float,
+    Select,
+    Text,
+    bindparam,
+    case,
+    cast,
+    func,
+    literal,
+    select,
+    true,
+    union_all,
+)
 
-from memupdate.store.codecs import record_of, vector_text
+from memupdate.store.codecs import VECTOR_PARAMETER, record_of
 from memupdate.store.records import MemoryRecord, Namespace, ScoredMemory, namespace_path, to_namespace
-from memupdate.store.statements import QUERY_VECTORS, RECORD_COLUMNS, memories
+from memupdate.store.statements import RECORD_COLUMNS, memories
 
 if TYPE_CHECKING:
     from memupdate.store.memory_store import MemoryStore
@@ -55,19 +70,58 @@ CHANGE_COUNTS = select(
     func.max(_BASE.c.updated_at).label("base_updated_at"),
 ).select_from(_BY_KEY)
 _WRITTEN = _BASE.c.key.is_(None) | (_BASE.c.content != _FORK.c.content)
-_QUERY_DISTANCES = func.array(
-    select(_FORK.c.embedding.cosine_distance(QUERY_VECTORS.c.query_vector))
-    .select_from(QUERY_VECTORS)
-    .order_by(QUERY_VECTORS.c.ordinal)
-    .correlate(_FORK)
-    .scalar_subquery()
+# The base's memories nearest a new key's embedding, ranked as `MemoryStore.search` ranks them (distance,
+# then key): faithfulness's sources of a memory that names none (`rl/scoring/faithfulness.py`).
+_NEAREST_BASE = memories.alias("nearest_base")
+_NEAREST_KEYS = case(
+    (
+        _BASE.c.key.is_(None) & _FORK.c.embedding.is_not(None),
+        func.array(
+            select(_NEAREST_BASE.c.key)
+            .where(_NEAREST_BASE.c.namespace == bindparam("base"), _NEAREST_BASE.c.embedding.is_not(None))
+            .order_by(_NEAREST_BASE.c.embedding.cosine_distance(_FORK.c.embedding), _NEAREST_BASE.c.key)
+            .limit(bindparam("nearest"))
+            .correlate(_FORK)
+            .scalar_subquery()
+        ),
+    ),
+    else_=None,
 )
-CHANGED_ROWS = (
-    select(*(_FORK.c[c.name] for c in RECORD_COLUMNS), _WRITTEN.label("written"), _QUERY_DISTANCES.label("distances"))
-    .select_from(_FORK.outerjoin(_BASE, _BASE.c.key == _FORK.c.key))
-    .where(_REPLACED)
-    .order_by(_FORK.c.seq)
-)
+
+
+@lru_cache(maxsize=64)
+def _diff_statement(query_vectors: int) -> Select:
+    """The counts and the changed rows (each with its distance to every query vector and, for a new key,
+    its nearest base keys) in ONE statement: the counts' one row, joined to each changed row. The query
+    vectors are bound one parameter each, in pgvector's binary form."""
+    if query_vectors:
+        given = union_all(*(
+            select(
+                literal(i + 1).label("ordinal"),
+                cast(bindparam(f"query_vector_{i}", type_=VECTOR_PARAMETER), memories.c.embedding.type).label("query_vector"),
+            )
+            for i in range(query_vectors)
+        )).subquery("query_vectors")
+        distances = func.array(
+            select(_FORK.c.embedding.cosine_distance(given.c.query_vector))
+            .select_from(given)
+            .order_by(given.c.ordinal)
+            .correlate(_FORK)
+            .scalar_subquery()
+        )
+    else:
+        distances = literal(None, ARRAY(Float))
+    changed = (
+        select(
+            *(_FORK.c[c.name] for c in RECORD_COLUMNS), _WRITTEN.label("written"), distances.label("distances"),
+            _NEAREST_KEYS.label("nearest"),
+        )
+        .select_from(_FORK.outerjoin(_BASE, _BASE.c.key == _FORK.c.key))
+        .where(_REPLACED)
+        .lateral("changed")
+    )
+    counts = CHANGE_COUNTS.subquery("counts")
+    return select(counts, changed).select_from(counts.outerjoin(changed, true())).order_by(changed.c.seq)
 
 
 @dataclass(frozen=True)
@@ -82,30 +136,42 @@ class NamespaceChanges:
     # Per query vector given: the fork's new, edited or re-embedded memories as (cosine distance, hit).
     changed_hits: list[list[tuple[float, ScoredMemory]]] = field(default_factory=list)
     base_version: tuple = ()  # (count, max seq, max updated_at) of the base: moves with every write
+    # With `nearest`: each new key's `nearest` base keys closest to its embedding (as `base.search` ranks).
+    nearest_keys: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 
 def changes_from(
-    fork: MemoryStore, base: MemoryStore | Namespace | str, query_vectors: Sequence[np.ndarray] | None = None
+    fork: MemoryStore,
+    base: MemoryStore | Namespace | str,
+    query_vectors: Sequence[np.ndarray] | None = None,
+    *,
+    nearest: int = 0,
 ) -> NamespaceChanges:
     """Counts and written memories of `fork` against `base`, compared in SQL, without reading either
-    namespace whole. With `query_vectors`, also the distance of every new, edited or re-embedded memory
-    to each of them (`changed_hits`), so a search of the fork is the base's hits minus `replaced` plus those."""
+    namespace whole, in one statement. With `query_vectors`, also the distance of every new, edited or
+    re-embedded memory to each of them (`changed_hits`), so a search of the fork is the base's hits minus
+    `replaced` plus those. With `nearest`, each new key's `nearest` closest base keys (`nearest_keys`)."""
     base_path = base.path if hasattr(base, "path") else namespace_path(to_namespace(base))
     vectors = list(query_vectors) if query_vectors is not None else []
-    params = {"base": base_path, "fork": fork.path, "query_vectors": [vector_text(v) for v in vectors]}
-    with fork.engine.connect() as conn:
-        counts = conn.execute(CHANGE_COUNTS, params).one()
-        changed = conn.execute(CHANGED_ROWS, params).all()
-    written, hits = [], [[] for _ in vectors]
-    for row in changed:
+    params = {"base": base_path, "fork": fork.path, "nearest": nearest}
+    params.update((f"query_vector_{i}", vector) for i, vector in enumerate(vectors))
+    statement = _diff_statement(len(vectors))
+    rows = fork._read(lambda conn: conn.execute(statement, params).all())
+    counts = rows[0]
+    written, hits, nearest_keys = [], [[] for _ in vectors], {}
+    for row in rows:
+        if row.key is None:  # the counts' row when nothing changed
+            continue
         record = record_of(row)
         if row.written:
             written.append(record)
+        if nearest and row.nearest is not None:
+            nearest_keys[row.key] = tuple(row.nearest)
         for i, distance in enumerate(row.distances or []):
             if distance is not None:  # no embedding: no search finds it
                 hits[i].append((float(distance), ScoredMemory(record, 1.0 - float(distance))))
     return NamespaceChanges(
         counts.before, counts.after, counts.edited, written, frozenset(counts.replaced), hits,
-        (counts.before, counts.base_seq, counts.base_updated_at),
+        (counts.before, counts.base_seq, counts.base_updated_at), nearest_keys,
     )

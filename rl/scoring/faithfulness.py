@@ -68,23 +68,38 @@ def source_support(source: MemoryRecord) -> set[str]:
     return support
 
 
-def sources_of(memory: MemoryRecord, before: Mapping[str, MemoryRecord], base: MemoryStore) -> list[MemoryRecord]:
+def sources_of(
+    memory: MemoryRecord,
+    before: Mapping[str, MemoryRecord],
+    base: MemoryStore,
+    nearest_keys: Mapping[str, Sequence[str]] | None = None,
+) -> list[MemoryRecord]:
+    """The memories `memory` draws on (see the module docstring). `nearest_keys`: the base keys nearest
+    each new key, found in SQL with the fork's diff (`changes_from(..., nearest=NEAREST_SOURCES)`), which
+    saves the search when given."""
     named = [memory.key, *memory.metadata.get("merged_from", []), memory.metadata.get("split_from")]
     found = [before[key] for key in named if key in before]
     if found:
         return found
+    nearest = (nearest_keys or {}).get(memory.key)
+    if nearest is not None and all(key in before for key in nearest):
+        return [before[key] for key in nearest]
     return [hit.memory for hit in base.search(memory.content, NEAREST_SOURCES)]
 
 
 def faithfulness_of_writes(
-    base: MemoryStore, before: Mapping[str, MemoryRecord], writes: Sequence[MemoryRecord]
+    base: MemoryStore,
+    before: Mapping[str, MemoryRecord],
+    writes: Sequence[MemoryRecord],
+    nearest_keys: Mapping[str, Sequence[str]] | None = None,
 ) -> Faithfulness:
     """Count the tokens the `writes` (the fork's memories whose text the base does not hold under the same
-    key) hold that none of their sources supports; `before` is the base's snapshot."""
+    key) hold that none of their sources supports; `before` is the base's snapshot; `nearest_keys`: see
+    `sources_of`."""
     written = unsupported = 0
     examples: list[str] = []
     for memory in writes:
-        support = set().union(*(source_support(s) for s in sources_of(memory, before, base)))
+        support = set().union(*(source_support(s) for s in sources_of(memory, before, base, nearest_keys)))
         for token in _content_tokens(memory.content):
             written += 1
             if token not in support:

@@ -32,6 +32,7 @@ import numpy as np
 
 from memupdate.rl.data.locomo import ADVERSARIAL
 from memupdate.rl.scoring.base_cache import base_cache
+from memupdate.rl.scoring.faithfulness import NEAREST_SOURCES
 from memupdate.rl.scoring.metrics import answer_parts, normalized_tokens, token_f1
 from memupdate.settings import DEFAULT_CONTEXT_TOKENS
 from memupdate.store import MemoryStore, NamespaceChanges, ScoredMemory
@@ -185,7 +186,7 @@ def score_fork(
     order, as searching the fork. A fork that replaced too many of the base's hits is searched directly.
     """
     vectors = fork.embedder.embed([q.question for q in questions])
-    changes = changes_from(fork, base, vectors)
+    changes = changes_from(fork, base, vectors, nearest=NEAREST_SOURCES)  # faithfulness's sources, same trip
     depth = candidates * BASE_HITS_FACTOR
     base_hits = _base_hits(base, vectors, depth, changes.base_version)
     results = []

@@ -233,7 +233,7 @@ def compute_reward(
     base_snapshot = base_cache.lookup(base, version, [("snapshot",)], lambda _: [base.snapshot()])[0]
     delta, target_delta, collateral_delta = performance_delta(base_scores, fork_scores, config)
     efficiency = efficiency_of_changes(changes, config)
-    faithfulness = faithfulness_of_writes(base, base_snapshot, changes.written)
+    faithfulness = faithfulness_of_writes(base, base_snapshot, changes.written, changes.nearest_keys)
     penalty = unsupported_penalty(faithfulness, config)
     return RewardBreakdown(
         reward=combine(delta, efficiency.value) - penalty,
