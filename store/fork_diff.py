@@ -61,27 +61,41 @@ _EDITED = (
 )
 # A row a search could see differently: edited, or re-embedded.
 _REPLACED = _EDITED | _BASE.c.embedding.is_distinct_from(_FORK.c.embedding)
-CHANGE_COUNTS = select(
-    func.count(_BASE.c.key).label("before"),
-    func.count(_FORK.c.key).label("after"),
-    func.count().filter(_EDITED).label("edited"),
-    func.coalesce(func.array_agg(_BASE.c.key).filter(_BASE.c.key.is_not(None) & _REPLACED), literal([], ARRAY(Text))).label("replaced"),
-    func.max(_BASE.c.seq).label("base_seq"),
-    func.max(_BASE.c.updated_at).label("base_updated_at"),
-).select_from(_BY_KEY)
 _WRITTEN = _BASE.c.key.is_(None) | (_BASE.c.content != _FORK.c.content)
+# Every key of either side once, with what the reward asks of it, compared in one merge join (both
+# sides come sorted from the (namespace, key) index); referenced twice below, so PostgreSQL computes it once.
+_ROWS = (
+    select(
+        _BASE.c.key.label("base_key"), _BASE.c.seq.label("base_seq"), _BASE.c.updated_at.label("base_updated_at"),
+        *(_FORK.c[c.name] for c in RECORD_COLUMNS), _FORK.c.embedding,
+        _EDITED.label("edited"), _REPLACED.label("replaced"), _WRITTEN.label("written"),
+    )
+    .select_from(_BY_KEY)
+    .cte("by_key")
+)
+CHANGE_COUNTS = select(
+    func.count(_ROWS.c.base_key).label("before"),
+    func.count(_ROWS.c.key).label("after"),
+    func.count().filter(_ROWS.c.edited).label("edited"),
+    func.coalesce(
+        func.array_agg(_ROWS.c.base_key).filter(_ROWS.c.base_key.is_not(None) & _ROWS.c.replaced),
+        literal([], ARRAY(Text)),
+    ).label("replaced"),
+    func.max(_ROWS.c.base_seq).label("base_seq"),
+    func.max(_ROWS.c.base_updated_at).label("base_updated_at"),
+)
 # The base's memories nearest a new key's embedding, ranked as `MemoryStore.search` ranks them (distance,
 # then key): faithfulness's sources of a memory that names none (`rl/scoring/faithfulness.py`).
 _NEAREST_BASE = memories.alias("nearest_base")
 _NEAREST_KEYS = case(
     (
-        _BASE.c.key.is_(None) & _FORK.c.embedding.is_not(None),
+        _ROWS.c.base_key.is_(None) & _ROWS.c.embedding.is_not(None),
         func.array(
             select(_NEAREST_BASE.c.key)
             .where(_NEAREST_BASE.c.namespace == bindparam("base"), _NEAREST_BASE.c.embedding.is_not(None))
-            .order_by(_NEAREST_BASE.c.embedding.cosine_distance(_FORK.c.embedding), _NEAREST_BASE.c.key)
+            .order_by(_NEAREST_BASE.c.embedding.cosine_distance(_ROWS.c.embedding), _NEAREST_BASE.c.key)
             .limit(bindparam("nearest"))
-            .correlate(_FORK)
+            .correlate(_ROWS)
             .scalar_subquery()
         ),
     ),
@@ -103,22 +117,21 @@ def _diff_statement(query_vectors: int) -> Select:
             for i in range(query_vectors)
         )).subquery("query_vectors")
         distances = func.array(
-            select(_FORK.c.embedding.cosine_distance(given.c.query_vector))
+            select(_ROWS.c.embedding.cosine_distance(given.c.query_vector))
             .select_from(given)
             .order_by(given.c.ordinal)
-            .correlate(_FORK)
+            .correlate(_ROWS)
             .scalar_subquery()
         )
     else:
         distances = literal(None, ARRAY(Float))
     changed = (
         select(
-            *(_FORK.c[c.name] for c in RECORD_COLUMNS), _WRITTEN.label("written"), distances.label("distances"),
+            *(_ROWS.c[c.name] for c in RECORD_COLUMNS), _ROWS.c.written, distances.label("distances"),
             _NEAREST_KEYS.label("nearest"),
         )
-        .select_from(_FORK.outerjoin(_BASE, _BASE.c.key == _FORK.c.key))
-        .where(_REPLACED)
-        .lateral("changed")
+        .where(_ROWS.c.replaced, _ROWS.c.key.is_not(None))
+        .subquery("changed")
     )
     counts = CHANGE_COUNTS.subquery("counts")
     return select(counts, changed).select_from(counts.outerjoin(changed, true())).order_by(changed.c.seq)

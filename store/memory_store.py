@@ -28,7 +28,7 @@ from functools import lru_cache
 from typing import Any, Literal, TypeVar, get_args
 
 import numpy as np
-from sqlalchemy import ARRAY, Connection, Engine, Text, bindparam, delete, func, insert, literal, select
+from sqlalchemy import ARRAY, Connection, Engine, Text, bindparam, delete, func, insert, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.exc import IntegrityError
 
@@ -49,7 +49,11 @@ from memupdate.store.records import (
     to_namespace,
 )
 from memupdate.store.statements import (
+    CREATE_LOGGED,
     DELETE_LOGGED,
+    DROP,
+    DROP_KEEPING_EVENTS,
+    FORK_LOGGED,
     RECORD_COLUMNS,
     SEARCH_BY_VECTOR,
     SEARCH_MANY_BY_VECTOR,
@@ -306,6 +310,8 @@ class MemoryStore:
         if not items:
             return self._delete(delete_keys)
         vectors = self.embedder.embed([item.content for item in items])
+        if not delete_keys and len(items) == 1 and not skip_existing:
+            return [self._create(items[0], vectors[0])]
         with self.engine.begin() as conn:
             removed = self._remove(conn, delete_keys) if delete_keys else []
             created: list[MemoryRecord] = []
@@ -350,22 +356,11 @@ class MemoryStore:
         fork = self.scoped(target, episode=episode)
         if fork.path == self.path:
             raise InvalidNamespace(f"cannot fork namespace {self.path!r} onto itself: name a new namespace")
-        columns = ["namespace", "key", "content", "kind", "metadata", "embedding", "created_at", "updated_at"]
-        source = select(
-            literal(fork.path),
-            memories.c.key,
-            memories.c.content,
-            memories.c.kind,
-            memories.c.metadata,
-            memories.c.embedding,
-            memories.c.created_at,
-            memories.c.updated_at,
-        ).where(memories.c.namespace == self.path).order_by(memories.c.seq)
-        with self.engine.begin() as conn:
-            if conn.execute(select(memories.c.id).where(memories.c.namespace == fork.path).limit(1)).first():
-                raise InvalidNamespace(f"namespace {fork.path!r} already has memories: drop it or fork to a new name")
-            copied = len(conn.execute(insert(memories).from_select(columns, source).returning(memories.c.id)).all())
-            fork._log(conn, [("fork", None, None, {"source": self.path, "memories": copied})])
+        params = {"target_path": fork.path, "source_path": self.path, "episode": fork.episode}
+        # One statement: copy and fork event, or nothing when the target is taken; atomic without a transaction.
+        row = fork._write(lambda conn: conn.execute(FORK_LOGGED, params).one())
+        if row.taken:
+            raise InvalidNamespace(f"namespace {fork.path!r} already has memories: drop it or fork to a new name")
         return fork
 
     @contextmanager
@@ -402,13 +397,9 @@ class MemoryStore:
 
     def drop(self, *, keep_events: bool = False) -> int:
         """Delete every memory of the namespace (and its event log unless `keep_events`); returns how many."""
-        with self.engine.begin() as conn:
-            removed = conn.execute(delete(memories).where(memories.c.namespace == self.path)).rowcount
-            if keep_events:
-                self._log(conn, [("drop", None, None, {"memories": removed})])
-            else:
-                conn.execute(delete(events).where(events.c.namespace == self.path))
-        return removed
+        statement = DROP_KEEPING_EVENTS if keep_events else DROP
+        params = {"namespace_path": self.path, "episode": self.episode}
+        return self._write(lambda conn: conn.execute(statement, params).scalar_one())
 
     # -- internals -------------------------------------------------------------------------------
 
@@ -421,6 +412,18 @@ class MemoryStore:
         """`work(conn)` running ONE statement in autocommit mode: the statement is its own transaction,
         so it needs no BEGIN or COMMIT round trip, and it is retried once on a dead pooled connection."""
         return retrying(_autocommit(self.engine).connect, work)
+
+    def _create(self, item: NewMemory, vector: np.ndarray) -> MemoryRecord:
+        """Add one memory and its create event in one statement."""
+        key = item.key or str(uuid.uuid4())
+        params = {"namespace_path": self.path, "memory_key": key, "new_content": item.content, "new_kind": item.kind,
+                  "new_metadata": item.metadata, "new_embedding": vector, "episode": self.episode}
+        try:
+            return record_of(self._write(lambda conn: conn.execute(CREATE_LOGGED, params).one()))
+        except IntegrityError as exc:
+            raise InvalidMemory(
+                f"a memory with one of the keys {[key]} already exists in {self.path!r}: update it, or create without a key"
+            ) from exc
 
     def _delete(self, keys: Sequence[str]) -> list[MemoryRecord]:
         """Remove `keys` and log a delete event each, in one statement; MemoryNotFound (nothing removed)

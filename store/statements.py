@@ -18,6 +18,7 @@ from sqlalchemy import (
     insert,
     literal,
     literal_column,
+    null,
     select,
     true,
     update,
@@ -139,3 +140,63 @@ _UPDATED = (
     .cte("updated")
 )
 UPDATE_LOGGED = select(*_UPDATED.c).add_cte(_logged(_UPDATED, "update", _UPDATED.c.before, as_event(_UPDATED)).cte("logged"))
+
+# create (one memory): inserted and returned with its create event.
+_CREATED = (
+    insert(memories)
+    .values(
+        namespace=bindparam("namespace_path", type_=Text), key=bindparam("memory_key", type_=Text),
+        content=bindparam("new_content", type_=Text), kind=bindparam("new_kind", type_=memories.c.kind.type),
+        metadata=bindparam("new_metadata", type_=memories.c.metadata.type),
+        embedding=bindparam("new_embedding", type_=memories.c.embedding.type),
+    )
+    .returning(*RECORD_COLUMNS)
+    .cte("created")
+)
+CREATE_LOGGED = select(*_CREATED.c).add_cte(_logged(_CREATED, "create", None, as_event(_CREATED)).cte("logged"))
+
+# fork: every memory of `source_path` copied (in seq order) into the empty `target_path`, with its fork
+# event; nothing is written when the target holds memories (`taken`: every part of the statement sees
+# the namespace as it was before it).
+_TARGET, _SOURCE = bindparam("target_path", type_=Text), bindparam("source_path", type_=Text)
+_TAKEN = select(memories.c.id).where(memories.c.namespace == _TARGET).exists()
+_COPIED_COLUMNS = ("key", "content", "kind", "metadata", "embedding", "created_at", "updated_at")
+_COPIED = (
+    insert(memories)
+    .from_select(
+        ["namespace", *_COPIED_COLUMNS],
+        select(_TARGET, *(memories.c[name] for name in _COPIED_COLUMNS))
+        .where(memories.c.namespace == _SOURCE, ~_TAKEN)
+        .order_by(memories.c.seq),
+    )
+    .returning(memories.c.id)
+    .cte("copied")
+)
+_FORK_EVENT = insert(events).from_select(
+    _EVENT_COLUMNS,
+    select(
+        _TARGET, null(), literal("fork", Text), _JSON_NULL,
+        func.jsonb_build_object("source", _SOURCE, "memories", func.count()), bindparam("episode", type_=Text),
+    )
+    .select_from(_COPIED)
+    .having(~_TAKEN),
+)
+FORK_LOGGED = select(
+    _TAKEN.label("taken"), select(func.count()).select_from(_COPIED).scalar_subquery().label("copied")
+).add_cte(_FORK_EVENT.cte("logged"))
+
+# drop: every memory of `namespace_path` deleted, and its events (DROP) or a drop event (DROP_KEEPING_EVENTS).
+_DROPPED = delete(memories).where(memories.c.namespace == bindparam("namespace_path")).returning(memories.c.id).cte("dropped")
+_DROPPED_COUNT = select(func.count().label("removed")).select_from(_DROPPED)
+DROP = _DROPPED_COUNT.add_cte(
+    delete(events).where(events.c.namespace == bindparam("namespace_path")).cte("events_dropped")
+)
+DROP_KEEPING_EVENTS = _DROPPED_COUNT.add_cte(
+    insert(events).from_select(
+        _EVENT_COLUMNS,
+        select(
+            bindparam("namespace_path", type_=Text), null(), literal("drop", Text), _JSON_NULL,
+            func.jsonb_build_object("memories", func.count()), bindparam("episode", type_=Text),
+        ).select_from(_DROPPED),
+    ).cte("logged")
+)

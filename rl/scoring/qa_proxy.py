@@ -23,6 +23,7 @@ memories that fit whole in the budget.
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -87,29 +88,42 @@ def build_context(hits: Sequence[ScoredMemory], budget: int) -> Context:
     for hit in hits:
         if used >= budget:
             break
-        memory_words = _words_and_tokens(hit.memory.content)
-        words, tokens = [], []
-        for word, word_tokens in memory_words:
-            if used + len(tokens) + len(word_tokens) > budget:
-                break
-            words.append(word)
-            tokens.extend(word_tokens)
-        if not words:
+        memory = _memory_tokens(hit.memory.content)
+        # Words enter while the tokens so far fit: the words whose running token count fits the room left.
+        fitting = bisect_right(memory.running, budget - used)
+        if fitting == 0:
             break
-        if len(words) == len(memory_words):
+        if fitting == len(memory.words):
             whole.append(hit)
-        used += len(tokens)
-        segments.append(tuple(tokens))
-        texts.append(" ".join(words))
+            segment, text = memory.tokens, memory.text
+        else:
+            segment, text = memory.tokens[: memory.running[fitting - 1]], " ".join(memory.words[:fitting])
+        used += len(segment)
+        segments.append(segment)
+        texts.append(text)
         keys.append(hit.memory.key)
     return Context(tuple(segments), tuple(texts), tuple(keys), tuple(whole))
 
 
+@dataclass(frozen=True)
+class _MemoryTokens:
+    words: tuple[str, ...]
+    tokens: tuple[str, ...]  # every word's normalised tokens, in order
+    running: tuple[int, ...]  # tokens up to and including each word (never decreasing)
+    text: str  # the words joined by single spaces
+
+
 @lru_cache(maxsize=65536)
-def _words_and_tokens(content: str) -> tuple[tuple[str, tuple[str, ...]], ...]:
-    """Each word of `content` with its normalised tokens: a base and its forks share most memories,
-    so each text is tokenised once per process."""
-    return tuple((word, tuple(normalized_tokens(word))) for word in content.split())
+def _memory_tokens(content: str) -> _MemoryTokens:
+    """Each word of `content` with its normalised tokens, kept per text: a base and its forks share most
+    memories, so each text is tokenised once per process."""
+    words = tuple(content.split())
+    tokens: list[str] = []
+    running = []
+    for word in words:
+        tokens.extend(normalized_tokens(word))
+        running.append(len(tokens))
+    return _MemoryTokens(words, tuple(tokens), tuple(running), " ".join(words))
 
 
 def phrase_f1(gold: Sequence[str], segments: Sequence[Sequence[str]]) -> float:
