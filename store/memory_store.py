@@ -12,7 +12,10 @@
     fork.drop()
 
 Every write runs in one transaction with its event row (`memory_events`): a failed write leaves
-neither. The rest of the store sits beside this file: the values it takes and returns (`records.py`),
+neither. Most writes (create one, update, delete, fork, drop) are ONE statement that writes its event
+row too (a data-modifying CTE, `statements.py`), run in autocommit mode: one round trip, no BEGIN or
+COMMIT; reads are one autocommit round trip too, and no connection is pinged before use (a dead pooled
+connection is retried once, `database.retrying`). The rest of the store sits beside this file: the values it takes and returns (`records.py`),
 its tables and prebuilt statements (`statements.py`), row and vector codecs (`codecs.py`), the checks
 before a write (`validation.py`), and the fork-vs-base comparison the reward reads (`fork_diff.py`).
 Async callers use LangGraph's adapter (`langgraph_store.py`) or `asyncio.to_thread`.
