@@ -25,6 +25,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import JSONB
 
+from memupdate.store.codecs import VECTOR_PARAMETER
 from memupdate.store.models import Memory, MemoryEvent
 from memupdate.store.records import SEPARATOR
 
@@ -35,7 +36,8 @@ RECORD_COLUMNS = tuple(c for c in memories.c if c.name != "embedding")
 
 # search_by_vector's statement, built once: the top-k sort carries (id, key, distance) instead of
 # whole rows, and the k winners are fetched after (`memupdate bench store` measures it).
-_QUERY_VECTOR = bindparam("query_vector", type_=memories.c.embedding.type)
+# The query vector travels in pgvector's binary form (no float text to format, nor for the server to parse).
+_QUERY_VECTOR = cast(bindparam("query_vector", type_=VECTOR_PARAMETER), memories.c.embedding.type)
 _DISTANCE = memories.c.embedding.cosine_distance(_QUERY_VECTOR)
 _TOP_K = (
     select(memories.c.id, memories.c.key, _DISTANCE.label("distance"))
