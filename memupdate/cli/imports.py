@@ -31,10 +31,10 @@ def import_command(
     writes those changes, and leaves alone memories edited here since.
     """
     from memupdate.store import to_namespace
+    from memupdate.store.source_import import import_items
     from memupdate.store.sources import (
         Source,
         bank_label,
-        import_items,
         langgraph_uri,
         read_file_items,
         read_langgraph_items,
@@ -78,7 +78,7 @@ def export_command(
     """
     from memupdate.cli.common import check_output
     from memupdate.store import to_namespace
-    from memupdate.store.sources import export_file, export_langgraph
+    from memupdate.store.source_export import export_file, export_langgraph
 
     bank = open_store(url).scoped(to_namespace(namespace))
     if bank.count() == 0:
