@@ -131,6 +131,23 @@ def test_a_bank_written_during_compaction_is_refused_and_nothing_is_left(store: 
     fork_result.fork.drop()
 
 
+def test_a_bank_written_during_compaction_is_one_line_from_the_cli(store: MemoryStore, database_url, monkeypatch, tmp_path) -> None:
+    import memupdate.agent.policies as policies
+
+    bank = store.scoped((*store.namespace, "bank"))
+    bank.create_many([NewMemory(t) for t in ("Alice likes jazz", "Alice likes jazz music", "Bob plays chess")])
+    start = rows(bank)
+    monkeypatch.setattr(policies, "make_policy", lambda *args, **kwargs: WritesToTheBank(store=store, bank_path=bank.path))
+    page = tmp_path / "review.html"
+    result = runner.invoke(app, ["compact", bank.path, "--apply", "--review", str(page), "--url", database_url])
+    assert result.exit_code == 2 and "was written while the compaction ran" in result.output, result.output
+    said = [line for line in result.output.strip().splitlines() if not line.startswith("compacting ")]  # the bar
+    assert len(said) == 1 and said[0].startswith("error:"), result.output
+    assert rows(bank)[:3] == start and bank.count() == 4  # untouched but for the other app's write
+    assert history(bank) == [] and not page.exists()
+    assert not store.list_namespaces(prefix=(*bank.namespace, "compaction"))
+
+
 def test_apply_interrupted_or_stale_gives_one_line_and_changes_nothing(store: MemoryStore, database_url, monkeypatch, tmp_path) -> None:
     import memupdate.store.change_log as change_log
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from memupdate.cli.common import URL_OPTION, console, open_store, user_errors
+from memupdate.cli.common import URL_OPTION, console, open_store, require_bank, user_errors
 from memupdate.store.errors import MemupdateError
 
 
@@ -81,8 +81,11 @@ def export_command(
     from memupdate.store.source_export import export_file, export_langgraph
 
     bank = open_store(url).scoped(to_namespace(namespace))
+    require_bank(bank, namespace)
     if bank.count() == 0:
-        raise MemupdateError(f"namespace {namespace!r} holds no memories: nothing to export")
+        raise MemupdateError(
+            f"namespace {namespace!r} holds no memories: nothing to export; `memupdate history {namespace}` shows what removed them"
+        )
     if out is not None:
         check_output(out, "--out", (".json",))
         report = export_file(bank, out)
