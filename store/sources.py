@@ -27,7 +27,7 @@ from typing import Any
 
 from sqlalchemy import func, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.engine import make_url
+from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
 
 from memupdate.store.errors import MemupdateError
@@ -74,7 +74,9 @@ def langgraph_uri(url: str) -> str:
         parsed = make_url(url)
     except ArgumentError:
         raise SourceError(f"source {url!r} is not a database URL: give postgresql://user@host:5432/db") from None
-    return parsed.set(password=None).render_as_string(hide_password=False)
+    # URL.set(password=None) keeps the password (None means "unchanged"): build the URL without it.
+    bare = URL.create(parsed.drivername, parsed.username, None, parsed.host, parsed.port, parsed.database, parsed.query)
+    return bare.render_as_string(hide_password=False)
 
 
 def open_langgraph_store(url: str):
