@@ -178,7 +178,11 @@ def test_apply_interrupted_or_stale_gives_one_line_and_changes_nothing(store: Me
     assert result.exit_code == 2 and "changed since the compaction forked it" in result.output, result.output
     assert len(result.output.strip().splitlines()) == 1 and bank.count() == 4
     missing = runner.invoke(app, ["compact", "no/such-bank", "--url", database_url])
-    assert missing.exit_code == 2 and "holds no memories" in missing.output
+    assert missing.exit_code == 2 and "'no/such-bank' does not exist" in missing.output
+    emptied = store.scoped((*store.namespace, "emptied"))
+    emptied.delete(emptied.create("Dan plays chess").key)  # it exists, but holds nothing to compact
+    empty = runner.invoke(app, ["compact", emptied.path, "--url", database_url])
+    assert empty.exit_code == 2 and "holds no memories" in empty.output and len(empty.output.strip().splitlines()) == 1
 
 
 def test_an_llm_policys_reason_is_its_tool_argument_or_its_text_that_turn() -> None:
