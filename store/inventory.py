@@ -6,17 +6,21 @@ label in their path, with their size and first and last writes (how leftover for
     memory_counts(engine)             # {"locomo/conv-26": 167, "locomo/conv-26/traj/conv-26-qa3-1a2b3c4d": 168}
     namespaces_labelled(engine, "traj", under="locomo/conv-26")
     # [NamespaceActivity(namespace="locomo/conv-26/traj/conv-26-qa3-1a2b3c4d", memories=168, events=3, ...)]
+    namespace_exists(engine, "locomo/conv-62")   # False: no memories, events or changes were ever there
+    nearest_namespaces(engine, "locomo/conv-62")  # ["locomo/conv-26", ...]: what a mistyped name meant
 
 Both take an engine, not a store: `memupdate db status` counts without loading the embedding model.
 """
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from sqlalchemy import Engine, func, select
 
+from memupdate.store.models import MemoryChange
 from memupdate.store.records import SEPARATOR
 from memupdate.store.statements import events, memories
 
@@ -36,6 +40,27 @@ def memory_counts(engine: Engine) -> dict[str, int]:
     """Memories per namespace path, for every namespace that holds any."""
     with engine.connect() as conn:
         return dict(conn.execute(select(memories.c.namespace, func.count()).group_by(memories.c.namespace)).all())
+
+
+def namespace_exists(engine: Engine, path: str) -> bool:
+    """Whether `path` holds memories or ever did: a row, an event or a change of its own."""
+    changes = MemoryChange.__table__
+    with engine.connect() as conn:
+        return any(
+            conn.execute(select(table.c.namespace).where(table.c.namespace == path).limit(1)).first() is not None
+            for table in (memories, events, changes)
+        )
+
+
+def nearest_namespaces(engine: Engine, path: str, n: int = 3) -> list[str]:
+    """The namespaces holding memories whose paths are closest to `path` (else the largest ones), for a
+    message about a mistyped name; forks (a `compaction` or `traj` label) are left out."""
+    counts = {
+        namespace: count for namespace, count in memory_counts(engine).items()
+        if not {"compaction", "traj"} & set(namespace.split(SEPARATOR))
+    }
+    close = difflib.get_close_matches(path, list(counts), n=n, cutoff=0.6)
+    return close or sorted(counts, key=lambda namespace: (-counts[namespace], namespace))[:n]
 
 
 def namespaces_labelled(engine: Engine, label: str, under: str | None = None) -> list[NamespaceActivity]:

@@ -131,6 +131,23 @@ def test_a_bank_written_during_compaction_is_refused_and_nothing_is_left(store: 
     fork_result.fork.drop()
 
 
+def test_a_bank_written_during_compaction_is_one_line_from_the_cli(store: MemoryStore, database_url, monkeypatch, tmp_path) -> None:
+    import memupdate.agent.policies as policies
+
+    bank = store.scoped((*store.namespace, "bank"))
+    bank.create_many([NewMemory(t) for t in ("Alice likes jazz", "Alice likes jazz music", "Bob plays chess")])
+    start = rows(bank)
+    monkeypatch.setattr(policies, "make_policy", lambda *args, **kwargs: WritesToTheBank(store=store, bank_path=bank.path))
+    page = tmp_path / "review.html"
+    result = runner.invoke(app, ["compact", bank.path, "--apply", "--review", str(page), "--url", database_url])
+    assert result.exit_code == 2 and "was written while the compaction ran" in result.output, result.output
+    said = [line for line in result.output.strip().splitlines() if not line.startswith("compacting ")]  # the bar
+    assert len(said) == 1 and said[0].startswith("error:"), result.output
+    assert rows(bank)[:3] == start and bank.count() == 4  # untouched but for the other app's write
+    assert history(bank) == [] and not page.exists()
+    assert not store.list_namespaces(prefix=(*bank.namespace, "compaction"))
+
+
 def test_apply_interrupted_or_stale_gives_one_line_and_changes_nothing(store: MemoryStore, database_url, monkeypatch, tmp_path) -> None:
     import memupdate.store.change_log as change_log
 
@@ -161,7 +178,11 @@ def test_apply_interrupted_or_stale_gives_one_line_and_changes_nothing(store: Me
     assert result.exit_code == 2 and "changed since the compaction forked it" in result.output, result.output
     assert len(result.output.strip().splitlines()) == 1 and bank.count() == 4
     missing = runner.invoke(app, ["compact", "no/such-bank", "--url", database_url])
-    assert missing.exit_code == 2 and "holds no memories" in missing.output
+    assert missing.exit_code == 2 and "'no/such-bank' does not exist" in missing.output
+    emptied = store.scoped((*store.namespace, "emptied"))
+    emptied.delete(emptied.create("Dan plays chess").key)  # it exists, but holds nothing to compact
+    empty = runner.invoke(app, ["compact", emptied.path, "--url", database_url])
+    assert empty.exit_code == 2 and "holds no memories" in empty.output and len(empty.output.strip().splitlines()) == 1
 
 
 def test_an_llm_policys_reason_is_its_tool_argument_or_its_text_that_turn() -> None:

@@ -64,7 +64,7 @@ async def test_forked_drops_its_fork_when_its_task_is_cancelled(base, drops) -> 
 
     async def episode() -> None:
         with base.forked(target) as fork:
-            await fork.acreate("Ann moved to Lisbon in 2020.")
+            await asyncio.to_thread(fork.create, "Ann moved to Lisbon in 2020.")
             inside.set()
             await asyncio.Event().wait()  # a rollout waiting on a server that never answers
 

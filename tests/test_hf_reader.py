@@ -18,7 +18,7 @@ from memupdate.rl.data.locomo import QAItem
 from memupdate.rl.scoring.answer_prompts import answer_prompt
 from memupdate.rl.scoring.answerer import make_answerer
 from memupdate.rl.scoring.hf_reader import HFReader
-from memupdate.rl.scoring.readers import AnswererUnavailable
+from memupdate.rl.scoring.readers import AnswererUnavailable, make_reader
 from memupdate.store.llm_cache import LLMReplyCache
 
 QUESTIONS = [
@@ -112,3 +112,12 @@ def test_reward_read_by_a_local_checkpoint(store, checkpoint) -> None:
     config = RewardConfig(qa="answerer", answerer_model=f"hf:{checkpoint}")
     noop = compute_reward(store, store.fork((*store.namespace, "noop-hf")), [qa], config)
     assert noop.reward == 0.0 and noop.qa_before == noop.qa_after
+
+
+def test_a_packaged_model_name_reads_with_its_built_checkpoint(checkpoint, monkeypatch) -> None:
+    """`hf:smollm2` is the packaged model's folder, as for `--policy hf --model smollm2` (the build is the
+    slow test's job: here the name resolves to the tiny checkpoint)."""
+    from memupdate.agent import models
+
+    monkeypatch.setattr(models, "get_model", lambda name: checkpoint if name == "smollm2" else None)
+    assert make_reader("hf:smollm2").cache_name == HFReader(checkpoint).cache_name

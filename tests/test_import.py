@@ -103,6 +103,14 @@ def test_import_of_item_dumps_and_text_lines(tmp_path, database_url, store: Memo
     assert "0 new, 0 changed, 0 removed, 2 unchanged" in again.output
 
 
+def test_provenance_keeps_a_source_url_without_its_password() -> None:
+    from memupdate.store.sources import langgraph_uri
+
+    assert langgraph_uri("postgresql://app:s3cret@db:5432/app") == "postgresql://app@db:5432/app"
+    # An empty password is the same source as none: importing again must not see another store.
+    assert langgraph_uri("postgresql://postgres:@/app?host=/tmp/pg") == langgraph_uri("postgresql://postgres@/app?host=/tmp/pg")
+
+
 def test_bad_sources_give_one_clear_line(fresh_database, database_url, tmp_path) -> None:
     with langgraph_store(fresh_database) as (url, lg):
         remember(lg, "alice", ["Alice likes jazz"])

@@ -166,6 +166,18 @@ def open_store(url: str | None = None):
     return MemoryStore(engine, get_embedder(), ("memupdate",))
 
 
+def require_bank(bank, namespace: str) -> None:
+    """Refuse a mistyped bank name (no memories, events or changes were ever there) with one line naming
+    it and the banks nearest it, before a command reads or writes anything."""
+    from memupdate.store.inventory import namespace_exists, nearest_namespaces
+
+    if namespace_exists(bank.engine, bank.path):
+        return
+    near = nearest_namespaces(bank.engine, bank.path)
+    hint = f"did you mean {' or '.join(near)}?" if near else "the database holds no banks yet (memupdate data import)"
+    raise MemupdateError(f"namespace {namespace!r} does not exist (no memories, no history): check the name; {hint}")
+
+
 def progress_bar(description: str):
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 

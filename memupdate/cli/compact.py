@@ -24,6 +24,7 @@ from memupdate.cli.common import (
     err_console,
     open_store,
     progress_bar,
+    require_bank,
     user_errors,
 )
 from memupdate.store.errors import MemupdateError
@@ -64,6 +65,7 @@ def compact_command(
 
     root = open_store(url)
     bank = root.scoped(to_namespace(namespace))
+    require_bank(bank, namespace)
     if discard:
         pending = get_change(bank, change) if change else latest_proposal(bank)
         if pending is None:

@@ -33,7 +33,7 @@ from memupdate.store.errors import MemupdateError
 
 ANSWERER_OPTION = typer.Option(
     None, "--answerer", help="Also answer each question with this model, from the context the proxy read, and "
-    "report LoCoMo F1 and BLEU-1: a model on an OpenAI-compatible endpoint, or hf:DIR, a local checkpoint "
+    "report LoCoMo F1 and BLEU-1: a model on an OpenAI-compatible endpoint, or hf:DIR (hf:smollm2: the packaged model), a local checkpoint "
     "on the CPU (answers cached in the database).",
 )
 ANSWERER_BASE_URL_OPTION = typer.Option(

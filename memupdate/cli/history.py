@@ -7,7 +7,7 @@ import json
 import typer
 from rich.table import Table
 
-from memupdate.cli.common import URL_OPTION, console, open_store, user_errors
+from memupdate.cli.common import URL_OPTION, console, open_store, require_bank, user_errors
 
 
 @user_errors
@@ -21,6 +21,7 @@ def history_command(
     from memupdate.store.change_log import history
 
     bank = open_store(url).scoped(to_namespace(namespace))
+    require_bank(bank, namespace)
     changes = history(bank)
     if as_json:
         rows = [{**{k: getattr(c, k) for k in ("id", "status", "policy", "fork", "summary")},
@@ -57,6 +58,7 @@ def undo_command(
     from memupdate.store.change_log import undo
 
     bank = open_store(url).scoped(to_namespace(namespace))
+    require_bank(bank, namespace)
     undone = undo(bank, to)
     console.print(
         f"undid change{'s' if len(undone) > 1 else ''} {', '.join(str(c.id) for c in undone)} of {bank.path}: "

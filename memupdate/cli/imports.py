@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from memupdate.cli.common import URL_OPTION, console, open_store, user_errors
+from memupdate.cli.common import URL_OPTION, console, open_store, require_bank, user_errors
 from memupdate.store.errors import MemupdateError
 
 
@@ -31,10 +31,10 @@ def import_command(
     writes those changes, and leaves alone memories edited here since.
     """
     from memupdate.store import to_namespace
+    from memupdate.store.source_import import import_items
     from memupdate.store.sources import (
         Source,
         bank_label,
-        import_items,
         langgraph_uri,
         read_file_items,
         read_langgraph_items,
@@ -78,11 +78,14 @@ def export_command(
     """
     from memupdate.cli.common import check_output
     from memupdate.store import to_namespace
-    from memupdate.store.sources import export_file, export_langgraph
+    from memupdate.store.source_export import export_file, export_langgraph
 
     bank = open_store(url).scoped(to_namespace(namespace))
+    require_bank(bank, namespace)
     if bank.count() == 0:
-        raise MemupdateError(f"namespace {namespace!r} holds no memories: nothing to export")
+        raise MemupdateError(
+            f"namespace {namespace!r} holds no memories: nothing to export; `memupdate history {namespace}` shows what removed them"
+        )
     if out is not None:
         check_output(out, "--out", (".json",))
         report = export_file(bank, out)

@@ -198,7 +198,10 @@ def learn(
     stages.run("eval-zero-shot", lambda: evaluate("zero-shot", student(base, config, 0.0)))
 
     def held_out_trajectories() -> list[list[dict[str, str]]]:
-        return [_seen(r, settings) for r in teacher_records if r["group"] in kept_out and r["reward"] > 0 and r["messages"]]
+        """The kept-out questions' teacher trajectories that earned a reward (all of them if none did: a
+        loss is still measured, and the learning-rate sweep still has something to choose by)."""
+        kept = [r for r in teacher_records if r["group"] in kept_out and r["messages"]]
+        return [_seen(r, settings) for r in [r for r in kept if r["reward"] > 0] or kept]
 
     def train_stage(start: Path, target: Path, records: list[dict[str, Any]], weights: list[float], epochs: int, sweep: tuple = ()) -> dict[str, Any]:
         examples = [(_seen(r, settings), w) for r, w in zip(records, weights, strict=True) if r["group"] not in kept_out and r["messages"]]

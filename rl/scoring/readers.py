@@ -154,11 +154,13 @@ def make_reader(
     retries: int = DEFAULT_RETRIES,
     concurrency: int = DEFAULT_CONCURRENCY,
 ) -> Reader:
-    """`hf:DIR` is a local checkpoint on the CPU (`HFReader`); any other name a model on the endpoint."""
+    """`hf:DIR` is a local checkpoint on the CPU (`HFReader`; `hf:smollm2` the packaged model); any other
+    name a model on the endpoint."""
     if model.startswith(HF_PREFIX):
+        from memupdate.agent.models import resolve_model
         from memupdate.rl.scoring.hf_reader import HFReader
 
-        return HFReader(model.removeprefix(HF_PREFIX), role=role)
+        return HFReader(resolve_model(model.removeprefix(HF_PREFIX)), role=role)
     return ChatEndpoint(model, base_url, api_key, timeout=timeout, retries=retries, role=role, concurrency=concurrency)
 
 

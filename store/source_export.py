@@ -1,0 +1,189 @@
+"""Export: a bank back to the LangGraph store it was imported from (or to a dump of items), under the
+same keys; deletes there only when asked; never over an item changed at the source since.
+
+    from memupdate.store.source_export import export_file, export_langgraph
+
+    report = export_langgraph(bank, apply_deletes=False)   # new and changed items written, removals listed
+    report.summary()    # "imported/memories/alice -> postgresql://app@db/app: 1 new and 0 changed items written; ..."
+    export_file(bank, Path("items.json"))                  # LangGraph `Item.dict()` objects instead
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import select
+
+from memupdate.store.memory_store import MemoryStore
+from memupdate.store.models import MEMORY_KINDS
+from memupdate.store.sources import (
+    Source,
+    SourceError,
+    SourceItem,
+    bank_key,
+    content_hash,
+    few_keys,
+    item_value,
+    memory_text,
+    namespace_items,
+    open_langgraph_store,
+    read_source,
+    value_hash,
+    write_source,
+)
+from memupdate.store.statements import memories
+
+
+@dataclass
+class ExportReport:
+    """What an export wrote at the source, and what it left alone."""
+
+    bank: str
+    target: str
+    written_new: list[str] = field(default_factory=list)  # source keys
+    written_changed: list[str] = field(default_factory=list)
+    deleted: list[str] = field(default_factory=list)
+    to_delete: list[str] = field(default_factory=list)  # removed here; deleted at the source only with --apply
+    changed_at_source: list[str] = field(default_factory=list)  # moved since the import: left alone
+    unchanged: int = 0
+
+    def summary(self) -> str:
+        parts = [
+            f"{self.bank} -> {self.target}: {len(self.written_new)} new and {len(self.written_changed)} changed items written",
+            f"{len(self.deleted)} deleted" if self.deleted else f"{len(self.to_delete)} removed here (deleted there only with --apply)",
+            f"{self.unchanged} unchanged",
+        ]
+        if self.changed_at_source:
+            parts.append(f"{len(self.changed_at_source)} changed at the source since the import, left alone: {few_keys(self.changed_at_source)}")
+        return "; ".join(parts)
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def plan_export(bank: MemoryStore, record: dict[str, Any], current: dict[str, SourceItem]) -> tuple[ExportReport, dict[str, dict], list[str]]:
+    """What to write: (report, source key -> value to put, source keys to delete), checking each item
+    against the source as it is now (`current`, by source key)."""
+    report = ExportReport(bank.path, record["uri"])
+    seen: dict[str, Any] = record["items"]
+    by_bank_key = {state["key"]: source_key for source_key, state in seen.items()}
+    puts: dict[str, dict] = {}
+    held = bank.list()
+    for memory in held:
+        source_key = by_bank_key.get(memory.key)
+        if source_key is None:  # new here (a merge or split result, a created memory): its own key
+            if memory.key in current:
+                report.changed_at_source.append(memory.key)
+                continue
+            puts[memory.key] = item_value(memory, None)
+            report.written_new.append(memory.key)
+            continue
+        state = seen[source_key]
+        if content_hash(memory.content, memory.kind) == state.get("content_hash"):
+            report.unchanged += 1
+            continue
+        if _moved(current.get(source_key), state):
+            report.changed_at_source.append(source_key)
+            continue
+        original = current[source_key].value
+        puts[source_key] = item_value(memory, original)
+        report.written_changed.append(source_key)
+    present = {memory.key for memory in held}
+    deletes = []
+    for bank_k, source_key in by_bank_key.items():
+        if bank_k in present:
+            continue
+        if source_key not in current:
+            continue  # already gone at the source
+        if _moved(current[source_key], seen[source_key]):
+            report.changed_at_source.append(source_key)
+            continue
+        deletes.append(source_key)
+    return report, puts, deletes
+
+
+def _has(bank: MemoryStore, key: str) -> bool:
+    with bank.engine.connect() as conn:
+        return conn.execute(select(memories.c.id).where(memories.c.namespace == bank.path, memories.c.key == key)).first() is not None
+
+
+def _moved(item: SourceItem | None, state: dict[str, Any]) -> bool:
+    """Whether the source item changed (or vanished) since the import or export that wrote `state`."""
+    return item is None or item.updated_at != state.get("updated_at") or value_hash(item.value) != state.get("value_hash")
+
+
+def export_langgraph(bank: MemoryStore, *, apply_deletes: bool = False, url: str | None = None) -> ExportReport:
+    """Write the bank back to the LangGraph store it was imported from: same namespace, same keys for
+    the items it came from, new items under their memupdate keys; removed items are deleted there only
+    with `apply_deletes`; an item changed at the source since the import is reported and left alone."""
+    record = read_source(bank)
+    if record is None:
+        raise SourceError(f"bank {bank.path!r} was not imported (`memupdate data import`): nothing to export it to")
+    if record["kind"] != "langgraph":
+        raise SourceError(f"bank {bank.path!r} came from a {record['kind']} file: export it with --out FILE")
+    target_url = url or record["uri"]
+    namespace = tuple(record["source_namespace"])
+    manager, store = open_langgraph_store(target_url)
+    try:
+        current = {item.key: item for item in namespace_items(store, namespace)}
+        report, puts, deletes = plan_export(bank, record, current)
+        from langgraph.store.base import PutOp
+
+        ops = [PutOp(namespace, key, value) for key, value in puts.items()]
+        if apply_deletes:
+            ops += [PutOp(namespace, key, None) for key in deletes]
+            report.deleted = deletes
+        else:
+            report.to_delete = deletes
+        if ops:
+            store.batch(ops)
+        after = {item.key: item for item in namespace_items(store, namespace)}
+    finally:
+        manager.__exit__(None, None, None)
+    seen = dict(record["items"])
+    _record_written(bank, seen, puts, after, report.deleted)
+    write_source(bank, Source(record["kind"], record["uri"]), namespace, seen, exported=True)
+    return report
+
+
+def export_file(bank: MemoryStore, path: Path) -> ExportReport:
+    """Write the bank as a JSON list of LangGraph items (`Item.dict()` shape) under its source namespace."""
+    record = read_source(bank)
+    namespace = list(record["source_namespace"]) if record else list(bank.namespace)
+    by_bank_key = {s["key"]: k for k, s in (record or {"items": {}})["items"].items()}
+    rows = []
+    report = ExportReport(bank.path, str(path))
+    for memory in bank.list():
+        source_key = by_bank_key.get(memory.key, memory.key)
+        origin = memory.metadata.get("imported_from") or {}
+        rows.append({
+            "namespace": namespace, "key": source_key, "value": item_value(memory, None),
+            "created_at": origin.get("created_at") or memory.created_at.isoformat(), "updated_at": memory.updated_at.isoformat(),
+        })
+        (report.written_changed if source_key in (record or {"items": {}})["items"] else report.written_new).append(source_key)
+    try:
+        path.write_text(json.dumps(rows, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    except OSError as exc:
+        raise SourceError(f"cannot write {str(path)!r}: {exc.strerror}") from None
+    return report
+
+
+def _record_written(bank: MemoryStore, seen: dict[str, Any], puts: dict[str, dict], after: dict[str, SourceItem], deleted: list[str]) -> None:
+    """Remember what the export wrote, so the next import sees those items as in sync."""
+    for source_key in puts:
+        item = after.get(source_key)
+        if item is None:
+            continue
+        state = seen.get(source_key, {"key": bank_key(source_key)})
+        text = memory_text(item.value)
+        kind = item.value.get("kind") if item.value.get("kind") in MEMORY_KINDS else "semantic"
+        state = {**state, "updated_at": item.updated_at, "value_hash": value_hash(item.value)}
+        row = bank.get(state["key"]) if _has(bank, state["key"]) else None
+        state["content_hash"] = content_hash(row.content, row.kind) if row else content_hash(text, kind)
+        seen[source_key] = state
+    for source_key in deleted:
+        seen.pop(source_key, None)
+
