@@ -21,6 +21,7 @@ from sqlalchemy import Engine, func, select
 import memupdate.migrations
 from memupdate.store.database import require_pgvector, server_info
 from memupdate.store.embedded import check_vector_operations
+from memupdate.store.errors import DatabaseError
 from memupdate.store.models import Base, Memory
 
 MIGRATIONS_DIR = Path(memupdate.migrations.__file__).parent
@@ -35,10 +36,25 @@ def alembic_config(connection=None) -> Config:
 
 
 def upgrade(engine: Engine, revision: str = "head") -> None:
-    """Migrate up to `revision`; DatabaseError naming the fix when the server has no pgvector."""
+    """Migrate up to `revision`; DatabaseError naming the fix when the server has no pgvector, or when a
+    newer memupdate migrated it past the revisions this one knows."""
     require_pgvector(engine)
+    require_known_revision(engine)
     with engine.begin() as conn:
         command.upgrade(alembic_config(conn), revision)
+
+
+def require_known_revision(engine: Engine) -> None:
+    """DatabaseError when the database is at a revision this memupdate has no migration for."""
+    current = current_revision(engine)
+    scripts = ScriptDirectory.from_config(alembic_config())
+    if current is not None and current not in {s.revision for s in scripts.walk_revisions()}:
+        where = engine.url.render_as_string(hide_password=True)
+        raise DatabaseError(
+            f"the database at {where} is at schema revision {current}, which a newer memupdate wrote (this one "
+            f"knows up to {scripts.get_current_head()}): upgrade memupdate, or point MEMUPDATE_DATABASE_URL "
+            "(or MEMUPDATE_DATA_DIR) at another database"
+        )
 
 
 def downgrade(engine: Engine, revision: str = "-1") -> None:

@@ -10,7 +10,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from sqlalchemy import text
+from sqlalchemy import inspect, text
 from typer.testing import CliRunner
 
 from memupdate.cli import app
@@ -109,6 +109,20 @@ def test_unmigrated_database_says_run_upgrade(fresh_database, embedder) -> None:
         MemoryStore(get_engine(fresh_database), embedder, ("x",))
 
 
+def test_a_database_a_newer_memupdate_migrated_is_one_line_and_left_alone(fresh_database) -> None:
+    from memupdate.store import DatabaseError
+
+    engine = get_engine(fresh_database)
+    upgrade(engine)
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE alembic_version SET version_num = '0099'"))
+    with pytest.raises(DatabaseError, match=r"at schema revision 0099, which a newer memupdate wrote .*upgrade memupdate"):
+        upgrade(engine)
+    result = CliRunner().invoke(app, ["db", "upgrade", "--url", str(fresh_database.render_as_string(hide_password=False))])
+    assert result.exit_code != 0 and "schema revision 0099" in result.output and "Traceback" not in result.output
+    assert current_revision(engine) == "0099" and "memories" in inspect(engine).get_table_names()
+
+
 def test_two_processes_share_the_embedded_server() -> None:
     """Two processes start the same embedded data dir at once and both write; a third sees both rows,
     and the server is stopped once the last process using it exits."""
@@ -119,7 +133,7 @@ def test_two_processes_share_the_embedded_server() -> None:
     script = textwrap.dedent(
         f"""
         import sys
-        from sqlalchemy import text
+        from sqlalchemy import inspect, text
         from memupdate.store.database import get_engine
         from memupdate.store.embedded import start_embedded_server
         engine = get_engine(start_embedded_server({data_dir!r}))
