@@ -147,7 +147,9 @@ class HuggingFaceChatModel(BaseChatModel):
         seed: int | None = None,
         dtype: Any = "auto",
     ) -> HuggingFaceChatModel:
-        """Load tokenizer and model from a local checkpoint directory onto the CPU (no downloads)."""
+        """Load tokenizer and model from a local checkpoint directory (no downloads), onto the GPU where
+        there is one."""
+        import torch
         from transformers import AutoModelForCausalLM
 
         path = Path(path)
@@ -157,6 +159,8 @@ class HuggingFaceChatModel(BaseChatModel):
         except (OSError, ValueError) as e:
             raise ValueError(f"cannot load a model from {str(path)!r} ({e}); {CHECKPOINT_HELP}") from e
         model.eval()
+        if torch.cuda.is_available():
+            model.to("cuda")
         return cls(
             hf_model=model,
             tokenizer=tokenizer,
@@ -208,7 +212,7 @@ class HuggingFaceChatModel(BaseChatModel):
         import torch
 
         prompt = self.render_prompt(messages)
-        inputs = self.tokenizer(prompt, return_tensors="pt", add_special_tokens=False)
+        inputs = self.tokenizer(prompt, return_tensors="pt", add_special_tokens=False).to(self.hf_model.device)
         options: dict[str, Any] = {"max_new_tokens": self.max_new_tokens, **stop_and_pad_ids(self.hf_model, self.tokenizer)}
         if self.temperature > 0:
             options.update(do_sample=True, temperature=self.temperature)
