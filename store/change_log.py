@@ -19,13 +19,25 @@ wrote, and restores the superseded rows as they were, embeddings and positions i
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 import numpy as np
-from sqlalchemy import Connection, Text, bindparam, delete, func, insert, literal, select, text, update
+from sqlalchemy import (
+    Connection,
+    Insert,
+    Text,
+    bindparam,
+    delete,
+    func,
+    insert,
+    literal,
+    select,
+    text,
+    update,
+)
 from sqlalchemy.dialects.postgresql import JSONB
 
 from memupdate.store.codecs import from_vector_send
@@ -33,7 +45,7 @@ from memupdate.store.errors import MemupdateError
 from memupdate.store.memory_store import MemoryStore
 from memupdate.store.models import MemoryChange, SupersededMemory
 from memupdate.store.records import MemoryRecord
-from memupdate.store.statements import RECORD_COLUMNS, events, memories
+from memupdate.store.statements import DROP, RECORD_COLUMNS, events, memories
 
 changes = MemoryChange.__table__
 superseded = SupersededMemory.__table__
@@ -165,13 +177,7 @@ def apply_change(bank: MemoryStore, change_id: int, *, before_commit=None) -> Ch
         if removed:
             conn.execute(delete(memories).where(memories.c.namespace == bank.path, memories.c.key.in_(removed)))
         if added:
-            columns = ["namespace", "key", "content", "kind", "metadata", "embedding", "created_at", "updated_at"]
-            source = (
-                select(literal(bank.path), *(memories.c[c] for c in columns[1:]))
-                .where(memories.c.namespace == fork.path, memories.c.key.in_(added))
-                .order_by(memories.c.seq)
-            )
-            conn.execute(insert(memories).from_select(columns, source))
+            conn.execute(_copy_rows(fork.path, bank.path, added))
         writer = bank.scoped(bank.namespace, episode=f"change:{change_id}")
         writer._log(
             conn,
@@ -351,16 +357,10 @@ def bank_vectors(bank: MemoryStore) -> tuple[list[str], np.ndarray]:
 def copy_keys(source: MemoryStore, target: MemoryStore, keys: Sequence[str]) -> int:
     """Copy the memories `keys` of `source`, embeddings included, into the empty namespace `target`
     (a fork of part of a bank, logged as a `fork` event)."""
-    columns = ["namespace", "key", "content", "kind", "metadata", "embedding", "created_at", "updated_at"]
-    rows = (
-        select(literal(target.path), *(memories.c[c] for c in columns[1:]))
-        .where(memories.c.namespace == source.path, memories.c.key.in_(list(keys)))
-        .order_by(memories.c.seq)
-    )
     with source.engine.begin() as conn:
         if conn.execute(select(memories.c.id).where(memories.c.namespace == target.path).limit(1)).first():
             raise ChangeConflict(f"namespace {target.path!r} already has memories: drop it first")
-        copied = len(conn.execute(insert(memories).from_select(columns, rows).returning(memories.c.id)).all())
+        copied = len(conn.execute(_copy_rows(source.path, target.path, keys).returning(memories.c.id)).all())
         target._log(conn, [("fork", None, None, {"source": source.path, "memories": copied, "keys": len(keys)})])
     return copied
 
@@ -376,13 +376,7 @@ def fold_into(part: MemoryStore, fork: MemoryStore) -> None:
         )
         if touched:
             conn.execute(delete(memories).where(memories.c.namespace == fork.path, memories.c.key.in_(touched)))
-            columns = ["namespace", "key", "content", "kind", "metadata", "embedding", "created_at", "updated_at"]
-            rows = (
-                select(literal(fork.path), *(memories.c[c] for c in columns[1:]))
-                .where(memories.c.namespace == part.path, memories.c.key.in_(touched))
-                .order_by(memories.c.seq)
-            )
-            conn.execute(insert(memories).from_select(columns, rows))
+            conn.execute(_copy_rows(part.path, fork.path, touched))
             logged = (
                 select(literal(fork.path), events.c.memory_key, events.c.op, events.c.before, events.c.after, events.c.episode, events.c.created_at)
                 .where(events.c.namespace == part.path, events.c.op.in_(("create", "update", "delete")))
@@ -412,10 +406,22 @@ def _event(row: Any) -> dict[str, Any]:
     return MemoryRecord(row.key, (), row.content, row.kind, row.metadata).as_event()
 
 
+def _copy_rows(source_path: str, target_path: str, keys: Iterable[str]) -> Insert:
+    """INSERT ... SELECT of the memories `keys` of `source_path` into `target_path`, in bank order,
+    embeddings included (callers add their event rows)."""
+    columns = ["namespace", "key", "content", "kind", "metadata", "embedding", "created_at", "updated_at"]
+    rows = (
+        select(literal(target_path), *(memories.c[c] for c in columns[1:]))
+        .where(memories.c.namespace == source_path, memories.c.key.in_(list(keys)))
+        .order_by(memories.c.seq)
+    )
+    return insert(memories).from_select(columns, rows)
+
+
 def _drop_fork(conn: Connection, path: str | None) -> None:
+    """The store's own drop statement (memories and events), inside this transaction."""
     if path:
-        conn.execute(delete(memories).where(memories.c.namespace == path))
-        conn.execute(delete(events).where(events.c.namespace == path))
+        conn.execute(DROP, {"namespace_path": path})
 
 
 def _missing(bank: MemoryStore, change_id: int):
