@@ -170,7 +170,7 @@ def changes_from(
     params = {"base": base_path, "fork": fork.path, "nearest": nearest}
     params.update((f"query_vector_{i}", vector) for i, vector in enumerate(vectors))
     statement = _diff_statement(len(vectors))
-    rows = fork._read(lambda conn: conn.execute(statement, params).all())
+    rows = fork._autocommitted(lambda conn: conn.execute(statement, params).all())
     counts = rows[0]
     written, hits, nearest_keys = [], [[] for _ in vectors], {}
     for row in rows:

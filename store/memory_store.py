@@ -114,7 +114,7 @@ class MemoryStore:
 
     def get_many(self, keys: Sequence[str]) -> list[MemoryRecord]:
         """The memories `keys`, in that order; MemoryNotFound naming the first key that is missing."""
-        return self._read(lambda conn: self._fetch(conn, keys))
+        return self._autocommitted(lambda conn: self._fetch(conn, keys))
 
     def list(self, limit: int | None = None, offset: int = 0) -> list[MemoryRecord]:
         """Memories in insertion order (a fork keeps its base's order), for paging through a namespace."""
@@ -125,11 +125,11 @@ class MemoryStore:
             .offset(offset)
             .limit(limit)
         )
-        return self._read(lambda conn: [record_of(row) for row in conn.execute(query)])
+        return self._autocommitted(lambda conn: [record_of(row) for row in conn.execute(query)])
 
     def count(self) -> int:
         query = select(func.count()).select_from(memories).where(memories.c.namespace == self.path)
-        return self._read(lambda conn: conn.execute(query).scalar_one())
+        return self._autocommitted(lambda conn: conn.execute(query).scalar_one())
 
     def search(self, query: str, top_k: int = 5) -> list[ScoredMemory]:
         """The `top_k` memories closest to `query` by cosine similarity, best first (exact scan)."""
@@ -140,7 +140,7 @@ class MemoryStore:
         if top_k < 1:
             raise InvalidMemory(f"top_k={top_k} must be at least 1")
         params = {"query_vector": np.asarray(vector, dtype=np.float32), "namespace": self.path, "top_k": top_k}
-        rows = self._read(lambda conn: conn.execute(SEARCH_BY_VECTOR, params).all())
+        rows = self._autocommitted(lambda conn: conn.execute(SEARCH_BY_VECTOR, params).all())
         return [ScoredMemory(record_of(row), 1.0 - float(row.distance)) for row in rows]
 
     def search_many_by_vector(
@@ -160,7 +160,7 @@ class MemoryStore:
             return []
         params = {"query_vectors": [vector_text(v) for v in vectors], "namespace": self.path, "top_k": top_k}
         hits: list[list[tuple[float, ScoredMemory]]] = [[] for _ in vectors]
-        for row in self._read(lambda conn: conn.execute(SEARCH_MANY_BY_VECTOR, params).all()):
+        for row in self._autocommitted(lambda conn: conn.execute(SEARCH_MANY_BY_VECTOR, params).all()):
             distance = float(row.distance)
             hits[row.ordinal - 1].append((distance, ScoredMemory(record_of(row), 1.0 - distance)))
         return hits
@@ -285,7 +285,7 @@ class MemoryStore:
         params = {"namespace_path": self.path, "memory_key": key, "new_content": content, "new_embedding": vector,
                   "new_kind": kind, "new_metadata": metadata, "episode": self.episode}
         # One statement (the row locked, changed and its event written): atomic without a transaction.
-        row = self._write(lambda conn: conn.execute(UPDATE_LOGGED, params).first())
+        row = self._autocommitted(lambda conn: conn.execute(UPDATE_LOGGED, params).first())
         if row is None:
             raise MemoryNotFound(key, self.path)
         return record_of(row)
@@ -361,7 +361,7 @@ class MemoryStore:
             raise InvalidNamespace(f"cannot fork namespace {self.path!r} onto itself: name a new namespace")
         params = {"target_path": fork.path, "source_path": self.path, "episode": fork.episode}
         # One statement: copy and fork event, or nothing when the target is taken; atomic without a transaction.
-        row = fork._write(lambda conn: conn.execute(FORK_LOGGED, params).one())
+        row = fork._autocommitted(lambda conn: conn.execute(FORK_LOGGED, params).one())
         if row.taken:
             raise InvalidNamespace(f"namespace {fork.path!r} already has memories: drop it or fork to a new name")
         return fork
@@ -402,18 +402,14 @@ class MemoryStore:
         """Delete every memory of the namespace (and its event log unless `keep_events`); returns how many."""
         statement = DROP_KEEPING_EVENTS if keep_events else DROP
         params = {"namespace_path": self.path, "episode": self.episode}
-        return self._write(lambda conn: conn.execute(statement, params).scalar_one())
+        return self._autocommitted(lambda conn: conn.execute(statement, params).scalar_one())
 
     # -- internals -------------------------------------------------------------------------------
 
-    def _read(self, work: Callable[[Connection], T]) -> T:
-        """`work(conn)` on a pooled connection in autocommit mode: no BEGIN, no ROLLBACK, no pre-ping
-        (a dead pooled connection is retried once on a fresh one)."""
-        return retrying(_autocommit(self.engine).connect, work)
-
-    def _write(self, work: Callable[[Connection], T]) -> T:
-        """`work(conn)` running ONE statement in autocommit mode: the statement is its own transaction,
-        so it needs no BEGIN or COMMIT round trip, and it is retried once on a dead pooled connection."""
+    def _autocommitted(self, work: Callable[[Connection], T]) -> T:
+        """`work(conn)` on a pooled connection in autocommit mode: no BEGIN, no ROLLBACK or COMMIT, no
+        pre-ping (a dead pooled connection is retried once on a fresh one). For reads, and for writes of
+        ONE statement, which is then its own transaction."""
         return retrying(_autocommit(self.engine).connect, work)
 
     def _create(self, item: NewMemory, vector: np.ndarray) -> MemoryRecord:
@@ -422,7 +418,7 @@ class MemoryStore:
         params = {"namespace_path": self.path, "memory_key": key, "new_content": item.content, "new_kind": item.kind,
                   "new_metadata": item.metadata, "new_embedding": vector, "episode": self.episode}
         try:
-            return record_of(self._write(lambda conn: conn.execute(CREATE_LOGGED, params).one()))
+            return record_of(self._autocommitted(lambda conn: conn.execute(CREATE_LOGGED, params).one()))
         except IntegrityError as exc:
             raise InvalidMemory(
                 f"a memory with one of the keys {[key]} already exists in {self.path!r}: update it, or create without a key"
@@ -434,7 +430,7 @@ class MemoryStore:
         self._check_keys(keys)
         params = {"namespace_path": self.path, "keys": list(keys), "episode": self.episode}
         if len(keys) == 1:  # nothing to undo when the one key is missing: no transaction needed
-            rows = self._write(lambda conn: conn.execute(DELETE_LOGGED, params).all())
+            rows = self._autocommitted(lambda conn: conn.execute(DELETE_LOGGED, params).all())
             return self._in_order(keys, rows)
         with self.engine.begin() as conn:  # a missing key must roll back the others' removal
             return self._in_order(keys, conn.execute(DELETE_LOGGED, params).all())
