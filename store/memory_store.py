@@ -54,8 +54,10 @@ from memupdate.store.records import (
 from memupdate.store.statements import (
     CREATE_LOGGED,
     DELETE_LOGGED,
+    DELETE_ONE_LOGGED,
     DROP,
     DROP_KEEPING_EVENTS,
+    FETCH_ONE,
     FORK_LOGGED,
     RECORD_COLUMNS,
     SEARCH_BY_VECTOR,
@@ -110,7 +112,12 @@ class MemoryStore:
 
     def get(self, key: str) -> MemoryRecord:
         """The memory `key`; MemoryNotFound if it is not in this namespace."""
-        return self.get_many([key])[0]
+        self._check_keys([key])
+        params = {"namespace_path": self.path, "memory_key": key}
+        row = self._autocommitted(lambda conn: conn.execute(FETCH_ONE, params).first())
+        if row is None:
+            raise MemoryNotFound(key, self.path)
+        return record_of(row)
 
     def get_many(self, keys: Sequence[str]) -> list[MemoryRecord]:
         """The memories `keys`, in that order; MemoryNotFound naming the first key that is missing."""
@@ -428,10 +435,11 @@ class MemoryStore:
         """Remove `keys` and log a delete event each, in one statement; MemoryNotFound (nothing removed)
         naming the first key that is missing."""
         self._check_keys(keys)
-        params = {"namespace_path": self.path, "keys": list(keys), "episode": self.episode}
         if len(keys) == 1:  # nothing to undo when the one key is missing: no transaction needed
-            rows = self._autocommitted(lambda conn: conn.execute(DELETE_LOGGED, params).all())
+            params = {"namespace_path": self.path, "memory_key": keys[0], "episode": self.episode}
+            rows = self._autocommitted(lambda conn: conn.execute(DELETE_ONE_LOGGED, params).all())
             return self._in_order(keys, rows)
+        params = {"namespace_path": self.path, "keys": list(keys), "episode": self.episode}
         with self.engine.begin() as conn:  # a missing key must roll back the others' removal
             return self._in_order(keys, conn.execute(DELETE_LOGGED, params).all())
 
