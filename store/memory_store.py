@@ -23,6 +23,7 @@ Async callers use LangGraph's adapter (`langgraph_store.py`) or `asyncio.to_thre
 
 from __future__ import annotations
 
+import json
 import random
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -60,6 +61,7 @@ from memupdate.store.statements import (
     FETCH_ONE,
     FORK_LOGGED,
     RECORD_COLUMNS,
+    REPLACE_LOGGED,
     SEARCH_BY_VECTOR,
     SEARCH_MANY_BY_VECTOR,
     UPDATE_LOGGED,
@@ -322,6 +324,8 @@ class MemoryStore:
         vectors = self.embedder.embed([item.content for item in items])
         if not delete_keys and len(items) == 1 and not skip_existing:
             return [self._create(items[0], vectors[0])]
+        if delete_keys and not skip_existing:
+            return self._replace(delete_keys, items, vectors)
         with self.engine.begin() as conn:
             removed = self._remove(conn, delete_keys) if delete_keys else []
             created: list[MemoryRecord] = []
@@ -430,6 +434,26 @@ class MemoryStore:
             raise InvalidMemory(
                 f"a memory with one of the keys {[key]} already exists in {self.path!r}: update it, or create without a key"
             ) from exc
+
+    def _replace(self, delete_keys: Sequence[str], items: Sequence[NewMemory], vectors: np.ndarray) -> list[MemoryRecord]:
+        """Remove `delete_keys` and add `items` with their events in one statement (merge, split); nothing
+        written and MemoryNotFound naming the first missing key when one is not in the namespace."""
+        self._check_keys(delete_keys)
+        keys = [item.key or str(uuid.uuid4()) for item in items]
+        params = {
+            "namespace_path": self.path, "episode": self.episode, "keys": list(delete_keys), "new_keys": keys,
+            "new_contents": [item.content for item in items], "new_kinds": [item.kind for item in items],
+            "new_metadata": [json.dumps(item.metadata) for item in items],
+            "new_embeddings": [vector_text(vector) for vector in vectors],
+        }
+        try:
+            rows = self._autocommitted(lambda conn: conn.execute(REPLACE_LOGGED, params).all())
+        except IntegrityError as exc:
+            raise InvalidMemory(
+                f"a memory with one of the keys {keys[:5]} already exists in {self.path!r}: update it, or create without a key"
+            ) from exc
+        self._in_order(delete_keys, [row for row in rows if row.side == "removed"])  # names a missing key
+        return self._in_order(keys, [row for row in rows if row.side == "created"])
 
     def _delete(self, keys: Sequence[str]) -> list[MemoryRecord]:
         """Remove `keys` and log a delete event each, in one statement; MemoryNotFound (nothing removed)

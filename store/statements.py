@@ -20,6 +20,7 @@ from sqlalchemy import (
     literal_column,
     null,
     select,
+    text,
     true,
     update,
 )
@@ -208,4 +209,46 @@ DROP_KEEPING_EVENTS = _DROPPED_COUNT.add_cte(
             func.jsonb_build_object("memories", func.count()), bindparam("episode", type_=Text),
         ).select_from(_DROPPED),
     ).cte("logged")
+)
+
+# replace (merge, split): the rows `keys` removed and the new rows created, with a delete event each (in
+# the order of `keys`) then a create event each (in the order given), in ONE statement. Nothing is
+# written unless every key is found (`complete`); the insert waits on the delete (it counts `removed`),
+# so a new row may take a removed row's key. The new rows travel as parallel arrays (vectors as
+# pgvector text, which reads back as the very float4s); returns the removed rows then the created ones.
+REPLACE_LOGGED = text(
+    """
+    WITH locked AS (
+        SELECT id, namespace, key, content, kind, metadata, seq, created_at, updated_at FROM memories
+        WHERE namespace = :namespace_path AND key = ANY(CAST(:keys AS text[])) FOR UPDATE
+    ), complete AS (
+        SELECT count(*) = cardinality(CAST(:keys AS text[])) AS ok FROM locked
+    ), removed AS (
+        DELETE FROM memories WHERE id IN (SELECT id FROM locked) AND (SELECT ok FROM complete) RETURNING id
+    ), created AS (
+        INSERT INTO memories (namespace, key, content, kind, metadata, embedding)
+        SELECT :namespace_path, new.key, new.content, new.kind, new.metadata, new.embedding
+        FROM unnest(CAST(:new_keys AS text[]), CAST(:new_contents AS text[]), CAST(:new_kinds AS text[]),
+                    CAST(CAST(:new_metadata AS text[]) AS jsonb[]), CAST(CAST(:new_embeddings AS text[]) AS vector[]))
+             WITH ORDINALITY AS new (key, content, kind, metadata, embedding, position)
+        WHERE (SELECT count(*) FROM removed) = cardinality(CAST(:keys AS text[]))
+        ORDER BY new.position
+        RETURNING id, namespace, key, content, kind, metadata, seq, created_at, updated_at
+    ), logged AS (
+        INSERT INTO memory_events (namespace, memory_key, op, before, after, episode)
+        SELECT :namespace_path, key, op, before, after, :episode FROM (
+            SELECT 1 AS phase, array_position(CAST(:keys AS text[]), key::text) AS position, key, 'delete' AS op,
+                   jsonb_build_object('key', key, 'content', content, 'kind', kind, 'metadata', metadata) AS before,
+                   'null'::jsonb AS after
+            FROM locked WHERE (SELECT ok FROM complete)
+            UNION ALL
+            SELECT 2, array_position(CAST(:new_keys AS text[]), key::text), key, 'create', 'null'::jsonb,
+                   jsonb_build_object('key', key, 'content', content, 'kind', kind, 'metadata', metadata)
+            FROM created
+        ) AS event ORDER BY phase, position
+    )
+    SELECT 'removed' AS side, * FROM locked
+    UNION ALL
+    SELECT 'created', * FROM created
+    """
 )

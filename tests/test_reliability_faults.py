@@ -35,32 +35,36 @@ def fill(bank: MemoryStore) -> None:
     bank.create_many([NewMemory(t, metadata={"source": "test"}, key=f"f{i:04d}") for i, t in enumerate(FACTS)])
 
 
-def between_delete_and_insert(engine, action) -> Any:
-    """Run `action(connection)` once, just before the INSERT that follows a merge's DELETE."""
-    state = {"deleted": False, "done": False}
+def before_the_merge(engine, action, times: int = 1) -> Any:
+    """Run `action(connection)` just before the merge's one statement (its DELETE, INSERT and event rows)
+    is sent, the first `times` times it is sent."""
+    state = {"done": 0}
 
     def before(conn, cursor, statement, parameters, context, executemany):
-        if statement.startswith("DELETE FROM memories"):
-            state["deleted"] = True
-        elif statement.startswith("INSERT INTO memories") and state["deleted"] and not state["done"]:
-            state["done"] = True
+        if "DELETE FROM memories" in statement and "INSERT INTO memories" in statement and state["done"] < times:
+            state["done"] += 1
             action(conn)
 
     event.listen(engine, "before_cursor_execute", before)
     return lambda: event.remove(engine, "before_cursor_execute", before)
 
 
-def test_merge_cut_off_between_delete_and_insert_leaves_the_sources(store: MemoryStore, engine) -> None:
-    """The merge's connection is killed (pg_terminate_backend) after its DELETE ran, before its INSERT."""
-    fill(store)
-    before, events = as_events(store), len(store.events())
+def killer(engine) -> Any:
+    """An action killing the connection it is given (pg_terminate_backend from another connection)."""
 
     def kill(conn) -> None:
         pid = conn.connection.dbapi_connection.info.backend_pid
         with engine.connect() as other:
             other.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
 
-    remove = between_delete_and_insert(engine, kill)
+    return kill
+
+
+def test_merge_cut_off_leaves_the_sources(store: MemoryStore, engine) -> None:
+    """The merge's connection is killed before its statement, on the retry too: nothing half-done."""
+    fill(store)
+    before, events = as_events(store), len(store.events())
+    remove = before_the_merge(engine, killer(engine), times=2)
     try:
         with pytest.raises(OperationalError):
             run_tool(store, "merge_memory", {"memory_ids": ["f0000", "f0001"]})
@@ -68,6 +72,21 @@ def test_merge_cut_off_between_delete_and_insert_leaves_the_sources(store: Memor
         remove()
     assert as_events(store) == before and len(store.events()) == events, "sources intact, nothing logged"
     assert run_tool(store, "merge_memory", {"memory_ids": ["f0000", "f0001"]}).ok, "the next call works"
+
+
+def test_merge_on_a_dead_pooled_connection_lands_whole_once(store: MemoryStore, engine) -> None:
+    """Killed once: the one-statement merge is retried on a fresh connection and lands whole, once."""
+    fill(store)
+    before, events = as_events(store), len(store.events())
+    remove = before_the_merge(engine, killer(engine), times=1)
+    try:
+        assert run_tool(store, "merge_memory", {"memory_ids": ["f0000", "f0001"]}).ok
+    finally:
+        remove()
+    after = as_events(store)
+    assert set(before) - set(after) == {"f0000", "f0001"} and len(after) == len(before) - 1
+    assert [(e.op, e.memory_key) for e in store.events()[events:]][:2] == [("delete", "f0000"), ("delete", "f0001")]
+    assert len(store.events()) == events + 3, "two delete events and one create event, written once"
 
 
 @pytest.fixture
@@ -96,7 +115,7 @@ def test_server_stopped_mid_episode(own_server, embedder) -> None:
     bank = MemoryStore(get_engine(url), embedder, ("locomo", "fault", "traj", "t1"), episode="t1")
     fill(bank)
     base_state = as_events(bank)
-    remove = between_delete_and_insert(bank.engine, lambda conn: stop())
+    remove = before_the_merge(bank.engine, lambda conn: stop())
     script = [
         AIMessage("", tool_calls=[call("manage_memory", 1, action="update", memory_id="f0002",
                                        content="Caroline moved from Sweden in 2019")]),
