@@ -219,6 +219,22 @@ def reward_section(reward: dict[str, Any]) -> list[str]:
             f"{plain.get('max_abs_difference', 0.0):.1g}); the fast path is **{reward['speedup_over_plain']:.1f}×** faster.",
             "",
         ]
+    if reward.get("workers"):
+        one = next((w for w in reward["workers"] if w["workers"] == 1), None)
+        lines += [
+            f"On worker processes ({reward.get('cores', '?')} cores; each process warm, the forks dealt round-robin, "
+            "all started together; every reward equal to the one-process round's to 1e-9). The load is the "
+            "machine's 1-minute load average after each row: cores other processes hold are not ours.",
+            "",
+            *table(
+                ["worker processes", "rewards/s", "per worker", "× one process", "load"],
+                [[str(w["workers"]), fmt(w["rewards_per_s"], "rate"), fmt(w["per_worker_per_s"], "rate"),
+                  f"{w['rewards_per_s'] / one['rewards_per_s']:.2f}×" if one else "—", f"{w['load_1min']:.1f}"]
+                 for w in reward["workers"]],
+                left=1,
+            ),
+            "",
+        ]
     lines.append(
         f"Target ≥ {reward.get('target_rewards_per_s', 500):g} rewards/s: {verdict(reward.get('met'))} "
         f"({reward['warm_rewards_per_s']:,.0f}/s warm median, {reward['cold_rewards_per_s']:,.0f}/s cold)."

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import os
 import random
 import statistics
 import time
@@ -174,6 +175,55 @@ def plain_round(base: MemoryStore, forks: list, questions: list, rewards: list[f
     return {"rewards_per_s": len(plain) / total, "total_s": total, "max_abs_difference": worst}
 
 
+# -- rewards on several worker processes ----------------------------------------------------------
+
+
+def worker_round(url: str, base_namespace: tuple, shares: list, questions: list, barrier, results, slot: int) -> None:
+    """One worker process: its own engine, embedder and base cache; scores its share of the forks once
+    untimed (the warm state a long-running reward worker has), waits for the others, then scores it timed."""
+    from memupdate.store.database import get_engine
+    from memupdate.store.embeddings import get_embedder
+
+    base = MemoryStore(get_engine(url), get_embedder(), base_namespace)
+    forks = [([questions[i] for i in scored], base.scoped(namespace)) for scored, namespace in shares]
+    for scored, fork in forks:
+        compute_reward(base, fork, scored, CONFIG)
+    gc.collect()
+    barrier.wait()
+    start = time.perf_counter()  # CLOCK_MONOTONIC: one clock for every process of the machine
+    rewards = [compute_reward(base, fork, scored, CONFIG).reward for scored, fork in forks]
+    results.put((slot, start, time.perf_counter(), rewards))
+
+
+def workers_round(engine, base: MemoryStore, forks: list, questions: list, workers: int, rewards: list[float]) -> dict:
+    """The same rewards on `workers` processes (spawned; the forks dealt round-robin): rewards/s from the
+    first start to the last finish, and per worker. Each reward must equal the one-process round's to 1e-9."""
+    import multiprocessing
+
+    context = multiprocessing.get_context("spawn")  # no forked copy of this process's pool or model threads
+    position = {q.index: i for i, q in enumerate(questions)}
+    plans = [([position[q.index] for q in scored], fork.namespace) for scored, fork in forks]
+    barrier, results = context.Barrier(workers), context.Queue()
+    url = engine.url.render_as_string(hide_password=False)
+    processes = [
+        context.Process(target=worker_round, args=(url, base.namespace, plans[w::workers], questions, barrier, results, w))
+        for w in range(workers)
+    ]
+    for process in processes:
+        process.start()
+    done = [results.get(timeout=600) for _ in processes]
+    for process in processes:
+        process.join()
+    scored = [0.0] * len(forks)
+    for slot, _, _, share in done:
+        scored[slot::workers] = share
+    worst = max(abs(a - b) for a, b in zip(scored, rewards, strict=True))
+    assert worst <= 1e-9, f"rewards on {workers} processes differ from one process's by up to {worst}"
+    wall = max(end for _, _, end, _ in done) - min(start for _, start, _, _ in done)
+    return {"workers": workers, "rewards_per_s": len(forks) / wall, "per_worker_per_s": len(forks) / wall / workers,
+            "total_s": wall, "max_abs_difference": worst, "load_1min": os.getloadavg()[0]}
+
+
 # -- the benchmark ------------------------------------------------------------------------------
 
 
@@ -195,6 +245,10 @@ def run(args: argparse.Namespace) -> dict:
             with console.status(f"scoring {len(forks)} rewards, {name} ..."):
                 rounds.append({"round": name, **score_round(base, forks, questions)})
         rewards = rounds[0]["rewards"]
+        scaling = []
+        for workers in args.workers:
+            with console.status(f"scoring {len(forks)} rewards on {workers} worker processes ..."):
+                scaling.append(workers_round(engine, base, forks, questions, workers, rewards))
         with console.status(f"scoring {len(forks)} rewards the plain way (the baseline) ..."):
             plain = plain_round(base, forks, questions, rewards)
     for r in rounds:
@@ -208,6 +262,8 @@ def run(args: argparse.Namespace) -> dict:
         "mean_reward": statistics.fmean(rewards),
         "positive_negative": [sum(r > 0 for r in rewards), sum(r < 0 for r in rewards)],
         "plain": plain,
+        "workers": scaling,
+        "cores": os.cpu_count(),
         "speedup_over_plain": warm / plain["rewards_per_s"],
         "cold_rewards_per_s": rounds[0]["rewards_per_s"],
         "warm_rewards_per_s": warm,
@@ -256,10 +312,22 @@ def report(summary: dict) -> None:
             f"{verdict(summary['met'])} (cold cache {summary['cold_rewards_per_s']:,.0f}/s)",
         ],
     )
+    if summary.get("workers"):
+        print_table(
+            f"rewards on worker processes ({summary['cores']} cores; each process warm, the forks dealt round-robin)",
+            ["worker processes", "rewards/s", "per worker", "seconds", "load (1 min)"],
+            [[str(w["workers"]), f"[bold]{w['rewards_per_s']:,.0f}[/bold]", f"{w['per_worker_per_s']:,.0f}",
+              f"{w['total_s']:.2f}", f"{w['load_1min']:.2f}"] for w in summary["workers"]],
+            ["Each process scores its share once untimed (as a long-running reward worker is warm), then all start "
+             "together; rewards/s runs from the first start to the last finish. Every reward equals the one-process "
+             "round's (asserted to 1e-9). The load column is the machine's: other processes' cores are not ours."],
+        )
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.reward", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--workers", type=lambda text: [int(n) for n in text.split(",") if n.strip()], default=[1, 2],
+                        help="also score the forks on this many worker processes, comma-separated (default 1,2; '' for none)")
     args = parse_args(parser, argv)
     summary = run(args)
     report(summary)
