@@ -24,12 +24,18 @@ from __future__ import annotations
 
 import re
 from datetime import date, timedelta
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from memupdate.store import MemoryRecord
 
 __all__ = [
     "TIME_EXPRESSION",
     "anchor_relative_dates",
+    "anchored",
     "format_day",
     "has_relative_time",
+    "memory_day",
     "resolve_relative",
 ]
 
@@ -89,6 +95,21 @@ _FUTURE_CUE = re.compile(
     r"invit\w*|offer\w*\s+to|would|could|should)\b",
     re.IGNORECASE,
 )
+
+
+def memory_day(memory: MemoryRecord) -> date | None:
+    """The day a memory was said on (its `date` metadata), None when it has none or a bad one."""
+    value = memory.metadata.get("date")
+    try:
+        return date.fromisoformat(value) if value else None
+    except ValueError:
+        return None
+
+
+def anchored(memory: MemoryRecord) -> str:
+    """The memory's text with relative time anchored to its day (unchanged when it has no date)."""
+    day = memory_day(memory)
+    return anchor_relative_dates(memory.content, day) if day else memory.content
 
 
 def format_day(day: date) -> str:

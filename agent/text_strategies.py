@@ -28,11 +28,16 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
 
-from memupdate.agent.dates import MONTHS, TIME_EXPRESSION, WEEKDAYS
+from memupdate.agent.dates import MONTHS, TIME_EXPRESSION, WEEKDAYS, anchored, format_day, memory_day
+
+if TYPE_CHECKING:
+    from memupdate.store import MemoryRecord
 
 __all__ = [
     "concatenate",
+    "concatenate_memories",
     "content_words",
     "extract_common",
     "jaccard",
@@ -144,6 +149,18 @@ def concatenate(contents: Sequence[str]) -> str:
             seen.add(key)
             out.append(_terminated(sentence))
     return " ".join(out)
+
+
+def concatenate_memories(memories: Sequence[MemoryRecord]) -> str:
+    """`concatenate` of memories, losing no date: each one's relative time anchored to its own day, and,
+    when they were said on different days, each led by its day ("(7 May 2023) Caroline ..."). A merge of
+    several days carries no single date, so a fact's date survives only in its text (merge_memory's
+    default text, and the heuristic's digest)."""
+    days = {memory_day(m) for m in memories}
+    texts = [anchored(m) for m in memories]
+    if len(days) > 1:
+        texts = [f"({format_day(day)}) {text}" if (day := memory_day(m)) else text for m, text in zip(memories, texts, strict=True)]
+    return concatenate(texts)
 
 
 def extract_common(contents: Sequence[str]) -> str | None:

@@ -81,9 +81,12 @@ class MergeMemoryArgs(BaseModel):
 
     memory_ids: list[str] = Field(description="The memories to merge, at least two.")
     strategy: Literal["summarize", "concatenate", "extract_common"] = Field(
-        "concatenate", description="How to build the text when `content` is not given."
+        "concatenate",
+        description="How to build the text when `content` is not given; concatenate keeps every sentence and its date.",
     )
-    content: str | None = Field(None, max_length=MAX_CONTENT_CHARS, description="The merged text, written by you.")
+    content: str | None = Field(
+        None, max_length=MAX_CONTENT_CHARS, description="The merged text, written by you; leave it out to keep the memories' own words."
+    )
 
     @field_validator("memory_ids")
     @classmethod
@@ -177,7 +180,7 @@ def merge_memory(store: MemoryStore, args: MergeMemoryArgs) -> str:
     if args.content is not None:
         content = args.content
     elif args.strategy == "concatenate":
-        content = text_strategies.concatenate(contents)
+        content = text_strategies.concatenate_memories(sources)
     elif args.strategy == "summarize":
         content = text_strategies.summarize(contents)
     else:

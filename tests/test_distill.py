@@ -100,13 +100,16 @@ def test_tiny_student_end_to_end(store: MemoryStore, sample, database_url, tmp_p
 
     # The graph loads the checkpoint as the `hf` policy, and `memupdate eval` runs it.
     assert make_policy("hf", store, model=str(out)).tokenizer.chat_template
+    budgeted = make_policy("hf", store, model=str(out), max_new_tokens=64, max_prose_tokens=16)
+    assert (budgeted.max_new_tokens, budgeted.max_prose_tokens) == (64, 16)
     report = tmp_path / "eval.json"
     sample_file = tmp_path / "sample.json"
     raw = json.loads(load_sample_path().read_text())
     raw[0]["sample_id"] = sample.sample_id
     sample_file.write_text(json.dumps(raw))
     result = runner.invoke(app, ["eval", "--policy", "hf", "--model", str(out), "--locomo", str(sample_file),
-                                 "--max-questions", "1", "--max-operations", "4", "--url", database_url, "--json", str(report)])
+                                 "--max-questions", "1", "--max-operations", "4", "--max-new-tokens", "48", "--max-prose-tokens", "24",
+                                 "--url", database_url, "--json", str(report)])
     assert result.exit_code == 0, result.output
     assert json.loads(report.read_text())["questions"] == 1
 

@@ -6,8 +6,9 @@ from dataclasses import replace
 
 import pytest
 
+from memupdate.agent.dates import anchored
 from memupdate.agent.graph import run_episode
-from memupdate.agent.policies.heuristic import HeuristicPolicy, anchored
+from memupdate.agent.policies.heuristic import HeuristicPolicy
 from memupdate.rl.data.ingest import ingest_conversation
 from memupdate.rl.data.locomo import load_sample
 from memupdate.store import MemoryStore
@@ -27,6 +28,8 @@ def test_targeted_plan_searches_consolidates_and_anchors(base: MemoryStore) -> N
     names = [name for name, _ in plan]
     assert names[0] == "search_memory" and "merge_memory" in names and "manage_memory" in names
     assert "split_memory" not in names, "splitting is off by default"
+    digest = plan[names.index("merge_memory")][1]
+    assert "content" not in digest, "the digest is the tool's own text: each fact's words and date, nothing written"
     assert len(plan) <= 30
     touched = [k for name, args in plan for k in args.get("memory_ids", [args.get("memory_id")]) if k]
     assert len(touched) == len(set(touched)), "no step touches a memory an earlier step changed"

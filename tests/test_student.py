@@ -92,6 +92,29 @@ def test_top_layer_finetune_moves_the_loss_and_freezes_the_bottom(tiny, tmp_path
     assert torch.equal(before.model.embed_tokens.weight, after.model.embed_tokens.weight)
 
 
+def test_negative_weight_pushes_a_trajectory_down(tiny, tmp_path):
+    """An advantage below the group's mean makes the trajectory rarer: compared with the same update
+    without it, its assistant tokens lose probability (they share a prefix with the pulled-up one)."""
+    harmful = [*TRANSCRIPT[:4], {"role": "assistant", "content": '<tool_call>\n{"name": "delete_memory", "arguments": {"memory_id": "f0001"}}\n</tool_call>'}]
+    config = TrainConfig(learning_rate=3e-3, epochs=3, batch_size=2, top_layers=1)
+    pulled = finetune(tiny, tmp_path / "pulled", [(TRANSCRIPT, 1.0)] * 2, [], config)
+    pushed = finetune(tiny, tmp_path / "pushed", [(TRANSCRIPT, 1.0)] * 2 + [(harmful, -1.0)], [], config)
+    assert (pulled["pushed_down"], pushed["pushed_down"]) == (0, 1)
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny)
+    ids, mask = tokenize_with_mask(tokenizer, harmful)
+    ids, mask = torch.tensor([ids]), torch.tensor(mask[1:])
+
+    def logps(path):
+        logits = AutoModelForCausalLM.from_pretrained(path)(ids).logits[0, :-1][mask]
+        return torch.log_softmax(logits, -1).gather(1, ids[0, 1:][mask].unsqueeze(1)).squeeze(1).detach()
+
+    start, without, with_pushdown = logps(tiny), logps(tmp_path / "pulled"), logps(tmp_path / "pushed")
+    assert (with_pushdown - start).sum() < (without - start).sum() - 1.0
+    with pytest.raises(MemupdateError, match="positive weight"):
+        finetune(tiny, tmp_path / "none", [(harmful, -1.0)], [], config)
+
+
 def test_kv_cache_across_turns_gives_the_same_reply(tiny):
     messages = [SystemMessage("You edit memory."), HumanMessage("Ann moved to Berlin.")]
     replies = {}

@@ -101,6 +101,20 @@ def test_merge_strategies_union_provenance(bank: MemoryStore, strategy: str, exp
     assert ops == ["delete", "delete", "create"], "sources deleted and merge created in one transaction"
 
 
+def test_merge_without_content_keeps_every_facts_date(bank: MemoryStore) -> None:
+    """A merge of several days carries no single date, so its default text dates each fact; relative time
+    is anchored to its own memory's day. One day's memories keep that day as the merge's date instead."""
+    one_day = ok(bank, "merge_memory", memory_ids=["f0002", "f0003"])
+    assert one_day.endswith(
+        "(2024-03-17) Owen bought a sailboat in 2019 and his favourite band is Wilco. Nadia ran a half marathon "
+        "last week (the week before 17 March 2024). Yesterday (16 March 2024) Owen sailed to the island."
+    )
+    two_days = ok(bank, "merge_memory", memory_ids=["f0001", "f0000"])
+    assert two_days.endswith(
+        "(30 March 2024) Nadia is an ER nurse who works night shifts. (3 March 2024) Nadia works night shifts as an ER nurse."
+    )
+
+
 def test_merge_uses_the_models_content(bank: MemoryStore) -> None:
     text = ok(bank, "merge_memory", memory_ids=["f0000", "f0001"], content="Nadia is a night-shift ER nurse.")
     assert "Nadia is a night-shift ER nurse." in text

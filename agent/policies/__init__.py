@@ -24,6 +24,8 @@ def make_policy(
     seed: int = 0,
     temperature: float = 0.0,
     max_operations: int | None = None,
+    max_new_tokens: int = 512,
+    max_prose_tokens: int | None = None,
 ) -> BaseChatModel | None:
     """The policy called `name` (None for `none`: no edits); a clear error names what is missing."""
     if name == "none":
@@ -47,7 +49,10 @@ def make_policy(
         from memupdate.agent.models import resolve_model
 
         try:
-            return HuggingFaceChatModel.from_pretrained(resolve_model(model), temperature=temperature, seed=seed)
+            loaded = HuggingFaceChatModel.from_pretrained(
+                resolve_model(model), temperature=temperature, seed=seed, max_new_tokens=max_new_tokens
+            )
+            return loaded.model_copy(update={"max_prose_tokens": max_prose_tokens})
         except ValueError as exc:
             raise MemupdateError(str(exc)) from None
     raise MemupdateError(f"unknown policy {name!r}: choose one of {', '.join(POLICY_NAMES)}")

@@ -26,11 +26,10 @@ import math
 import random
 from collections import Counter
 from collections.abc import Sequence
-from datetime import date
 
 from pydantic import Field, PrivateAttr
 
-from memupdate.agent.dates import anchor_relative_dates, format_day, has_relative_time
+from memupdate.agent.dates import anchor_relative_dates, anchored, has_relative_time, memory_day
 from memupdate.agent.policies.planning import PlanningPolicy, ToolCall
 from memupdate.agent.text_strategies import content_words, jaccard, split_thematic
 from memupdate.settings import DEFAULT_MAX_OPERATIONS
@@ -96,10 +95,10 @@ class HeuristicPolicy(PlanningPolicy):
                 calls.append(("search_memory", {"query": question, "top_k": 5}))
             keys = {m.key for m in memories}
             nearest = [hit.memory.key for hit in bank.search(question, 10) if hit.memory.key in keys]
-            digest = self._digest(memories, question, nearest[:3])
-            if digest:
-                keys, content = digest
-                calls += self._noted([("merge_memory", {"memory_ids": keys, "content": content})], REASONS["digest"])
+            keys = self._digest(memories, question, nearest[:3])
+            if keys:
+                # No content: the tool's own text (`concatenate_memories`) is the digest, each fact with its date.
+                calls += self._noted([("merge_memory", {"memory_ids": keys})], REASONS["digest"])
                 touched.update(keys)
             # Only memories retrieval could bring to this question: every further edit costs efficiency.
             relevant = set(nearest) | set(_lexical_top(memories, question, 10))
@@ -124,9 +123,9 @@ class HeuristicPolicy(PlanningPolicy):
             rng.shuffle(rest)
         return calls[:1] + rest
 
-    def _digest(self, memories: list[MemoryRecord], question: str, vector: list[str]) -> tuple[list[str], str] | None:
-        """Consolidate what vector search (`vector`: the top keys) and word overlap find for the question
-        into one memory."""
+    def _digest(self, memories: list[MemoryRecord], question: str, vector: list[str]) -> list[str] | None:
+        """The keys to consolidate into one memory: what vector search (`vector`: the top keys) and word
+        overlap find for the question, within DIGEST_WORDS."""
         by_key = {m.key: m for m in memories}
         lexical = [k for k in _lexical_top(memories, question, 6) if k not in vector]
         picked: list[MemoryRecord] = []
@@ -137,12 +136,7 @@ class HeuristicPolicy(PlanningPolicy):
                 continue
             picked.append(by_key[key])
             words += len(text.split())
-        if len(picked) < 2:
-            return None
-        if len({_day(m) for m in picked}) == 1:
-            return [m.key for m in picked], " ".join(_sentence(anchored(m)) for m in picked)
-        # Facts from different days: each keeps its own date in the text, never the merge's latest.
-        return [m.key for m in picked], " ".join(_dated_sentence(m) for m in picked)
+        return [m.key for m in picked] if len(picked) >= 2 else None
 
     def _anchors(self, memories: Sequence[MemoryRecord], touched: set[str]) -> list[ToolCall]:
         calls = []
@@ -164,7 +158,7 @@ class HeuristicPolicy(PlanningPolicy):
             for b in memories[i + 1 :]:
                 if b.key not in touched and jaccard(words[a.key], words[b.key]) >= DUPLICATE_JACCARD:
                     keep, drop = sorted((a, b), key=lambda m: len(m.content), reverse=True)
-                    if not words[drop.key] <= words[keep.key] or _day(drop) != _day(keep):
+                    if not words[drop.key] <= words[keep.key] or memory_day(drop) != memory_day(keep):
                         continue  # not a true duplicate: merging would wipe a detail or a date
                     calls.append(("merge_memory", {"memory_ids": [a.key, b.key], "content": anchored(keep)}))
                     touched.update((a.key, b.key))
@@ -178,25 +172,11 @@ class HeuristicPolicy(PlanningPolicy):
                 continue
             parts = split_thematic(memory.content)
             if len(parts) >= 2:
-                day = _day(memory)
+                day = memory_day(memory)
                 parts = [anchor_relative_dates(p, day) if day else p for p in parts]
                 calls.append(("split_memory", {"memory_id": memory.key, "parts": parts}))
                 touched.add(memory.key)
         return calls
-
-
-def anchored(memory: MemoryRecord) -> str:
-    """The memory's text with relative time anchored to its date (unchanged when it has no date)."""
-    day = _day(memory)
-    return anchor_relative_dates(memory.content, day) if day else memory.content
-
-
-def _day(memory: MemoryRecord) -> date | None:
-    value = memory.metadata.get("date")
-    try:
-        return date.fromisoformat(value) if value else None
-    except ValueError:
-        return None
 
 
 def _lexical_top(memories: Sequence[MemoryRecord], question: str, k: int) -> list[str]:
@@ -209,17 +189,6 @@ def _lexical_top(memories: Sequence[MemoryRecord], question: str, k: int) -> lis
     idf = {word: math.log(1 + len(memories) / (1 + df[word])) for word in wanted}
     scored = [(sum(idf[w] for w in bag & wanted), key) for key, bag in bags.items()]
     return [key for score, key in sorted(scored, key=lambda s: (-s[0], s[1]))[:k] if score > 0]
-
-
-def _dated_sentence(memory: MemoryRecord) -> str:
-    day = _day(memory)
-    text = _sentence(anchored(memory))
-    return f"({format_day(day)}) {text}" if day else text
-
-
-def _sentence(text: str) -> str:
-    text = text.strip()
-    return text if text[-1:] in ".!?" else text + "."
 
 
 def _call_id(name: str, args: dict) -> str:

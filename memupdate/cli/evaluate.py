@@ -61,6 +61,11 @@ def eval_command(
     max_operations: int | None = typer.Option(
         None, "--max-operations", min=1, help="Tool calls per episode (default 30)."
     ),
+    max_new_tokens: int = typer.Option(512, "--max-new-tokens", min=1, help="hf: tokens per turn at most."),
+    max_prose_tokens: int | None = typer.Option(
+        None, "--max-prose-tokens", min=1,
+        help="hf: cut a turn that wrote this many tokens without a tool call (as `rl learn` rolls its student out).",
+    ),
     include_adversarial: bool = typer.Option(False, "--include-adversarial", help="Score category 5 too."),
     collateral: int = typer.Option(
         8, "--collateral", min=0, help="Targeted: also score N other questions of the conversation (collateral damage)."
@@ -104,7 +109,8 @@ def eval_command(
     if reader is not None:
         reader.use_cache(store.engine)
     chat_model = make_policy(
-        policy, store, model=model, base_url=base_url, api_key=api_key, seed=seed, max_operations=max_operations
+        policy, store, model=model, base_url=base_url, api_key=api_key, seed=seed, max_operations=max_operations,
+        max_new_tokens=max_new_tokens, max_prose_tokens=max_prose_tokens,
     )
     config = EvalConfig(
         mode=mode,

@@ -6,7 +6,12 @@
 
 `examples` are `(messages, weight)` pairs: chat-template dicts as the student saw them (`student_messages`)
 and the weight of their loss (1 for imitation, the scaled advantage for an advantage-weighted update).
-The loss is the weighted cross-entropy on the assistant's tokens only (`render.tokenize_with_mask`).
+Only the assistant's tokens count (`render.tokenize_with_mask`):
+- weight w > 0: w x cross-entropy, pulled up as far as the epochs take it (the teacher's trajectories are
+  far from the student, so a bound like PPO's would stop imitation early);
+- weight w < 0: |w| x max(ratio, 1 - clip) per token, ratio = p_now / p_at_start: PPO's clipped objective
+  for a negative advantage. Each token is pushed down until its probability has fallen by `clip`, then left
+  alone, so a harmful trajectory is made rarer without driving its shared tokens (the call format) to zero.
 
 On a GPU the weights stay float32 (a 1e-5 step is below bf16's resolution) under bf16 autocast.
 With `lora_rank = r > 0` LoRA adapters train instead (merged into the saved weights; `top_layers` 0).
@@ -47,6 +52,7 @@ class TrainConfig:
     sweep: tuple[float, ...] = ()
     sweep_examples: int = 32
     lora_rank: int = 0  # > 0: LoRA adapters on every linear layer (peft, with the `rl` extra), merged on save
+    clip: float = 0.2  # a negative-weight token stops being pushed down once its probability fell by this share
     gradient_checkpointing: bool = False
 
 
@@ -93,10 +99,10 @@ def finetune(
         ids, mask = ids[: config.max_length], mask[: config.max_length]
         return torch.tensor([ids], device=device), torch.tensor(mask[1:], device=device)  # token t is predicted from those before
 
-    train = [(*encode(m), w) for m, w in examples if w > 0]
+    train = [(*encode(m), w) for m, w in examples if w != 0]
     train = [t for t in train if t[1].any()]
     held = [encode(m) for m in held_out]
-    if not train:
+    if not any(w > 0 for _, _, w in train):
         raise MemupdateError("no trajectory with a positive weight has an assistant token to train on")
 
     # 2. Freeze the bottom, and compute its output once per example (it never changes).
@@ -116,8 +122,8 @@ def finetune(
     train_inputs = [bottom(ids) for ids, _, _ in train]
     held_inputs = [bottom(ids) for ids, _ in held]
 
-    def loss_sum(ids: Any, mask: Any, frozen: Any) -> Any:
-        """Summed cross-entropy over the masked tokens of one example."""
+    def token_logps(ids: Any, mask: Any, frozen: Any) -> Any:
+        """Log-probability of each masked token of one example."""
         if frozen is None:
             with torch.autocast("cuda", dtype=torch.bfloat16, enabled=device == "cuda"):
                 hidden = body(input_ids=ids).last_hidden_state
@@ -132,7 +138,21 @@ def finetune(
                 hidden = layer(hidden, attention_mask=causal, position_embeddings=rotary, position_ids=positions)
             hidden = body.norm(hidden)
         logits = head(hidden[0, :-1][mask]).float()  # only where the loss is: the vocabulary x all tokens is large
-        return torch.nn.functional.cross_entropy(logits, ids[0, 1:][mask], reduction="sum")
+        return -torch.nn.functional.cross_entropy(logits, ids[0, 1:][mask], reduction="none")
+
+    def loss_sum(ids: Any, mask: Any, frozen: Any) -> Any:
+        return -token_logps(ids, mask, frozen).sum()
+
+    # A pushed-down example's probabilities at the start: its ratios are measured against them.
+    with torch.no_grad():
+        start_logps = {i: token_logps(ids, mask, train_inputs[i]) for i, (ids, mask, w) in enumerate(train) if w < 0}
+
+    def weighted_loss(i: int) -> Any:
+        ids, mask, weight = train[i]
+        if weight > 0:
+            return weight * loss_sum(ids, mask, train_inputs[i])
+        ratio = torch.exp(token_logps(ids, mask, train_inputs[i]) - start_logps[i])
+        return -weight * torch.clamp(ratio, min=1.0 - config.clip).sum()
 
     def held_out_loss() -> float | None:
         if not held:
@@ -162,8 +182,7 @@ def finetune(
                 tokens = sum(int(train[i][1].sum()) for i in batch)
                 total = 0.0
                 for i in batch:
-                    ids, mask, weight = train[i]
-                    loss = loss_sum(ids, mask, train_inputs[i]) * weight / tokens
+                    loss = weighted_loss(i) / tokens
                     loss.backward()
                     total += loss.item()
                 torch.nn.utils.clip_grad_norm_(trained, 1.0)
@@ -180,7 +199,8 @@ def finetune(
     learning_rate, sweep = config.learning_rate, {}
     if config.sweep and held:
         start_weights = [p.detach().clone() for p in trained]
-        rows = random.Random(config.seed).sample(range(len(train)), min(config.sweep_examples, len(train)))
+        pulled = [i for i, (_, _, w) in enumerate(train) if w > 0]
+        rows = random.Random(config.seed).sample(pulled, min(config.sweep_examples, len(pulled)))
         for candidate in config.sweep:
             sweep[candidate] = train_loop(candidate, 1, rows, f"learning rate {candidate:g}")[1][-1]
             with torch.no_grad():
@@ -203,6 +223,7 @@ def finetune(
     report = {
         **asdict(config),
         "examples": len(train),
+        "pushed_down": sum(w < 0 for _, _, w in train),
         "cut_to_max_length": cut,
         "held_out_examples": len(held),
         "trained_tokens": sum(int(m.sum()) for _, m, _ in train),

@@ -17,7 +17,8 @@ ones; rollouts inside a stage are logged one by one and are not redone either):
    rewards above 0); `eval-sft`.
 4. `rl-K` for K = 1..iterations: the current student samples `student_group_size` rollouts per
    question at `temperature`, joined by the teacher's trajectories of the same questions; GRPO
-   advantages over the joined group; an advantage-weighted update from the current student; `eval-rl-K`.
+   advantages over the joined group; an advantage-weighted update from the current student: trajectories
+   above their group's mean pulled up, those below pushed down (PPO-clipped, `finetune.py`); `eval-rl-K`.
 Every eighth training question is kept out of the updates: the loss on its teacher trajectories is the
 held-out loss that says whether the learning rate moves the model.
 The run ends with `metrics.json` and `learning_curve.png` (mean reward per stage with a 95% interval).
@@ -238,9 +239,9 @@ def learn(
             groups = {p.group for p in chosen}
             records = own + [r for r in teacher_records if r["group"] in groups]
             advantages, stats = assign_advantages(records)
-            positive = [a for a in advantages if a > 0]
-            scale = len(positive) / sum(positive) if positive else 0.0  # mean weight 1 over the trained ones
-            weights = [a * scale if a > 0 else 0.0 for a in advantages]
+            nonzero = [abs(a) for a in advantages if a != 0]
+            scale = len(nonzero) / sum(nonzero) if nonzero else 0.0  # mean |weight| 1 over the trained ones
+            weights = [a * scale for a in advantages]
             return {
                 **stats,
                 "student": summarize(own),
@@ -248,6 +249,7 @@ def learn(
                 "rollouts_per_minute": round(len(own) / minutes, 2) if minutes > 0 else None,
                 "tokens_per_rollout": mean([_tokens(r) for r in own]),
                 "student_trajectories_trained": sum(w > 0 for w, r in zip(weights, records, strict=True) if r["policy"].startswith("student")),
+                "student_trajectories_pushed_down": sum(w < 0 for w, r in zip(weights, records, strict=True) if r["policy"].startswith("student")),
                 "training": train_stage(start, target, records, weights, config.rl_epochs),
             }
 
@@ -305,10 +307,11 @@ def _stage_facts(result: Any) -> dict[str, Any]:
     if not isinstance(result, dict):
         return {"rollouts": len(result)} if isinstance(result, list) else {}
     facts = {k: result[k] for k in ("groups", "zero_variance_groups", "trajectories", "positive", "reward_mean",
-                                     "rollouts_per_minute", "tokens_per_rollout", "student_trajectories_trained") if k in result}
+                                     "rollouts_per_minute", "tokens_per_rollout", "student_trajectories_trained",
+                                     "student_trajectories_pushed_down") if k in result}
     if "training" in result:
         t = result["training"]
-        facts["training"] = {k: t[k] for k in ("examples", "steps", "learning_rate", "sweep_held_out_loss", "held_out_loss", "seconds", "peak_rss_mb", "trained_parameters")}
+        facts["training"] = {k: t.get(k) for k in ("examples", "pushed_down", "steps", "learning_rate", "sweep_held_out_loss", "held_out_loss", "seconds", "peak_rss_mb", "trained_parameters")}
         facts["training"]["loss_first_last"] = [t["losses"][0], t["losses"][-1]]
     return facts
 
