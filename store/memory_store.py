@@ -12,10 +12,11 @@
     fork.drop()
 
 Every write runs in one transaction with its event row (`memory_events`): a failed write leaves
-neither. Most writes (create one, update, delete, fork, drop) are ONE statement that writes its event
-row too (a data-modifying CTE, `statements.py`), run in autocommit mode: one round trip, no BEGIN or
-COMMIT; reads are one autocommit round trip too, and no connection is pinged before use (a dead pooled
-connection is retried once, `database.retrying`). The rest of the store sits beside this file: the values it takes and returns (`records.py`),
+neither. Most writes (create one, update, delete, merge and split (`replace`), fork, drop) are ONE
+statement that writes its event row too (a data-modifying CTE, `statements.py`), run in autocommit
+mode: one round trip, no BEGIN or COMMIT; reads are one autocommit round trip too, and no connection
+is pinged before use (a dead pooled connection is retried once, `database.retrying`). The rest of the
+store sits beside this file: the values it takes and returns (`records.py`),
 its tables and prebuilt statements (`statements.py`), row and vector codecs (`codecs.py`), the checks
 before a write (`validation.py`), and the fork-vs-base comparison the reward reads (`fork_diff.py`).
 Async callers use LangGraph's adapter (`langgraph_store.py`) or `asyncio.to_thread`.
@@ -306,7 +307,7 @@ class MemoryStore:
     def replace(
         self, delete_keys: Sequence[str], items: Sequence[NewMemory], *, skip_existing: bool = False
     ) -> list[MemoryRecord]:
-        """Delete `delete_keys` and add `items` in one transaction (merge and split are this).
+        """Delete `delete_keys` and add `items` in one transaction (merge and split are this, in one statement).
 
         Returns the created memories, or the deleted ones when nothing is created. `skip_existing`: see
         `create_many`.
