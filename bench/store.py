@@ -555,7 +555,7 @@ def report(summary: dict[str, Any]) -> None:
         "stores, which still run it through their embed path).\n"
         "⁴ share of memupdate's exact top 5 that the store returns (PostgresStore has an HNSW index: approximate "
         "whenever the planner uses it).\n"
-        "⁵ one memory by key; memupdate also writes its event row in the same transaction.\n"
+        "⁵ one memory by key; memupdate also writes its event row in the same statement.\n"
         f"⁶ memupdate only ({config['fork_reps']} reps): the whole searched namespace copied with one INSERT ... SELECT, "
         "then dropped; LangGraph's stores have no fork.\n"
         "⁷ this process's RSS growth while inserting (the whole store for InMemoryStore, whose vectors are the "
