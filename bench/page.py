@@ -241,8 +241,9 @@ def reward_section(reward: dict[str, Any]) -> list[str]:
             "",
         ]
     lines.append(
-        f"Target ≥ {reward.get('target_rewards_per_s', 500):g} rewards/s: {verdict(reward.get('met'))} "
-        f"({reward['warm_rewards_per_s']:,.0f}/s warm median, {reward['cold_rewards_per_s']:,.0f}/s cold)."
+        f"Target ≥ {reward.get('target_rewards_per_s', 500):g} rewards/s, one process or worker processes: "
+        f"{verdict(reward.get('met'))} (best {reward.get('best_rewards_per_s', reward['warm_rewards_per_s']):,.0f}/s; "
+        f"one process {reward['warm_rewards_per_s']:,.0f}/s warm median, {reward['cold_rewards_per_s']:,.0f}/s cold)."
     )
     return lines
 

@@ -268,8 +268,15 @@ def run(args: argparse.Namespace) -> dict:
         "cold_rewards_per_s": rounds[0]["rewards_per_s"],
         "warm_rewards_per_s": warm,
         "target_rewards_per_s": TARGET_REWARDS_PER_S,
-        "met": warm >= TARGET_REWARDS_PER_S,
+        **target_verdict(warm, scaling),
     }
+
+
+def target_verdict(warm: float, scaling: list[dict]) -> dict:
+    """The issue's target: >= 500 rewards/s on this machine, one process or a pool of worker processes
+    (the pool is how a caller with cores scores)."""
+    best = max([warm, *(w["rewards_per_s"] for w in scaling)])
+    return {"best_rewards_per_s": best, "met": best >= TARGET_REWARDS_PER_S}
 
 
 def report(summary: dict) -> None:
@@ -308,8 +315,9 @@ def report(summary: dict) -> None:
             f"baseline, the reward's specification (a search per question, two Python snapshots per fork): "
             f"{summary['plain']['rewards_per_s']:,.0f}/s on the same forks, the same rewards (max difference "
             f"{summary['plain']['max_abs_difference']:.1e}); the fast path: [bold]{summary['speedup_over_plain']:.2f}×[/bold]",
-            f"target ≥ {TARGET_REWARDS_PER_S:g} rewards/s: warm median {summary['warm_rewards_per_s']:,.0f}/s "
-            f"{verdict(summary['met'])} (cold cache {summary['cold_rewards_per_s']:,.0f}/s)",
+            f"target ≥ {TARGET_REWARDS_PER_S:g} rewards/s (one process or worker processes): best "
+            f"{summary['best_rewards_per_s']:,.0f}/s {verdict(summary['met'])} (one process: warm median "
+            f"{summary['warm_rewards_per_s']:,.0f}/s, cold cache {summary['cold_rewards_per_s']:,.0f}/s)",
         ],
     )
     if summary.get("workers"):

@@ -34,7 +34,10 @@ SUMMARY = {
     "reward": {"trajectories": 16, "questions": 2, "rounds": [
         {"round": "cold cache", "rewards_per_s": 80.0, "total_s": 0.2, "embed_s": 0.05, "search_s": 0.05, "diff_s": 0.05, "python_s": 0.05},
     ], "plain": {"rewards_per_s": 20.0, "max_abs_difference": 0.0}, "speedup_over_plain": 4.0,
-       "cold_rewards_per_s": 80.0, "warm_rewards_per_s": 80.0, "target_rewards_per_s": 500, "met": False},
+       "cold_rewards_per_s": 80.0, "warm_rewards_per_s": 80.0, "target_rewards_per_s": 500, "met": False,
+       "best_rewards_per_s": 150.0, "cores": 2, "workers": [
+        {"workers": 1, "rewards_per_s": 80.0, "per_worker_per_s": 80.0, "total_s": 0.2, "load_1min": 1.0},
+        {"workers": 2, "rewards_per_s": 150.0, "per_worker_per_s": 75.0, "total_s": 0.1, "load_1min": 2.0}]},
     "rollouts": {"memories": 200, "worker_connections": 4, "target_s": 10, "results": [
         {"path": "database side", "concurrency": 8, "rollouts": 512, "wall_s": 9.5, "p50_s": 0.3, "p95_s": 0.5,
          "statements_per_rollout": 34.0, "connections_peak": 4},
@@ -73,7 +76,9 @@ def test_every_benchmark_becomes_a_table_with_its_ratios_and_verdicts() -> None:
     assert "16 trajectories (2 questions × 8 forks)" in page
     assert "| embedding | 50 ms (25%) |" in page
     assert "20 rewards/s" in page and "**4.0×** faster" in page
-    assert "Target ≥ 500 rewards/s: **missed** (80/s warm median, 80/s cold)." in page
+    assert "| 2 | 150/s | 75/s | 1.88× | 2.0 |" in page
+    assert ("Target ≥ 500 rewards/s, one process or worker processes: **missed** (best 150/s; one process 80/s warm "
+            "median, 80/s cold).") in page
     assert "| database side | 8 | 512 | 9.5 | 300.00 ms | 500.00 ms | 34 | 4 | **met** |" in page
     assert "| agent loop | 64 | 512 | 50.0 | 4000.00 ms | 6000.00 ms | 34 | 4 | — |" in page
 
@@ -99,3 +104,12 @@ def test_docs_benchmarks_md_is_the_render_of_docs_benchmarks_json() -> None:
         "docs/benchmarks.md was edited by hand or is stale: regenerate it with "
         "`python -m bench.page docs/benchmarks.json --out docs/benchmarks.md --plot cost-curve.png` (or `make bench`)"
     )
+
+
+def test_the_reward_target_counts_worker_processes() -> None:
+    """≥ 500 rewards/s on the machine: one process, or a pool of worker processes where the caller has cores."""
+    from bench.reward import target_verdict
+
+    pool = [{"workers": 2, "rewards_per_s": 520.0}]
+    assert target_verdict(300.0, pool) == {"best_rewards_per_s": 520.0, "met": True}
+    assert target_verdict(300.0, []) == {"best_rewards_per_s": 300.0, "met": False}
