@@ -113,3 +113,13 @@ def test_the_reward_target_counts_worker_processes() -> None:
     pool = [{"workers": 2, "rewards_per_s": 520.0}]
     assert target_verdict(300.0, pool) == {"best_rewards_per_s": 520.0, "met": True}
     assert target_verdict(300.0, []) == {"best_rewards_per_s": 300.0, "met": False}
+
+
+def test_the_page_explains_only_the_losses_it_shows() -> None:
+    from bench.page import _slower
+
+    results = {200: {"memupdate": {"search_p50_ms": 1.5}, "PostgresStore": {"search_p50_ms": 3.0}}}
+    assert not _slower(results, "search_p50_ms", "PostgresStore")
+    results[5000] = {"memupdate": {"search_p50_ms": 5.0}, "PostgresStore": {"search_p50_ms": 3.1}}
+    assert _slower(results, "search_p50_ms", "PostgresStore")
+    assert not _slower(results, "get_p50_ms", "PostgresStore"), "a row nobody measured is no loss"
