@@ -156,10 +156,10 @@ def concatenate_memories(memories: Sequence[MemoryRecord]) -> str:
     when they were said on different days, each led by its day ("(7 May 2023) Caroline ..."). A merge of
     several days carries no single date, so a fact's date survives only in its text (merge_memory's
     default text, and the heuristic's digest)."""
-    days = {memory_day(m) for m in memories}
+    days = [memory_day(m) for m in memories]
     texts = [anchored(m) for m in memories]
-    if len(days) > 1:
-        texts = [f"({format_day(day)}) {text}" if (day := memory_day(m)) else text for m, text in zip(memories, texts, strict=True)]
+    if len(set(days)) > 1:
+        texts = [f"({format_day(day)}) {text}" if day else text for day, text in zip(days, texts, strict=True)]
     return concatenate(texts)
 
 

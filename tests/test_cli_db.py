@@ -133,7 +133,7 @@ def test_two_processes_share_the_embedded_server() -> None:
     script = textwrap.dedent(
         f"""
         import sys
-        from sqlalchemy import inspect, text
+        from sqlalchemy import text
         from memupdate.store.database import get_engine
         from memupdate.store.embedded import start_embedded_server
         engine = get_engine(start_embedded_server({data_dir!r}))

@@ -49,10 +49,10 @@ def make_policy(
         from memupdate.agent.models import resolve_model
 
         try:
-            loaded = HuggingFaceChatModel.from_pretrained(
-                resolve_model(model), temperature=temperature, seed=seed, max_new_tokens=max_new_tokens
+            return HuggingFaceChatModel.from_pretrained(
+                resolve_model(model), temperature=temperature, seed=seed, max_new_tokens=max_new_tokens,
+                max_prose_tokens=max_prose_tokens,
             )
-            return loaded.model_copy(update={"max_prose_tokens": max_prose_tokens})
         except ValueError as exc:
             raise MemupdateError(str(exc)) from None
     raise MemupdateError(f"unknown policy {name!r}: choose one of {', '.join(POLICY_NAMES)}")
