@@ -25,6 +25,7 @@ from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import PrivateAttr
 
 from . import hermes
+from .handles import HandleConstraint, live_handles
 
 CHECKPOINT_HELP = (
     "expected a Hugging Face checkpoint directory with config.json, weights and tokenizer files "
@@ -128,6 +129,9 @@ class HuggingFaceChatModel(BaseChatModel):
     # Stop a turn that has written this many tokens without opening a <tool_call> (None: never): a reply
     # is either calls or a short closing sentence, so long prose is a loop, and decoding costs ~0.1 s a token.
     max_prose_tokens: int | None = None
+    # Inside a "memory_id(s)" value, only handles this episode's tool results showed and no call has
+    # consumed, each once (see .handles): a small model's repeated or invented handles never reach a tool.
+    constrain_handles: bool = True
     _rng: Any = PrivateAttr(default=None)
     _cache: Any = PrivateAttr(default=None)  # (token ids the cache holds, the cache)
 
@@ -227,8 +231,12 @@ class HuggingFaceChatModel(BaseChatModel):
             if seeded:
                 torch.manual_seed(int(torch.randint(0, 2**62, (1,), generator=self._rng)))
             cache = self._reusable_cache(inputs["input_ids"][0].tolist())
+            prompt_length = inputs["input_ids"].shape[1]
             if self.max_prose_tokens:
-                options["stopping_criteria"] = [_ProseLimit(self.tokenizer, inputs["input_ids"].shape[1], self.max_prose_tokens)]
+                options["stopping_criteria"] = [_ProseLimit(self.tokenizer, prompt_length, self.max_prose_tokens)]
+            handles = live_handles(messages) if self.constrain_handles else None
+            if handles:
+                options["logits_processor"] = [HandleConstraint(self.tokenizer, prompt_length, handles)]
             output = self.hf_model.generate(**inputs, **options, past_key_values=cache, return_dict_in_generate=True)
         cache = getattr(output, "past_key_values", None)
         output = getattr(output, "sequences", output)  # a plain tensor where generate is scripted (tests)
