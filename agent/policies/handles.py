@@ -94,7 +94,9 @@ class HandleConstraint:
     tried first, then more; where none fits (fewer live handles than the list needs, or the value went
     wrong before its key was complete) the model is left free and the tool's error tells it."""
 
-    def __init__(self, tokenizer: Any, prompt_length: int, handles: frozenset[str], top: Sequence[int] = (64, 4096)):
+    def __init__(
+        self, tokenizer: Any, prompt_length: int, handles: frozenset[str], top: Sequence[int] = (64, 4096)
+    ):
         self.tokenizer, self.prompt_length, self.handles, self.top = tokenizer, prompt_length, handles, top
         self._pieces: dict[int, str] = {}
 
@@ -120,7 +122,9 @@ class HandleConstraint:
     def _allowed(self, tail: str, many: bool, scores: Any) -> list[int]:
         order = scores.argsort(descending=True)
         for top in self.top:
-            fits = [i for i in order[:top].tolist() if scan(tail + self._piece(i), self.handles, many) is not None]
+            fits = [
+                i for i in order[:top].tolist() if scan(tail + self._piece(i), self.handles, many) is not None
+            ]
             if fits:
                 return fits
         return []
@@ -129,4 +133,3 @@ class HandleConstraint:
         if token not in self._pieces:
             self._pieces[token] = self.tokenizer.decode([token])
         return self._pieces[token]
-

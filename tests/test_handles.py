@@ -1,0 +1,127 @@
+"""Constrained decoding of memory handles (agent/policies/handles.py).
+
+The decoding tests use the tiny Qwen2 built from a config (the `tiny_model` fixture): its weights are
+random, so left free it writes garbage where a handle belongs, and under the constraint it must not.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+
+from memupdate.agent.policies.handles import DONE, OPEN, HandleConstraint, live_handles, scan
+from memupdate.agent.policies.hf import HuggingFaceChatModel
+
+LIVE = frozenset({"f0012", "f0013", "f0101"})
+
+
+@pytest.mark.parametrize(
+    ("tail", "many", "state"),
+    [
+        ("", True, OPEN),
+        (': ["f00', True, OPEN),
+        (': ["f0012", "f0013"]', True, DONE),
+        (': ["f0012", "f0013"]}}', True, DONE),  # what follows the value is free
+        (': ["f0012", "f001', True, OPEN),  # f0013 is left
+        (': ["f0012", "f0012', True, None),  # named twice: refused before it is closed
+        (': ["f0012"]', True, None),  # a merge needs two
+        (': ["f0012", "f0099"', True, None),  # never shown
+        (': ["f0012", "m9', True, None),
+        (': ["f0012" "f0013"]', True, None),  # no comma
+        (': "f0101"', False, DONE),
+        (': "f01', False, OPEN),
+        (': ["f0101"]', False, None),  # memory_id takes one handle, not a list
+        (': "x"', False, None),
+    ],
+)
+def test_scan(tail, many, state):
+    assert scan(tail, LIVE, many) == state
+
+
+def _call(name: str, args: dict, call_id: str) -> AIMessage:
+    return AIMessage("", tool_calls=[{"name": name, "args": args, "id": call_id}])
+
+
+def test_live_handles_are_shown_and_not_yet_consumed():
+    messages = [
+        HumanMessage("Target question: where does Ann live?"),
+        _call("search_memory", {"query": "Ann"}, "c1"),
+        ToolMessage(
+            "[f0012] 0.7 (2023-05-08) Ann lives in Berlin.\n[f0013] 0.6 Ann likes tea.\n[f0101] 0.5 x",
+            tool_call_id="c1",
+        ),
+        _call("merge_memory", {"memory_ids": ["f0012", "f0013"]}, "c2"),
+        ToolMessage(
+            "merged 2 memories into [m1a2b3c4d] (2023-05-08) Ann lives in Berlin. Ann likes tea.",
+            tool_call_id="c2",
+        ),
+        _call("delete_memory", {"memory_id": "f0101"}, "c3"),
+        ToolMessage("error: unknown memory id 'f0101'", tool_call_id="c3"),  # did not run: f0101 stays
+        _call("search_memory", {"query": "Bob"}, "c4"),
+        ToolMessage("error: no such bank [b0001]", tool_call_id="c4"),  # an error shows nothing
+    ]
+    assert live_handles(messages) == {"m1a2b3c4d", "f0101"}
+    messages += [
+        _call("delete_memory", {"memory_id": "f0101"}, "c5"),
+        ToolMessage("deleted [f0101]", tool_call_id="c5"),
+    ]
+    assert live_handles(messages) == {"m1a2b3c4d"}
+
+
+def _merge_value(tiny_model: str, constrain: bool) -> str:
+    """Greedy continuation of a merge call cut just inside its list, by the random-weight model."""
+    tokenizer = HuggingFaceChatModel.from_pretrained(tiny_model).tokenizer
+    model = HuggingFaceChatModel.from_pretrained(tiny_model).hf_model
+    prefix = tokenizer("<|im_start|>assistant\n", return_tensors="pt")["input_ids"]
+    call = tokenizer(
+        '<tool_call>\n{"name": "merge_memory", "arguments": {"memory_ids": [', return_tensors="pt"
+    )["input_ids"]
+    ids = torch.cat([prefix, call], dim=1)
+    processors = [HandleConstraint(tokenizer, prefix.shape[1], LIVE)] if constrain else []
+    with torch.no_grad():
+        out = model.generate(
+            ids, max_new_tokens=40, do_sample=False, logits_processor=processors, pad_token_id=0
+        )
+    return tokenizer.decode(out[0, prefix.shape[1] :], skip_special_tokens=True).split('"memory_ids"', 1)[1]
+
+
+def test_constraint_keeps_a_random_model_on_live_distinct_handles(tiny_model):
+    free = _merge_value(tiny_model, constrain=False)
+    assert scan(free, LIVE, many=True) is None, f"the test needs a model that goes wrong when free: {free!r}"
+
+    value = _merge_value(tiny_model, constrain=True)
+    assert scan(value, LIVE, many=True) in (OPEN, DONE), value
+    if scan(value, LIVE, many=True) == DONE:
+        named = json.loads(value[value.index("[") : value.index("]") + 1])
+        assert len(set(named)) == len(named) >= 2 and set(named) <= LIVE
+
+
+def test_policy_constrains_only_a_memory_id_value(tiny_model):
+    """Through the chat model: a turn after a search result decodes under the constraint (same handles as
+    `live_handles`), and a turn with no handle shown decodes exactly as it does unconstrained."""
+    policy = HuggingFaceChatModel.from_pretrained(tiny_model, max_new_tokens=12)
+    start = [HumanMessage("Target question: where does Ann live?")]
+    free = policy.model_copy(update={"constrain_handles": False})
+    assert policy.invoke(start).content == free.invoke(start).content
+
+    seen = []
+    original = HandleConstraint.__init__
+
+    def spy(self, tokenizer, prompt_length, handles, *args, **kwargs):
+        seen.append(handles)
+        original(self, tokenizer, prompt_length, handles, *args, **kwargs)
+
+    later = [
+        *start,
+        _call("search_memory", {"query": "Ann"}, "c1"),
+        ToolMessage("[f0012] 0.7 Ann lives in Berlin.", tool_call_id="c1"),
+    ]
+    HandleConstraint.__init__ = spy
+    try:
+        policy.invoke(later)
+    finally:
+        HandleConstraint.__init__ = original
+    assert seen == [{"f0012"}]
