@@ -50,7 +50,7 @@ def test_live_handles_are_shown_and_not_yet_consumed():
         HumanMessage("Target question: where does Ann live?"),
         _call("search_memory", {"query": "Ann"}, "c1"),
         ToolMessage(
-            "[f0012] 0.7 (2023-05-08) Ann lives in Berlin.\n[f0013] 0.6 Ann likes tea.\n[f0101] 0.5 x",
+            "[f0012] 0.7 (2023-05-08) Ann lives in Berlin.\n[f0013] 0.6 Ann likes tea [laughs].\n[f0101] 0.5 x",
             tool_call_id="c1",
         ),
         _call("merge_memory", {"memory_ids": ["f0012", "f0013"]}, "c2"),
