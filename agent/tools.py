@@ -215,7 +215,9 @@ def split_memory(store: MemoryStore, args: SplitMemoryArgs) -> str:
 
 def merged_provenance(sources: Sequence[MemoryRecord]) -> dict[str, Any]:
     """Provenance of a merge: dia_ids and sessions unioned in order, every source's date (`dates`; `date`
-    only when they agree, so a merge never carries one wrong date), the sources' keys."""
+    only when they agree, so a merge never carries one wrong date), and in `merged_from` the keys it came
+    from: each source's, after those its source came from (a merge of a merge names the first merge's
+    sources too, so the reward's faithfulness check finds the bank's memories behind every word)."""
     dia_ids = list(dict.fromkeys(d for m in sources for d in m.metadata.get("dia_ids", [])))
     sessions = sorted({m.metadata["session"] for m in sources if m.metadata.get("session") is not None})
     dates = sorted({d for m in sources for d in (m.metadata.get("dates") or [m.metadata.get("date")]) if d})
@@ -228,8 +230,13 @@ def merged_provenance(sources: Sequence[MemoryRecord]) -> dict[str, Any]:
         "dates": dates,
         "speaker": speakers.pop() if len(speakers) == 1 else None,
         "source": "merge",
-        "merged_from": [m.key for m in sources],
+        "merged_from": list(dict.fromkeys(key for m in sources for key in _lineage(m))),
     }
+
+
+def _lineage(memory: MemoryRecord) -> list[str]:
+    meta = memory.metadata
+    return [*meta.get("merged_from", []), *([meta["split_from"]] if meta.get("split_from") else []), memory.key]
 
 
 def _known(store: MemoryStore, ids: Sequence[str]) -> list[MemoryRecord]:

@@ -197,3 +197,25 @@ def test_invented_words_cost_reward_even_when_they_help(base: MemoryStore, fork:
     assert breakdown.performance_delta > 0
     assert breakdown.faithfulness.unsupported_tokens == 1 and breakdown.faithfulness.examples == ("oslo",)
     assert breakdown.unsupported_penalty == pytest.approx(RewardConfig().unsupported_token_cost)
+
+
+def test_a_merge_of_a_merge_is_as_faithful_as_one_merge(base: MemoryStore, fork: MemoryStore) -> None:
+    """A merge whose source an earlier merge of the episode made draws on that merge's sources too: the
+    tool's own text pays nothing (before, the first merge's words counted as invented), and words no
+    source holds still pay, however many merges deep."""
+    from memupdate.agent.tools import run_tool
+
+    qa = QAItem(1, "What is Caroline researching?", "adoption agencies", None, ("D2:1",), 4)
+    first = run_tool(fork, "merge_memory", {"memory_ids": ["f0000", "f0001"]})
+    assert first.ok, first.text
+    (made,) = [m.key for m in fork.list() if m.key.startswith("m")]  # a handle the tool made (`new_key`)
+    assert run_tool(fork, "merge_memory", {"memory_ids": [made, "f0002"]}).ok
+    chained = compute_reward(base, fork, [qa]).faithfulness
+    once = base.fork((*base.namespace, "traj", "once"))
+    assert run_tool(once, "merge_memory", {"memory_ids": ["f0000", "f0001", "f0002"]}).ok
+    assert chained.writes == 1 and chained.unsupported_tokens == 0, chained.examples
+    assert chained.written_tokens == compute_reward(base, once, [qa]).faithfulness.written_tokens
+
+    (last,) = [m.key for m in fork.list() if m.key.startswith("m")]  # the first merge is gone into it
+    fork.update(last, content=fork.get(last).content + " Caroline is in Oslo.")
+    assert compute_reward(base, fork, [qa]).faithfulness.examples == ("oslo",)
