@@ -29,9 +29,10 @@ from typing import Any
 from memupdate.agent.dates import TIME_EXPRESSION, anchor_relative_dates
 from memupdate.agent.text_strategies import content_words
 from memupdate.store import MemoryRecord, MemoryStore
+from memupdate.store.records import KEY_PATTERN
 
 CHANGE_KINDS = ("merge", "split", "update", "delete", "create", "rewrite")
-_HANDLE = re.compile(r"\[([A-Za-z0-9_.:@+=-]{1,128})\]")
+_HANDLE = re.compile(rf"\[({KEY_PATTERN.pattern})\]")
 
 
 def build_review(bank: MemoryStore, fork: MemoryStore, calls: Sequence[dict[str, Any]] = (), *, qa: dict[str, Any] | None = None) -> dict[str, Any]:

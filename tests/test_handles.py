@@ -69,12 +69,13 @@ def test_live_handles_are_shown_and_not_yet_consumed():
         ToolMessage("deleted [f0101]", tool_call_id="c5"),
     ]
     assert live_handles(messages) == {"m1a2b3c4d"}
+    imported = ToolMessage("[user:42.note] 0.4 Ann's own key, from a LangGraph store", tool_call_id="c6")
+    assert live_handles([*messages, _call("search_memory", {"query": "x"}, "c6"), imported]) == {"m1a2b3c4d", "user:42.note"}
 
 
-def _merge_value(tiny_model: str, constrain: bool) -> str:
+def _merge_value(policy: HuggingFaceChatModel, constrain: bool) -> str:
     """Greedy continuation of a merge call cut just inside its list, by the random-weight model."""
-    tokenizer = HuggingFaceChatModel.from_pretrained(tiny_model).tokenizer
-    model = HuggingFaceChatModel.from_pretrained(tiny_model).hf_model
+    tokenizer, model = policy.tokenizer, policy.hf_model
     prefix = tokenizer("<|im_start|>assistant\n", return_tensors="pt")["input_ids"]
     call = tokenizer(
         '<tool_call>\n{"name": "merge_memory", "arguments": {"memory_ids": [', return_tensors="pt"
@@ -89,17 +90,18 @@ def _merge_value(tiny_model: str, constrain: bool) -> str:
 
 
 def test_constraint_keeps_a_random_model_on_live_distinct_handles(tiny_model):
-    free = _merge_value(tiny_model, constrain=False)
+    policy = HuggingFaceChatModel.from_pretrained(tiny_model)
+    free = _merge_value(policy, constrain=False)
     assert scan(free, LIVE, many=True) is None, f"the test needs a model that goes wrong when free: {free!r}"
 
-    value = _merge_value(tiny_model, constrain=True)
+    value = _merge_value(policy, constrain=True)
     assert scan(value, LIVE, many=True) in (OPEN, DONE), value
     if scan(value, LIVE, many=True) == DONE:
         named = json.loads(value[value.index("[") : value.index("]") + 1])
         assert len(set(named)) == len(named) >= 2 and set(named) <= LIVE
 
 
-def test_policy_constrains_only_a_memory_id_value(tiny_model):
+def test_policy_constrains_only_a_memory_id_value(tiny_model, monkeypatch):
     """Through the chat model: a turn after a search result decodes under the constraint (same handles as
     `live_handles`), and a turn with no handle shown decodes exactly as it does unconstrained."""
     policy = HuggingFaceChatModel.from_pretrained(tiny_model, max_new_tokens=12)
@@ -119,9 +121,6 @@ def test_policy_constrains_only_a_memory_id_value(tiny_model):
         _call("search_memory", {"query": "Ann"}, "c1"),
         ToolMessage("[f0012] 0.7 Ann lives in Berlin.", tool_call_id="c1"),
     ]
-    HandleConstraint.__init__ = spy
-    try:
-        policy.invoke(later)
-    finally:
-        HandleConstraint.__init__ = original
+    monkeypatch.setattr(HandleConstraint, "__init__", spy)
+    policy.invoke(later)
     assert seen == [{"f0012"}]

@@ -16,9 +16,11 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 
+from memupdate.store.records import KEY_PATTERN
+
 # A handle as tools show one: leading a line ("[f0012] 0.71 (2023-05-08) ...") or after the verb of a
 # write ("created [m1a2b3c4d] ...", "merged 2 memories into [...]"); not a bracket inside a memory's text.
-_SHOWN = re.compile(r"(?:^|\b(?:created|updated|deleted|into|split) )\[([A-Za-z0-9_-]+)\]", re.M)
+_SHOWN = re.compile(rf"(?:^|\b(?:created|updated|deleted|into|split) )\[({KEY_PATTERN.pattern})\]", re.M)
 _KEY = re.compile(r'"(memory_ids?)"')
 _CONSUMES = {"merge_memory": "memory_ids", "split_memory": "memory_id", "delete_memory": "memory_id"}
 OPEN, DONE = "open", "done"
