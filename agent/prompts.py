@@ -14,7 +14,8 @@ from memupdate.settings import DEFAULT_CONTEXT_TOKENS, DEFAULT_MAX_OPERATIONS, D
 SYSTEM_PROMPT = """You maintain a long-term memory bank of facts about people, drawn from their conversations. \
 Questions will later be answered from the memories most similar to the question, read in order of \
 similarity up to a fixed length (about {context_tokens} words in all). Edit the bank so those future questions are answered better:
-- anchor relative time ("yesterday", "last week", "two weekends ago") to absolute dates, using the memory's date;
+- anchor relative time ("yesterday", "last week", "two weekends ago") to absolute dates, using the memory's date \
+(manage_memory update with memory_id and no content does it for you);
 - merge memories that say the same thing; split memories that pack unrelated facts;
 - fix or delete memories that are wrong or useless; keep each memory short and self-contained, naming who it is about;
 - write only what the memories you edit (and their dates) support: invented words cost, and so does losing what other questions need.
@@ -58,7 +59,7 @@ def parse_task(text: str) -> tuple[str | None, str | None]:
 # For small students on a CPU, where each prompt token costs ~5 ms of prefill: the same task in ~90
 # tokens instead of ~240 (the tools are listed by the student's chat template).
 COMPACT_SYSTEM_PROMPT = """Edit this memory bank so questions answered later from the ~120 words of memories most \
-similar to them are answered better: anchor relative dates ("yesterday") to absolute ones using the memory's date; \
+similar to them are answered better: anchor relative dates ("yesterday") to absolute ones (update a memory without content: the tool dates it); \
 merge duplicates; fix or delete wrong memories; keep each memory short and self-contained, naming who it is about; \
 write only what the memories support. Memories show as [handle] (date) text; refer to them by handle. \
 Stop calling tools when done."""

@@ -24,6 +24,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, ValidationError, field_validator
 
 from memupdate.agent import text_strategies
+from memupdate.agent.dates import anchored
 from memupdate.store import MemoryNotFound, MemoryRecord, MemoryStore, MemupdateError, NewMemory
 from memupdate.store.memory_store import SampleStrategy
 from memupdate.store.models import MAX_CONTENT_CHARS, MemoryKind
@@ -55,7 +56,12 @@ class ManageMemoryArgs(BaseModel):
     """Create a new memory, or rewrite an existing one."""
 
     action: Literal["create", "update"] = Field(description="`create` a new memory or `update` memory_id.")
-    content: str = Field(min_length=1, max_length=MAX_CONTENT_CHARS, description="The full text of the memory.")
+    content: str | None = Field(
+        None,
+        min_length=1,
+        max_length=MAX_CONTENT_CHARS,
+        description="The full text of the memory; leave it out on update to date its relative time from its own day.",
+    )
     memory_id: str | None = Field(None, description="The memory to update (required for update).")
     kind: MemoryKind | None = Field(None, description="episodic (an event), semantic (a fact) or procedural.")
 
@@ -80,9 +86,12 @@ class MergeMemoryArgs(BaseModel):
     """Merge two or more memories into one (the sources are deleted)."""
 
     memory_ids: list[str] = Field(description="The memories to merge, at least two.")
-    strategy: Literal["summarize", "concatenate", "extract_common"] = Field(
+    strategy: Literal["summarize", "concatenate", "extract_common", "keep_fullest"] = Field(
         "concatenate",
-        description="How to build the text when `content` is not given; concatenate keeps every sentence and its date.",
+        description=(
+            "How to build the text when `content` is not given; concatenate keeps every sentence and its date, "
+            "keep_fullest keeps the longest memory's words (duplicates)."
+        ),
     )
     content: str | None = Field(
         None, max_length=MAX_CONTENT_CHARS, description="The merged text, written by you; leave it out to keep the memories' own words."
@@ -152,13 +161,26 @@ def manage_memory(store: MemoryStore, args: ManageMemoryArgs) -> str:
     if args.action == "create":
         if args.memory_id:
             raise ToolError("create makes a new memory: leave memory_id out, or use action=update")
+        if args.content is None:
+            raise ToolError("create needs content: the full text of the new memory")
         memory = store.create(args.content, kind=args.kind or "semantic", metadata={"source": "agent"}, key=new_key())
         return f"created {show(memory)}"
     if not args.memory_id:
         raise ToolError("update needs memory_id: the handle of the memory to rewrite, e.g. f0012")
+    content = args.content if args.content is not None else _dated(store, args.memory_id)
     with _unknown_ids():  # the write itself finds the memory: no read before it
-        memory = store.update(args.memory_id, content=args.content, kind=args.kind)
+        memory = store.update(args.memory_id, content=content, kind=args.kind)
     return f"updated {show(memory)}"
+
+
+def _dated(store: MemoryStore, key: str) -> str:
+    """An update without content: the memory's relative time anchored to its own day (the tool does the
+    date arithmetic, so a policy only chooses which memory)."""
+    memory = _known(store, [key])[0]
+    text = anchored(memory)
+    if text == memory.content:
+        raise ToolError(f"[{key}] has no relative time to date: give content to rewrite it")
+    return text
 
 
 def delete_memory(store: MemoryStore, args: DeleteMemoryArgs) -> str:
@@ -183,6 +205,8 @@ def merge_memory(store: MemoryStore, args: MergeMemoryArgs) -> str:
         content = text_strategies.concatenate_memories(sources)
     elif args.strategy == "summarize":
         content = text_strategies.summarize(contents)
+    elif args.strategy == "keep_fullest":
+        content = anchored(max(sources, key=lambda m: len(m.content)))
     else:
         content = text_strategies.extract_common(contents)
         if content is None:

@@ -40,8 +40,10 @@ def test_blind_plan_is_seedable_and_anchors_first(base: MemoryStore) -> None:
     plan = policy.plan(base, None)
     assert plan == HeuristicPolicy(store=base, max_operations=6, seed=1).plan(base, None)
     assert len(plan) == 6 and plan[0][0] == "sample_memory"
+    by_key = {m.key: m for m in base.list()}
     for name, args in plan[1:]:
-        assert name == "manage_memory" and "(" in args["content"], "relative dates anchored first"
+        assert name == "manage_memory" and "content" not in args, "the tool dates the memory: no text written"
+        assert anchored(by_key[args["memory_id"]]) != by_key[args["memory_id"]].content, "relative dates anchored first"
 
 
 def test_split_packed_splits_through_the_tool(base: MemoryStore) -> None:

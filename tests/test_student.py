@@ -46,7 +46,7 @@ def test_template_lists_tools_in_one_line_each_and_renders_prefixes_as_prefixes(
     tokenizer = AutoTokenizer.from_pretrained(tiny)
     text = render_transcript(tokenizer, TRANSCRIPT)
     assert "- search_memory(query, top_k?): Find the memories most similar to a query\n" in text
-    assert "- manage_memory(action=create|update, content, memory_id?, kind?=episodic|semantic|procedural)" in text
+    assert "- manage_memory(action=create|update, content?, memory_id?, kind?=episodic|semantic|procedural)" in text
     assert '"properties"' not in text  # no JSON schema
     assert text.count("<|im_start|>") == len(TRANSCRIPT)
     for i in range(1, len(TRANSCRIPT)):

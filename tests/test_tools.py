@@ -115,6 +115,21 @@ def test_merge_without_content_keeps_every_facts_date(bank: MemoryStore) -> None
     )
 
 
+def test_update_without_content_dates_the_memory(bank: MemoryStore) -> None:
+    """The tool does the date arithmetic: a policy names the memory, the text is anchored to its own day."""
+    text = ok(bank, "manage_memory", action="update", memory_id="f0003")
+    content = bank.get("f0003").content
+    assert content in text
+    assert content == "Nadia ran a half marathon last week (the week before 17 March 2024). Yesterday (16 March 2024) Owen sailed to the island."
+
+
+def test_merge_keep_fullest_keeps_the_longer_words_dated(bank: MemoryStore) -> None:
+    ok(bank, "merge_memory", memory_ids=["f0001", "f0000"], strategy="keep_fullest")
+    merged = [m for m in bank.list() if m.key not in ("f0002", "f0003")]
+    assert [m.content for m in merged] == ["Nadia is an ER nurse who works night shifts."]
+    assert sorted(merged[0].metadata["dia_ids"]) == ["D1:2", "D3:1"]
+
+
 def test_merge_uses_the_models_content(bank: MemoryStore) -> None:
     text = ok(bank, "merge_memory", memory_ids=["f0000", "f0001"], content="Nadia is a night-shift ER nurse.")
     assert "Nadia is a night-shift ER nurse." in text
@@ -154,6 +169,9 @@ BAD_CALLS = [
     ("manage_memory", {"action": "update", "content": "x", "memory_id": "f9999"}, "unknown memory id 'f9999'"),
     ("manage_memory", {"action": "create", "content": "x", "memory_id": "f0000"}, "leave memory_id out"),
     ("manage_memory", {"action": "create", "content": "x", "kind": "dream"}, "kind"),
+    ("manage_memory", {"action": "create"}, "create needs content"),
+    ("manage_memory", {"action": "update", "memory_id": "f0002"}, "[f0002] has no relative time to date"),
+    ("manage_memory", {"action": "update", "memory_id": "f9999"}, "unknown memory id 'f9999'"),
     ("delete_memory", {"memory_id": "nope"}, "unknown memory id 'nope'"),
     ("delete_memory", {}, "memory_id"),
     ("sample_memory", {"k": 0}, "k"),

@@ -143,9 +143,9 @@ class HeuristicPolicy(PlanningPolicy):
         for memory in memories:
             if memory.key in touched:
                 continue
-            text = anchored(memory)
-            if text != memory.content:
-                calls.append(("manage_memory", {"action": "update", "memory_id": memory.key, "content": text}))
+            if anchored(memory) != memory.content:
+                # No content: the tool dates the memory itself (`manage_memory`), as a student would ask it to.
+                calls.append(("manage_memory", {"action": "update", "memory_id": memory.key}))
                 touched.add(memory.key)
         return calls
 
@@ -160,7 +160,8 @@ class HeuristicPolicy(PlanningPolicy):
                     keep, drop = sorted((a, b), key=lambda m: len(m.content), reverse=True)
                     if not words[drop.key] <= words[keep.key] or memory_day(drop) != memory_day(keep):
                         continue  # not a true duplicate: merging would wipe a detail or a date
-                    calls.append(("merge_memory", {"memory_ids": [a.key, b.key], "content": anchored(keep)}))
+                    # keep_fullest: the tool keeps `keep`'s words, dated (the longer one; `a` on a tie).
+                    calls.append(("merge_memory", {"memory_ids": [a.key, b.key], "strategy": "keep_fullest"}))
                     touched.update((a.key, b.key))
                     break
         return calls
