@@ -1,8 +1,9 @@
 """The fine-tuning loop's pieces alone: the pull-up loss, the clipped push-down, the loss mask, the frozen
 bottom's shortcut, the batches and the schedule.
 
-The losses are tested on tiny hand-made tensors; the mask and the frozen bottom on a tiny Qwen2 built from
-a config with a tokenizer trained locally (`memupdate.rl.distill.tiny_student`): nothing is downloaded.
+The losses are tested on tiny hand-made tensors; the mask and the frozen bottom on conftest's `tiny_model`,
+a tiny Qwen2 built from a config with a tokenizer trained locally (`memupdate.rl.distill.tiny_student`):
+nothing is downloaded.
 """
 
 from __future__ import annotations
@@ -11,9 +12,8 @@ import math
 
 import pytest
 import torch
-from transformers import AutoTokenizer
+from test_student import TRANSCRIPT
 
-from memupdate.agent.models import STUDENT_CHAT_TEMPLATE
 from memupdate.rl.distill.finetune import (
     TrainConfig,
     bottom_output,
@@ -27,24 +27,6 @@ from memupdate.rl.distill.finetune import (
     push_down_loss,
     token_logps,
 )
-from memupdate.rl.distill.tiny_student import build_tiny_checkpoint
-
-TRANSCRIPT = [
-    {"role": "system", "content": "You edit memory."},
-    {"role": "user", "content": "Target question: When did Ann move?"},
-    {"role": "assistant", "content": '<tool_call>\n{"name": "search_memory", "arguments": {"query": "Ann move"}}\n</tool_call>'},
-    {"role": "tool", "content": "[f0001] Ann moved to Berlin last week."},
-    {"role": "assistant", "content": "Done."},
-]
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    path = build_tiny_checkpoint(tmp_path_factory.mktemp("finetune_tiny"), layers=3)
-    tokenizer = AutoTokenizer.from_pretrained(path)
-    tokenizer.chat_template = STUDENT_CHAT_TEMPLATE
-    tokenizer.save_pretrained(path)
-    return path
 
 
 def test_pull_up_loss_is_the_weighted_cross_entropy():
@@ -65,20 +47,20 @@ def test_push_down_lowers_each_token_until_its_probability_fell_by_clip_then_sto
     assert now.grad[0].item() == pytest.approx(2.0) and now.grad[1].item() == pytest.approx(2.0 * 0.9)
 
 
-def test_mask_holds_the_assistant_tokens_only_shifted_by_one(tiny):
-    student = load_student(tiny, TrainConfig(top_layers=1))
+def test_mask_holds_the_assistant_tokens_only_shifted_by_one(tiny_model):
+    student = load_student(tiny_model, TrainConfig(top_layers=1))
     example = encode(student, TRANSCRIPT, 1.0, max_length=4096)
     assert example.ids.shape[1] == example.mask.shape[0] + 1  # token t is predicted from those before it
     targets = student.tokenizer.decode(example.ids[0, 1:][example.mask])
     assert "search_memory" in targets and "Done." in targets
-    assert "Berlin" not in targets and "When did Ann move" not in targets
+    assert "Berlin" not in targets and "When did Ann move" not in targets and "Memory bank" not in targets
     cut = encode(student, TRANSCRIPT, 1.0, max_length=example.ids.shape[1] - 3)
     assert cut.cut and cut.ids.shape[1] == example.ids.shape[1] - 3 and not example.cut
 
 
-def test_frozen_bottom_gives_the_same_log_probabilities_as_a_full_pass(tiny):
-    full = load_student(tiny, TrainConfig(top_layers=0))
-    split = load_student(tiny, TrainConfig(top_layers=1))
+def test_frozen_bottom_gives_the_same_log_probabilities_as_a_full_pass(tiny_model):
+    full = load_student(tiny_model, TrainConfig(top_layers=0))
+    split = load_student(tiny_model, TrainConfig(top_layers=1))
     trained = freeze_bottom(split)
     assert {id(p) for p in trained} == {id(p) for p in [*split.body.layers[-1].parameters(), *split.body.norm.parameters()]}
     example = encode(full, TRANSCRIPT, 1.0, max_length=4096)
