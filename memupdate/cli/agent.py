@@ -57,12 +57,12 @@ def agent_run(
     from memupdate.store import to_namespace
     from memupdate.store.records import namespace_path
 
+    policy_kind(policy, editing=True)
     root = open_store(url)
     bank = root.scoped(to_namespace(namespace))
     count_before = bank.count()  # a fork starts as a copy of the bank
     if count_before == 0:
         raise MemupdateError(f"namespace {namespace!r} holds no memories: load it first (memupdate data load)")
-    policy_kind(policy, editing=True)
     chat_model = make_policy(policy, root, model=model, base_url=base_url, api_key=api_key, seed=seed)
     check_policy_endpoint(policy, model, base_url, api_key)
     probe = [_Probe(question, answer)] if question and answer else []

@@ -65,6 +65,7 @@ def compact_command(
     from memupdate.store import to_namespace
     from memupdate.store.change_log import apply_change, discard_change, get_change, latest_proposal
 
+    policy_kind(policy, editing=True)
     root = open_store(url)
     bank = root.scoped(to_namespace(namespace))
     require_bank(bank, namespace)
@@ -86,7 +87,6 @@ def compact_command(
     for path, option, suffixes in ((review, "--review", (".html", ".htm")), (review_json, "--json", (".json",))):
         check_output(path, option, suffixes)
     probe = _questions(bank, questions, locomo)
-    policy_kind(policy, editing=True)
     check_policy_endpoint(policy, model, base_url, api_key)
     if pending is not None:
         discard_change(bank, pending.id)
