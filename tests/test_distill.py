@@ -166,6 +166,8 @@ def test_bad_input_gives_clear_errors(store: MemoryStore, fixed_sample, tmp_path
     with pytest.raises(MemupdateError, match="no chat template.*chat_template.jinja"):
         learn(store, [sample], [held_out], replace(SMALL, student=str(tiny_model_without_chat_template)), tmp_path / "c")
     assert not (tmp_path / "c" / TRAJECTORIES).exists()
+    with pytest.raises(MemupdateError, match="--top-layers 2: the tiny student has 1 layers"):
+        learn(store, [sample], [held_out], replace(SMALL, top_layers=2), tmp_path / "t")
     with pytest.raises(MemupdateError, match="--group-size 1"):
         learn(store, [sample], [held_out], replace(SMALL, group_size=1), tmp_path / "g")
     # A teacher that makes no edits: every group has equal rewards; the trajectories stay on disk, and no

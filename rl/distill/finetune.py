@@ -119,6 +119,8 @@ def load_student(start: str | Path, config: TrainConfig) -> Student:
 
         model = get_peft_model(model, LoraConfig(r=config.lora_rank, lora_alpha=2 * config.lora_rank, target_modules="all-linear"))
     layers = len(model.get_decoder().layers)
+    if config.top_layers > layers:
+        raise MemupdateError(f"--top-layers {config.top_layers}: the student has {layers} layers; give at most {layers} (0: all)")
     return Student(model, tokenizer, layers - config.top_layers if config.top_layers else 0, device)
 
 

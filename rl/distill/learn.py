@@ -195,6 +195,8 @@ def check_config(config: LearnConfig, train: Sequence[Conversation], held_out: S
         raise MemupdateError(f"--group-size {config.group_size}: GRPO compares rollouts of one unit, so it needs at least 2")
     policy_kind(config.teacher, "--teacher")
     if config.student == "tiny":
+        if config.top_layers > config.tiny_layers:
+            raise MemupdateError(f"--top-layers {config.top_layers}: the tiny student has {config.tiny_layers} layers (--tiny-layers); give at most that (0: all)")
         return config
     student = resolve_model(config.student)
     try:
