@@ -185,3 +185,24 @@ def test_unreachable_teacher_keeps_the_jsonl(store: MemoryStore, fixed_sample, t
         learn(store, [sample], [held_out], config, tmp_path / "out")
     assert (tmp_path / "out" / TRAJECTORIES).exists()
     shutil.rmtree(tmp_path / "out")
+
+
+def test_rl_learn_options_are_the_configs_fields_with_its_defaults() -> None:
+    """One definition of each default: every `rl learn` option that is a LearnConfig field defaults to the
+    field's default (the command is one thin layer over the config)."""
+    import inspect
+    from dataclasses import fields
+
+    from memupdate.cli.learn import learn_command
+
+    defaults = LearnConfig()
+    options = inspect.signature(learn_command).parameters
+    shared = [f.name for f in fields(LearnConfig) if f.name in options]
+    assert len(shared) >= 30
+    for name in shared:
+        default = options[name].default.default
+        expected = getattr(defaults, name)
+        if name == "sweep":  # given as text on the command line
+            default = tuple(float(v) for v in default.split(","))
+        assert default == expected, name
+    assert set(options) - set(shared) == {"locomo", "train_conversations", "eval_conversations", "out", "url"}
