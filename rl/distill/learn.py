@@ -150,7 +150,7 @@ def learn(
     run = open_run(store, check_config(config, train, held_out), task, Path(out), train, held_out, progress)
 
     # 1-2. The teacher's groups; the student's start; the reference points on the held-out units.
-    keys = run.stage("teacher-groups", lambda: _keys(run.collect(teacher(run, config.explore, config.temperature), run.units, config.group_size, "teacher", "teacher groups")))
+    keys = run.stage("teacher-groups", lambda: teacher_groups(run))
     run.teacher_records = teacher_records = [run.log.records[k] for k in keys]
     check_teacher_signal(run, teacher_records)
     start = student_start(run, teacher_records)
@@ -282,6 +282,13 @@ def student_start(run: Run, teacher_records: Sequence[dict[str, Any]]) -> Path:
 
 
 # -- the stages -----------------------------------------------------------------------------------------
+
+
+def teacher_groups(run: Run) -> list[str]:
+    """`group_size` seeded rollouts of the teacher per training unit; their keys in the trajectory log."""
+    config = run.config
+    records = run.collect(teacher(run, config.explore, config.temperature), run.units, config.group_size, "teacher", "teacher groups")
+    return [r["key"] for r in records]
 
 
 def evaluate(run: Run, label: str, group: PolicyGroup) -> dict[str, Any]:
@@ -445,10 +452,6 @@ def _seen(record: dict[str, Any], settings: dict[str, Any]) -> list[dict[str, st
     from memupdate.rl.distill.render import as_student_saw
 
     return as_student_saw(record["messages"], settings)
-
-
-def _keys(records: Sequence[dict[str, Any]]) -> list[str]:
-    return [r["key"] for r in records]
 
 
 def _tokens(record: dict[str, Any]) -> float:
