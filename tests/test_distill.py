@@ -20,24 +20,21 @@ from memupdate.agent.policies import make_policy
 from memupdate.agent.policies.heuristic import HeuristicPolicy
 from memupdate.cli import app
 from memupdate.rl.data.ingest import ingest_conversation
-from memupdate.rl.distill.run import (
-    TRAJECTORIES,
-    DistillConfig,
-    Teacher,
-    TrajectoryLog,
-    collect,
-    distill,
-    make_teacher,
-    training_prompts,
-)
+from memupdate.rl.distill.learn import STAGES, TRAJECTORIES, LearnConfig, learn
+from memupdate.rl.distill.rollouts import PolicyGroup, TrajectoryLog, collect, policy_group
+from memupdate.rl.distill.targeted import TargetedTask
+from memupdate.rl.scoring.reward import RewardConfig
 from memupdate.store import MemoryStore, MemupdateError
 
 runner = CliRunner()
-# Small everything: two questions, group of two, two turns per episode, a one-layer student.
-SMALL = DistillConfig(
-    group_size=2, max_questions=2, eval_questions=1, epochs=1, batch_size=2, max_turns=2, max_new_tokens=24,
-    tiny_vocab_size=600, tiny_hidden_size=32, tiny_layers=1, explore=0.5,
+# Small everything: two questions, group of two, two turns per episode, a one-layer tiny student, no RL
+# iteration (distillation alone: `rl learn --iterations 0`).
+SMALL = LearnConfig(
+    student="tiny", group_size=2, train_questions=2, eval_questions=1, iterations=0, sft_epochs=1, batch_size=2, max_turns=2,
+    max_new_tokens=24, max_prose_tokens=12, tiny_vocab_size=600, tiny_hidden_size=32, tiny_layers=1, top_layers=0,
+    learning_rate=1e-3, sweep=(), explore=0.5,
 )
+TASK = TargetedTask(RewardConfig(), max_turns=2)
 
 
 def test_heuristic_exploration_is_seeded_and_off_by_default(store: MemoryStore, sample) -> None:
@@ -53,19 +50,19 @@ def test_heuristic_exploration_is_seeded_and_off_by_default(store: MemoryStore, 
 
 
 def test_a_killed_run_resumes_from_its_jsonl(store: MemoryStore, sample, tmp_path) -> None:
-    prompts = training_prompts([sample], SMALL)
-    heuristic = make_teacher("heuristic", store, SMALL)
+    prompts = TASK.training_units([sample], 2)
+    heuristic = policy_group("heuristic", store, explore=0.5)
     runs: list[int] = []
 
     def dies_on_third(seed: int):
         if len(runs) == 2:
             raise ConnectionError("teacher went away")
         runs.append(seed)
-        return heuristic.make(seed)
+        return heuristic.member(seed)
 
     log = TrajectoryLog(tmp_path / TRAJECTORIES)
     with pytest.raises(MemupdateError, match=r"failed on .*teacher went away.*2 trajectories so far are kept in .*rerun"):
-        collect(store, Teacher("heuristic", dies_on_third), prompts, 2, "it1", log, SMALL)
+        collect(store, TASK, PolicyGroup("heuristic", dies_on_third), prompts, 2, "it1", log)
     kept = (tmp_path / TRAJECTORIES).read_text().splitlines()
     assert len(kept) == 2
     # A kill mid-write leaves half a line; it is dropped on resume.
@@ -73,8 +70,8 @@ def test_a_killed_run_resumes_from_its_jsonl(store: MemoryStore, sample, tmp_pat
         f.write('{"key": "it1/half')
 
     resumed: list[int] = []
-    counting = Teacher("heuristic", lambda seed: resumed.append(seed) or heuristic.make(seed))
-    records = collect(store, counting, prompts, 2, "it1", TrajectoryLog(tmp_path / TRAJECTORIES), SMALL)
+    counting = PolicyGroup("heuristic", lambda seed: resumed.append(seed) or heuristic.member(seed))
+    records = collect(store, TASK, counting, prompts, 2, "it1", TrajectoryLog(tmp_path / TRAJECTORIES))
     assert len(resumed) == 2 and set(resumed).isdisjoint(runs)  # only the two missing rollouts ran
     assert [r["key"] for r in records] == [f"it1/{p.group}/g{m}" for p in prompts for m in range(2)]
     lines = [json.loads(line) for line in (tmp_path / TRAJECTORIES).read_text().splitlines()]
@@ -84,54 +81,71 @@ def test_a_killed_run_resumes_from_its_jsonl(store: MemoryStore, sample, tmp_pat
     assert {"reward", "reward_parts", "valid_calls", "invalid_calls", "ok_calls", "stop_reason"} <= set(first)
 
 
+def test_a_group_member_is_the_policy_with_its_own_seed(store: MemoryStore) -> None:
+    """A rollout group's members are fresh instances of one registry policy: same settings, own seed."""
+    group = policy_group("heuristic", store, explore=0.5, stepwise=8, look_first=True, max_operations=4)
+    one, two = group.member(1), group.member(2)
+    assert (one.seed, two.seed) == (1, 2) and one is not two
+    assert (one.explore, one.stepwise, one.look_first, one.max_operations) == (0.5, 8, True, 4)
+    assert policy_group("none", store).member(3) is None
+
+
+def _drop(store: MemoryStore, sample_id: str) -> None:
+    for ns in store.list_namespaces(prefix=("locomo", sample_id)):
+        store.scoped(ns).drop()
+
+
 @pytest.fixture
 def fixed_sample(store: MemoryStore, sample):
-    """The sample under a fixed id: rollout seeds hash the trajectory key, which holds the id, so the
-    teacher's exploration (and whether its groups differ in reward) is the same on every run."""
+    """The sample under a fixed id, and a held-out copy: rollout seeds hash the trajectory key, which holds
+    the id, so the teacher's exploration (and whether its groups differ in reward) is the same on every run."""
     fixed = replace(sample, sample_id="sample-distill-e2e")
-
-    def drop() -> None:
-        for ns in store.list_namespaces(prefix=("locomo", fixed.sample_id)):
-            store.scoped(ns).drop()
-
-    drop()
-    yield fixed
-    drop()
+    held_out = replace(sample, sample_id="sample-distill-heldout")
+    for s in (fixed, held_out):
+        _drop(store, s.sample_id)
+    yield fixed, held_out
+    for s in (fixed, held_out):
+        _drop(store, s.sample_id)
 
 
 def test_tiny_student_end_to_end(store: MemoryStore, fixed_sample, database_url, tmp_path) -> None:
-    sample = fixed_sample
+    sample, held_out = fixed_sample
     out = tmp_path / "student"
-    metrics = distill(store, [sample], [sample], SMALL, out)
-    (row,) = metrics["iterations"]
-    assert row["groups"] == 2 and row["trajectories"] == 4 and row["positive"] >= 1
-    assert row["training"]["steps"] >= 1 and row["training"]["loss_last"] > 0
-    assert set(row["student"]) >= {"reward_mean", "valid_call_share", "tool_calls"}
-    assert metrics["teacher"]["questions"] == metrics["no_edits"]["questions"] == 1
-    assert metrics["no_edits"]["reward_mean"] == 0.0
-    for name in ("config.json", "model.safetensors", "tokenizer.json", "memupdate.json", "metrics.json", "distill.png", TRAJECTORIES):
+    metrics = learn(store, [sample], [held_out], SMALL, out)
+    stages = json.loads((out / STAGES).read_text())
+    assert list(stages) == ["teacher-groups", "eval-teacher", "eval-no-edits", "eval-zero-shot", "sft", "eval-sft"]
+    sft = stages["sft"]["result"]
+    assert sft["groups"] == 2 and sft["trajectories"] == 4 and sft["positive"] >= 1
+    assert sft["training"]["steps"] >= 1 and sft["training"]["loss_last"] > 0
+    table = metrics["evaluations"]
+    assert set(table) == {"teacher", "no-edits", "zero-shot", "sft"}
+    assert table["teacher"]["reward"]["n"] == table["no-edits"]["reward"]["n"] == 1
+    assert table["no-edits"]["reward"]["mean"] == 0.0
+    final = out / "sft"
+    assert metrics["final_checkpoint"] == str(final) and metrics["config"]["group_size"] == 2
+    for name in ("sft/config.json", "sft/model.safetensors", "sft/tokenizer.json", "tiny-init/config.json", "metrics.json",
+                 "learning_curve.png", TRAJECTORIES):
         assert (out / name).is_file(), name
-    info = json.loads((out / "memupdate.json").read_text())
-    assert info["kind"] == "distill" and info["teacher"] == "heuristic" and info["config"]["group_size"] == 2
 
     # The graph loads the checkpoint as the `hf` policy, and `memupdate eval` runs it.
-    assert make_policy("hf", store, model=str(out)).tokenizer.chat_template
-    budgeted = make_policy("hf", store, model=str(out), max_new_tokens=64, max_prose_tokens=16)
+    assert make_policy("hf", store, model=str(final)).tokenizer.chat_template
+    budgeted = make_policy("hf", store, model=str(final), max_new_tokens=64, max_prose_tokens=16)
     assert (budgeted.max_new_tokens, budgeted.max_prose_tokens) == (64, 16)
     report = tmp_path / "eval.json"
     sample_file = tmp_path / "sample.json"
     raw = json.loads(load_sample_path().read_text())
     raw[0]["sample_id"] = sample.sample_id
     sample_file.write_text(json.dumps(raw))
-    result = runner.invoke(app, ["eval", "--policy", "hf", "--model", str(out), "--locomo", str(sample_file),
+    result = runner.invoke(app, ["eval", "--policy", "hf", "--model", str(final), "--locomo", str(sample_file),
                                  "--max-questions", "1", "--max-operations", "4", "--max-new-tokens", "48", "--max-prose-tokens", "24",
                                  "--url", database_url, "--json", str(report)])
     assert result.exit_code == 0, result.output
     assert json.loads(report.read_text())["questions"] == 1
 
     # Rerunning the same command resumes: nothing is rolled out or trained again.
-    again = distill(store, [sample], [sample], SMALL, out)
-    assert again["iterations"][0]["training"] == row["training"]
+    lines = (out / TRAJECTORIES).read_text()
+    again = learn(store, [sample], [held_out], SMALL, out)
+    assert again["evaluations"] == metrics["evaluations"] and (out / TRAJECTORIES).read_text() == lines
 
 
 def load_sample_path():
@@ -140,24 +154,55 @@ def load_sample_path():
     return sample_conversation_path()
 
 
-def test_bad_input_gives_clear_errors(store: MemoryStore, sample, tmp_path, tiny_model_without_chat_template) -> None:
-    with pytest.raises(MemupdateError, match="--teacher 'gpt'"):
-        distill(store, [sample], [], replace(SMALL, teacher="gpt"), tmp_path / "a")
+def test_bad_input_gives_clear_errors(store: MemoryStore, fixed_sample, tmp_path, tiny_model_without_chat_template) -> None:
+    sample, held_out = fixed_sample
+    with pytest.raises(MemupdateError, match="--teacher 'gpt' is not a policy: choose one of heuristic, openai, hf, none"):
+        learn(store, [sample], [held_out], replace(SMALL, teacher="gpt"), tmp_path / "a")
+    with pytest.raises(MemupdateError, match="the openai policy needs --model"):
+        learn(store, [sample], [held_out], replace(SMALL, teacher="openai"), tmp_path / "a2")
     with pytest.raises(MemupdateError, match="no config.json"):
-        distill(store, [sample], [], replace(SMALL, student=str(tmp_path)), tmp_path / "b")
+        learn(store, [sample], [held_out], replace(SMALL, student=str(tmp_path)), tmp_path / "b")
     # A student whose tokenizer has no chat template is refused before any rollout.
     with pytest.raises(MemupdateError, match="no chat template.*chat_template.jinja"):
-        distill(store, [sample], [], replace(SMALL, student=str(tiny_model_without_chat_template)), tmp_path / "c")
+        learn(store, [sample], [held_out], replace(SMALL, student=str(tiny_model_without_chat_template)), tmp_path / "c")
     assert not (tmp_path / "c" / TRAJECTORIES).exists()
-    # A teacher that makes no edits: every group has equal rewards; the trajectories stay on disk.
-    with pytest.raises(MemupdateError, match="all 2 groups have equal rewards.*--explore.*kept in"):
-        distill(store, [sample], [], replace(SMALL, teacher="none", student="tiny"), tmp_path / "d")
+    with pytest.raises(MemupdateError, match="--top-layers 2: the tiny student has 1 layers"):
+        learn(store, [sample], [held_out], replace(SMALL, top_layers=2), tmp_path / "t")
+    with pytest.raises(MemupdateError, match="--group-size 1"):
+        learn(store, [sample], [held_out], replace(SMALL, group_size=1), tmp_path / "g")
+    # A teacher that makes no edits: every group has equal rewards; the trajectories stay on disk, and no
+    # evaluation is spent before the error.
+    with pytest.raises(MemupdateError, match="nothing to imitate.*--explore.*kept in"):
+        learn(store, [sample], [held_out], replace(SMALL, teacher="none"), tmp_path / "d")
     assert len((tmp_path / "d" / TRAJECTORIES).read_text().splitlines()) == 4
+    assert list(json.loads((tmp_path / "d" / STAGES).read_text())) == ["teacher-groups"]
 
 
-def test_unreachable_teacher_keeps_the_jsonl(store: MemoryStore, sample, tmp_path) -> None:
-    config = replace(SMALL, teacher="openai:some-model", base_url="http://127.0.0.1:9/v1", max_questions=1)
-    with pytest.raises(MemupdateError, match=r"teacher openai:some-model failed on .*Connection.*rerun the same command"):
-        distill(store, [sample], [], config, tmp_path / "out")
+def test_unreachable_teacher_keeps_the_jsonl(store: MemoryStore, fixed_sample, tmp_path) -> None:
+    sample, held_out = fixed_sample
+    config = replace(SMALL, teacher="openai", teacher_model="some-model", base_url="http://127.0.0.1:9/v1", train_questions=1)
+    with pytest.raises(MemupdateError, match=r"policy openai:some-model failed on .*Connection.*rerun the same command"):
+        learn(store, [sample], [held_out], config, tmp_path / "out")
     assert (tmp_path / "out" / TRAJECTORIES).exists()
     shutil.rmtree(tmp_path / "out")
+
+
+def test_rl_learn_options_are_the_configs_fields_with_its_defaults() -> None:
+    """One definition of each default: every `rl learn` option that is a LearnConfig field defaults to the
+    field's default (the command is one thin layer over the config)."""
+    import inspect
+    from dataclasses import fields
+
+    from memupdate.cli.learn import learn_command
+
+    defaults = LearnConfig()
+    options = inspect.signature(learn_command).parameters
+    shared = [f.name for f in fields(LearnConfig) if f.name in options]
+    assert len(shared) >= 30
+    for name in shared:
+        default = options[name].default.default
+        expected = getattr(defaults, name)
+        if name == "sweep":  # given as text on the command line
+            default = tuple(float(v) for v in default.split(","))
+        assert default == expected, name
+    assert set(options) - set(shared) == {"locomo", "train_conversations", "eval_conversations", "out", "url"}

@@ -8,8 +8,13 @@ import random
 import numpy as np
 import pytest
 
-from memupdate.rl.distill.advantages import group_advantages, zero_variance_groups
-from memupdate.rl.distill.run import training_weights
+from memupdate.rl.distill.advantages import (
+    advantage_weights,
+    assign_advantages,
+    group_advantages,
+    imitation_weights,
+    zero_variance_groups,
+)
 
 
 def test_hand_worked_groups() -> None:
@@ -65,9 +70,15 @@ def test_mismatched_lengths_are_a_clear_error() -> None:
         group_advantages([1.0, 2.0, 3.0], ["a", "b"])
 
 
-def test_training_weights() -> None:
-    advantages = [0.7, -0.7, 0.0, 0.1]
-    assert training_weights(advantages, "positive") == [1.0, 0.0, 0.0, 1.0]
-    weights = training_weights(advantages, "advantage")
-    assert weights[1] == weights[2] == 0.0 and weights[0] > weights[3] > 0
-    assert math.isclose(sum(weights) / 2, 1.0)  # positive weights average 1: the learning rate keeps its meaning
+def test_imitation_and_advantage_weights() -> None:
+    records = [{"group": "a", "reward": 0.4}, {"group": "a", "reward": 0.0}, {"group": "b", "reward": 0.2},
+               {"group": "b", "reward": 0.2}, {"group": "c", "reward": 0.0}, {"group": "c", "reward": 0.0}]
+    advantages, stats = assign_advantages(records)
+    assert (stats["groups"], stats["zero_variance_groups"], stats["positive"]) == (3, 2, 1)
+    # Distillation imitates what beat its group, or a whole group of equal rewards above 0; never pushes down.
+    assert imitation_weights(records, advantages) == [1.0, 0.0, 1.0, 1.0, 0.0, 0.0]
+    # An RL iteration keeps the sign of each advantage; the trained ones average |weight| 1.
+    weights = advantage_weights([0.7, -0.7, 0.0, 0.1])
+    assert weights[0] > weights[3] > 0 > weights[1] and weights[2] == 0.0
+    assert math.isclose(sum(abs(w) for w in weights) / 3, 1.0)  # the learning rate keeps its meaning
+    assert advantage_weights([0.0, 0.0]) == [0.0, 0.0]

@@ -112,14 +112,14 @@ def test_template_that_rewrites_history_is_a_clear_error(tokenizer) -> None:
 def test_finetune_learns_the_turns_and_saves_a_plain_checkpoint(tmp_path, lora_rank: int) -> None:
     """A few steps on two trajectories lower the assistant-token loss; with LoRA the adapters are merged,
     so the output is a plain checkpoint the `hf` policy loads."""
-    from memupdate.rl.distill.run import DistillConfig, finetune
+    from memupdate.rl.distill.finetune import TrainConfig, finetune
     from memupdate.rl.distill.tiny_student import build_tiny_checkpoint
 
     start = build_tiny_checkpoint(tmp_path / "start", hidden_size=32, layers=1)
-    records = [{"messages": to_chat_dicts(episode())}, {"messages": to_chat_dicts(episode()[:4])}]
-    config = DistillConfig(epochs=12, batch_size=2, learning_rate=1e-2, lora_rank=lora_rank)
+    examples = [(to_chat_dicts(episode()), 1.0), (to_chat_dicts(episode()[:4]), 1.0)]
+    config = TrainConfig(epochs=12, batch_size=2, learning_rate=1e-2, lora_rank=lora_rank, top_layers=0, warmup_steps=0, max_length=4096)
     out = tmp_path / "out"
-    training = finetune(start, out, records, [1.0, 1.0], config, tiny=True)
+    training = finetune(start, out, examples, [], config)
     assert training["examples"] == 2 and training["steps"] == 12
     if lora_rank == 0:  # a random-init base learns slowly through rank-4 adapters: only the full run is judged
         assert training["loss_last"] < 0.8 * training["loss_first"]

@@ -1,17 +1,115 @@
-"""Policies: LangChain chat models that drive the memory graph.
+"""Policies: LangChain chat models that drive the memory graph, named in one registry (`POLICIES`).
+
+    from memupdate.agent.policies import make_policy, with_seed
+    policy = make_policy("hf", store, model="runs/smollm2", temperature=0.8)   # --policy hf --model runs/smollm2
+    members = [with_seed(policy, seed) for seed in range(4)]                  # a rollout group: weights shared
 
 - `heuristic`: rules, no LLM (the baseline, the distillation teacher, the main job's default);
 - `openai`: any OpenAI-compatible endpoint, e.g. a checkpoint served by SGLang or vLLM;
-- `hf`: a local Hugging Face checkpoint generating Hermes `<tool_call>` blocks, as verl trains it.
+- `hf`: a local Hugging Face checkpoint generating Hermes `<tool_call>` blocks, as verl trains it;
+- `none`: no edits (the reference every reward is measured against).
+
+A new policy is one `PolicyKind` added to `POLICIES`: every command's `--policy` (and the learning run's
+`--teacher`) reads its choices, help and errors from here.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 from langchain_core.language_models import BaseChatModel
 
 from memupdate.store import MemoryStore, MemupdateError
 
-POLICY_NAMES = ("heuristic", "openai", "hf", "none")
+
+@dataclass(frozen=True)
+class PolicyOptions:
+    """What a command line can say about any policy; each kind reads the ones it needs."""
+
+    model: str | None = None
+    base_url: str | None = None
+    api_key: str | None = None
+    seed: int = 0
+    temperature: float = 0.0
+    max_operations: int | None = None
+    max_new_tokens: int = 512
+    max_prose_tokens: int | None = None
+
+
+@dataclass(frozen=True)
+class PolicyKind:
+    """One entry of the registry: its name, what `--model` means for it (None: it takes no model), and how
+    it is built from a store, the options and the kind's own settings (e.g. the heuristic's `explore`)."""
+
+    name: str
+    summary: str
+    model: str | None
+    build: Callable[..., BaseChatModel | None]
+
+    @property
+    def edits(self) -> bool:
+        return self.name != "none"
+
+
+def _heuristic(store: MemoryStore, options: PolicyOptions, **settings: Any) -> BaseChatModel:
+    from memupdate.agent.policies.heuristic import HeuristicPolicy
+    from memupdate.settings import get_settings
+
+    operations = options.max_operations or get_settings().max_operations
+    return HeuristicPolicy(store=store, seed=options.seed, max_operations=operations, **settings)
+
+
+def _openai(store: MemoryStore, options: PolicyOptions, **settings: Any) -> BaseChatModel:
+    from memupdate.agent.policies.openai import make_openai_policy
+
+    return make_openai_policy(options.model, options.base_url, options.api_key, temperature=options.temperature, **settings)
+
+
+def _hf(store: MemoryStore, options: PolicyOptions, **settings: Any) -> BaseChatModel:
+    from memupdate.agent.models import resolve_model
+    from memupdate.agent.policies.hf import HuggingFaceChatModel
+
+    try:
+        return HuggingFaceChatModel.from_pretrained(
+            resolve_model(options.model), temperature=options.temperature, seed=options.seed,
+            max_new_tokens=options.max_new_tokens, max_prose_tokens=options.max_prose_tokens, **settings,
+        )
+    except ValueError as exc:
+        raise MemupdateError(str(exc)) from None
+
+
+POLICIES: dict[str, PolicyKind] = {
+    kind.name: kind
+    for kind in (
+        PolicyKind("heuristic", "rules, no LLM", None, _heuristic),
+        PolicyKind("openai", "an OpenAI-compatible endpoint (--base-url)", "the served model's name, e.g. Qwen/Qwen2.5-3B-Instruct", _openai),
+        PolicyKind("hf", "a local Hugging Face checkpoint", "a local checkpoint directory (config.json, tokenizer) or smollm2", _hf),
+        PolicyKind("none", "no edits", None, lambda store, options, **settings: None),
+    )
+}
+POLICY_NAMES = tuple(POLICIES)
+EDITING_POLICIES = tuple(name for name, kind in POLICIES.items() if kind.edits)
+
+
+def policy_kind(name: str, option: str = "--policy", *, editing: bool = False) -> PolicyKind:
+    """The registry's entry for `name`; a clear error naming the choices (`editing`: `none` is refused)."""
+    choices = EDITING_POLICIES if editing else POLICY_NAMES
+    if name not in choices:
+        why = "makes no edits" if name in POLICIES else "is not a policy"
+        raise MemupdateError(f"{option} {name!r} {why}: choose one of {', '.join(choices)}")
+    return POLICIES[name]
+
+
+def policy_help(*, editing: bool = False) -> str:
+    """`--policy`'s help text, from the registry."""
+    return "; ".join(f"{k.name}: {k.summary}" for k in POLICIES.values() if k.edits or not editing)
+
+
+def model_help() -> str:
+    """`--model`'s help text: what it names for each policy that takes one."""
+    return "; ".join(f"{k.name}: {k.model}" for k in POLICIES.values() if k.model)
 
 
 def make_policy(
@@ -26,33 +124,21 @@ def make_policy(
     max_operations: int | None = None,
     max_new_tokens: int = 512,
     max_prose_tokens: int | None = None,
+    option: str = "--policy",
+    **settings: Any,
 ) -> BaseChatModel | None:
-    """The policy called `name` (None for `none`: no edits); a clear error names what is missing."""
-    if name == "none":
+    """The policy called `name` (None for `none`: no edits); a clear error names what is missing. `settings`
+    go to the kind's own class (e.g. `explore=0.5` for the heuristic, `dtype="float32"` for hf)."""
+    kind = policy_kind(name, option)
+    if kind.model and not model:
+        raise MemupdateError(f"the {name} policy needs --model: {kind.model}")
+    options = PolicyOptions(model, base_url, api_key, seed, temperature, max_operations, max_new_tokens, max_prose_tokens)
+    return kind.build(store, options, **settings)
+
+
+def with_seed(policy: BaseChatModel | None, seed: int) -> BaseChatModel | None:
+    """The same policy with its own seed (a rollout group's member): a fresh instance, so its sampling
+    generator and plans are its own, sharing what it holds by reference (an hf checkpoint's weights)."""
+    if policy is None:
         return None
-    if name == "heuristic":
-        from memupdate.agent.policies.heuristic import HeuristicPolicy
-        from memupdate.settings import get_settings
-
-        return HeuristicPolicy(store=store, seed=seed, max_operations=max_operations or get_settings().max_operations)
-    if name == "openai":
-        from memupdate.agent.policies.openai import make_openai_policy
-
-        if not model:
-            raise MemupdateError("the openai policy needs --model (the served model's name, e.g. Qwen/Qwen2.5-3B-Instruct)")
-        return make_openai_policy(model, base_url, api_key, temperature=temperature)
-    if name == "hf":
-        from memupdate.agent.policies.hf import HuggingFaceChatModel
-
-        if not model:
-            raise MemupdateError("the hf policy needs --model: a local checkpoint directory (config.json, tokenizer) or smollm2")
-        from memupdate.agent.models import resolve_model
-
-        try:
-            return HuggingFaceChatModel.from_pretrained(
-                resolve_model(model), temperature=temperature, seed=seed, max_new_tokens=max_new_tokens,
-                max_prose_tokens=max_prose_tokens,
-            )
-        except ValueError as exc:
-            raise MemupdateError(str(exc)) from None
-    raise MemupdateError(f"unknown policy {name!r}: choose one of {', '.join(POLICY_NAMES)}")
+    return type(policy)(**{**dict(policy), "seed": seed})

@@ -89,7 +89,7 @@ def prompt_settings(path: str | Path) -> dict[str, Any]:
 def checkpoint_tokenizer(path: str | Path) -> Any:
     """The tokenizer of the Hugging Face checkpoint folder `path`, which must hold config.json and a chat
     template; ValueError naming what is missing and the fix. The one check of a checkpoint that the hf
-    policy, `rl distill` (its student) and `rl export` (its output) make."""
+    policy, `rl learn` (its student) and `rl export` (its output) make."""
     from transformers import AutoTokenizer
 
     path = Path(path)

@@ -21,7 +21,6 @@ from memupdate.cli import (
     compact,
     data,
     db,
-    distill,
     evaluate,
     history,
     imports,
@@ -40,7 +39,6 @@ app.add_typer(agent.app, name="agent")
 app.add_typer(tools.app, name="tools")
 app.add_typer(rl.app, name="rl")
 app.add_typer(models.app, name="models")
-rl.app.command("distill")(distill.distill_command)
 rl.app.command("learn")(learn.learn_command)
 app.command("eval")(evaluate.eval_command)
 app.command("demo")(evaluate.demo)

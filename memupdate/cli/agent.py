@@ -10,8 +10,8 @@ import typer
 from memupdate.cli.common import (
     API_KEY_OPTION,
     BASE_URL_OPTION,
+    EDITING_POLICY_OPTION,
     MODEL_OPTION,
-    POLICY_OPTION,
     SEED_OPTION,
     URL_OPTION,
     check_policy_endpoint,
@@ -32,7 +32,7 @@ def agent_run(
     namespace: str = typer.Option(..., "--namespace", help="The bank, e.g. locomo/conv-26."),
     question: str | None = typer.Option(None, "--question", help="A target question to prepare the bank for."),
     answer: str | None = typer.Option(None, "--answer", help="Its answer, to print the QA proxy before -> after."),
-    policy: str = POLICY_OPTION,
+    policy: str = EDITING_POLICY_OPTION,
     model: str | None = MODEL_OPTION,
     base_url: str | None = BASE_URL_OPTION,
     api_key: str | None = API_KEY_OPTION,
@@ -50,21 +50,20 @@ def agent_run(
     from langchain_core.messages import AIMessage, ToolMessage
 
     from memupdate.agent.graph import run_episode
-    from memupdate.agent.policies import make_policy
+    from memupdate.agent.policies import make_policy, policy_kind
     from memupdate.rl.episode import scored_episode
     from memupdate.rl.namespaces import trajectory_id, trajectory_namespace
     from memupdate.rl.scoring.qa_proxy import score_questions
     from memupdate.store import to_namespace
     from memupdate.store.records import namespace_path
 
+    policy_kind(policy, editing=True)
     root = open_store(url)
     bank = root.scoped(to_namespace(namespace))
     count_before = bank.count()  # a fork starts as a copy of the bank
     if count_before == 0:
         raise MemupdateError(f"namespace {namespace!r} holds no memories: load it first (memupdate data load)")
     chat_model = make_policy(policy, root, model=model, base_url=base_url, api_key=api_key, seed=seed)
-    if chat_model is None:
-        raise MemupdateError("--policy none makes no edits: choose heuristic, openai or hf")
     check_policy_endpoint(policy, model, base_url, api_key)
     probe = [_Probe(question, answer)] if question and answer else []
     before = score_questions(bank, probe)[0].qa_score if probe else None

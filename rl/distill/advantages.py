@@ -18,6 +18,8 @@ from collections.abc import Hashable, Sequence
 
 import numpy as np
 
+from memupdate.rl.scoring.summaries import mean
+
 EPSILON = 1e-6
 
 
@@ -46,3 +48,36 @@ def zero_variance_groups(rewards: Sequence[float], groups: Sequence[Hashable], t
     for reward, group in zip(rewards, groups, strict=True):
         by_group[group].append(reward)
     return [g for g, values in by_group.items() if len(values) > 1 and max(values) - min(values) <= tolerance]
+
+
+def assign_advantages(records: Sequence[dict]) -> tuple[list[float], dict]:
+    """Each trajectory record's group-relative advantage (grouped by `group`), and the counts a report needs."""
+    rewards = [r["reward"] for r in records]
+    groups = [r["group"] for r in records]
+    advantages = [float(a) for a in group_advantages(rewards, groups)] if records else []
+    flat = zero_variance_groups(rewards, groups)
+    return advantages, {
+        "groups": len(set(groups)),
+        "zero_variance_groups": len(flat),
+        "trajectories": len(records),
+        "positive": sum(a > 0 for a in advantages),
+        "reward_mean": mean(rewards),
+    }
+
+
+def imitation_weights(records: Sequence[dict], advantages: Sequence[float]) -> list[float]:
+    """Distillation's weights: 1 for a trajectory that earned a reward above 0 and beat its group (or is in a
+    group of equal rewards above 0), else 0. Never negative: the teacher is far from the student."""
+    values: dict[str, set[float]] = defaultdict(set)
+    for r in records:
+        values[r["group"]].add(round(r["reward"], 9))
+    flat = {g for g, v in values.items() if len(v) == 1}
+    return [1.0 if r["reward"] > 0 and (a > 0 or r["group"] in flat) else 0.0 for r, a in zip(records, advantages, strict=True)]
+
+
+def advantage_weights(advantages: Sequence[float]) -> list[float]:
+    """An RL iteration's weights: each advantage scaled so the trained ones (non-zero) have mean |weight| 1,
+    so the learning rate keeps its meaning; below the group's mean is negative (pushed down)."""
+    nonzero = [abs(a) for a in advantages if a != 0]
+    scale = len(nonzero) / sum(nonzero) if nonzero else 0.0
+    return [a * scale for a in advantages]

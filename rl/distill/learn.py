@@ -1,27 +1,33 @@
-"""A student that learns to edit memory on a CPU: zero-shot -> distillation (SFT) -> RL iterations, by stage.
+"""The learning pipeline: a student learns to edit memory, zero-shot -> distillation (SFT) -> RL iterations.
 
     from memupdate.rl.distill.learn import LearnConfig, learn
     metrics = learn(store, train_conversations, eval_conversations, LearnConfig(student="smollm2"), out="runs/smollm2")
     # CLI: memupdate rl learn --student smollm2 --locomo FILE --train-conversations a,b,c --eval-conversations d,e \
-    #          --out runs/smollm2
+    #          --out runs/smollm2          (--iterations 0: distillation alone)
 
-Stages, each written to `out/stages.json` when it finishes (a rerun of the same command skips the finished
-ones; rollouts inside a stage are logged one by one and are not redone either):
-1. `teacher-groups`: `group_size` rollouts of the teacher per training question. The teacher is the
+What is learnt is a `task.Task`: the units rolled out on and how one is rolled out and scored (today
+`targeted.TargetedTask`: one question, visible). Stages, each written to `out/stages.json` when it
+finishes (a rerun of the same command skips the finished ones; rollouts inside a stage are logged one by
+one and are not redone either):
+1. `teacher-groups`: `group_size` rollouts of the teacher per training unit. The default teacher is the
    heuristic policy in its `stepwise` form (search first, then edit only what the search showed), so
-   every handle it writes is in the transcript before it: a language model can imitate it.
-2. `eval-teacher`, `eval-no-edits`, `eval-zero-shot`: the held-out questions (conversations training
-   never touches), one greedy rollout each: the teacher, no edits (reward 0 by construction), the
-   untrained student.
+   every handle it writes is in the transcript before it: a language model can imitate it. Any policy of
+   the registry can teach (`teacher`, `teacher_model`). `student="tiny"` builds a tiny model here, its
+   tokenizer trained on these trajectories (nothing downloaded).
+2. `eval-teacher`, `eval-no-edits`, `eval-zero-shot`: the held-out units (conversations training never
+   touches), one greedy rollout each: the teacher, no edits (reward 0 by construction), the untrained
+   student.
 3. `sft`: fine-tune on the teacher's trajectories that beat their group (or all of a group with equal
    rewards above 0); `eval-sft`.
-4. `rl-K` for K = 1..iterations: the current student samples `student_group_size` rollouts per
-   question at `temperature`, joined by the teacher's trajectories of the same questions; GRPO
-   advantages over the joined group; an advantage-weighted update from the current student: trajectories
-   above their group's mean pulled up, those below pushed down (PPO-clipped, `finetune.py`); `eval-rl-K`.
-Every eighth training question is kept out of the updates: the loss on its teacher trajectories is the
+4. `rl-K` for K = 1..iterations: the current student samples `student_group_size` rollouts per unit
+   at `temperature`, joined by the teacher's trajectories of the same units; GRPO advantages over the
+   joined group; an advantage-weighted update from the current student: trajectories above their
+   group's mean pulled up, those below pushed down (PPO-clipped, `finetune.py`); `eval-rl-K`.
+Every eighth training unit is kept out of the updates: the loss on its teacher trajectories is the
 held-out loss that says whether the learning rate moves the model.
-The run ends with `metrics.json` and `learning_curve.png` (mean reward per stage with a 95% interval).
+The run ends with `metrics.json` and `learning_curve.png` (mean reward per stage with a 95% interval);
+the last student is the checkpoint `metrics.json` names (`sft` or `rl-K`), a plain Hugging Face folder
+that `--policy hf --model DIR` and verl load unchanged.
 """
 
 from __future__ import annotations
@@ -30,44 +36,51 @@ import json
 import math
 import statistics
 import time
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from memupdate.rl.data.locomo import Conversation
+from memupdate.rl.distill.advantages import advantage_weights, assign_advantages, imitation_weights
 from memupdate.rl.distill.finetune import TrainConfig, finetune
-from memupdate.rl.distill.run import (
-    DistillConfig,
+from memupdate.rl.distill.rollouts import (
+    PolicyGroup,
     Progress,
-    Prompt,
-    Teacher,
     TrajectoryLog,
-    assign_advantages,
     collect,
+    policy_group,
     summarize,
 )
-from memupdate.rl.evaluate import EvalConfig, eval_questions
-from memupdate.rl.scoring.reward import RewardConfig, collateral_sample
+from memupdate.rl.distill.targeted import TargetedTask, spread
+from memupdate.rl.distill.task import Task, Unit
+from memupdate.rl.scoring.reward import RewardConfig
 from memupdate.rl.scoring.summaries import mean
 from memupdate.store import MemoryStore, MemupdateError
 
+__all__ = ["LearnConfig", "learn", "spread"]
 STAGES = "stages.json"
+TRAJECTORIES = "trajectories.jsonl"
+EVALUATIONS = "eval.jsonl"
 
 
 @dataclass(frozen=True)
 class LearnConfig:
-    student: str = "smollm2"  # a model name (agent/models.py) or a checkpoint folder
-    train_questions: int = 10  # per training conversation, spread over the conversation
+    student: str = "smollm2"  # a model name (agent/models.py), a checkpoint folder, or `tiny` (built here)
+    teacher: str = "heuristic"  # a policy name (agent.policies.POLICIES)
+    teacher_model: str | None = None  # what the teacher's --model names (openai: the served model; hf: a folder)
+    base_url: str | None = None  # an openai teacher's endpoint
+    api_key: str | None = None
+    train_questions: int = 10  # units per training conversation, spread over the conversation
     eval_questions: int = 10  # per held-out conversation
-    group_size: int = 4  # teacher rollouts per training question
-    student_group_size: int = 3  # student rollouts per question in an RL iteration
-    rl_questions: int = 16  # training questions an RL iteration rolls out on (spread over all of them)
-    iterations: int = 2
-    explore: float = 0.5  # the teacher's share of edits dropped or shuffled per rollout
-    stepwise: int = 8  # the teacher's first search shows this many memories; it edits only those
-    teacher_operations: int = 4  # the teacher's plan: the search and up to three edits
-    temperature: float = 0.8  # the student's RL rollouts
+    group_size: int = 4  # teacher rollouts per training unit
+    student_group_size: int = 3  # student rollouts per unit in an RL iteration
+    rl_questions: int = 16  # training units an RL iteration rolls out on (spread over all of them)
+    iterations: int = 2  # RL iterations after distillation (0: distillation alone)
+    explore: float = 0.5  # the heuristic teacher's share of edits dropped or shuffled per rollout
+    stepwise: int = 8  # the heuristic teacher's first search shows this many memories; it edits only those
+    teacher_operations: int = 4  # the heuristic teacher's plan: the search and up to three edits
+    temperature: float = 0.8  # the student's RL rollouts (and an LLM teacher's groups)
     max_new_tokens: int = 192
     max_prose_tokens: int = 48  # a student turn with this many tokens and no <tool_call> is cut (a loop)
     threads: int = 0  # torch threads (0: torch's default); 1 is ~4x faster when other jobs share the cores
@@ -80,75 +93,44 @@ class LearnConfig:
     top_layers: int = 6
     lora_rank: int = 0  # > 0 (with top_layers 0): LoRA adapters instead, e.g. for Qwen2.5-3B on a GPU
     batch_size: int = 8
+    max_length: int = 2048  # tokens per trajectory in training; longer ones are cut (their start is kept)
+    gradient_checkpointing: bool = False
+    tiny_vocab_size: int = 4000  # student "tiny": its tokenizer's vocabulary, width and depth
+    tiny_hidden_size: int = 128
+    tiny_layers: int = 4
     seed: int = 0
     reward: RewardConfig = field(default_factory=RewardConfig)
 
 
-def spread(items: Sequence[Any], n: int) -> list[Any]:
-    """`n` items evenly spaced over `items` (LoCoMo lists questions by kind; the first n are alike)."""
-    if n >= len(items):
-        return list(items)
-    return [items[math.floor(i * len(items) / n)] for i in range(n)]
+@dataclass
+class Run:
+    """What every stage reads: the store, the task, the logs and the record of finished stages."""
 
+    store: MemoryStore
+    config: LearnConfig
+    task: Task
+    out: Path
+    progress: Progress | None
+    log: TrajectoryLog
+    eval_log: TrajectoryLog
+    units: list[Unit]
+    evals: list[Unit]
+    kept_out: set[str]  # the held-out loss's units
+    done: dict[str, Any]
+    teacher_records: list[dict[str, Any]] = field(default_factory=list)
+    settings: dict[str, Any] = field(default_factory=dict)  # how the student sees its prompts (`prompt_settings`)
 
-def prompts_for(conversations: Sequence[Conversation], per_conversation: int, config: LearnConfig) -> list[Prompt]:
-    prompts = []
-    for conversation in conversations:
-        questions, _ = eval_questions(conversation, EvalConfig())
-        for qa in spread(questions, per_conversation):
-            prompts.append(Prompt(conversation, qa, [qa, *collateral_sample(questions, qa.index, config.reward.collateral_questions)]))
-    return prompts
-
-
-def teacher(store: MemoryStore, config: LearnConfig, explore: float) -> Teacher:
-    from memupdate.agent.policies.heuristic import HeuristicPolicy
-
-    def member(seed: int) -> HeuristicPolicy:
-        return HeuristicPolicy(
-            store=store, seed=seed, explore=explore, stepwise=config.stepwise, look_first=True,
-            max_operations=config.teacher_operations,
-        )
-
-    return Teacher(f"heuristic(stepwise={config.stepwise}, explore={explore})", member)
-
-
-def student(path: str | Path, config: LearnConfig, temperature: float) -> Teacher:
-    """The checkpoint at `path` as a policy; each member its own sampling seed, the weights shared."""
-    from memupdate.agent.policies.hf import HuggingFaceChatModel, prompt_settings
-
-    loaded = HuggingFaceChatModel.from_pretrained(path, dtype="float32")
-    settings = prompt_settings(path)
-
-    def member(seed: int) -> HuggingFaceChatModel:
-        return HuggingFaceChatModel(
-            hf_model=loaded.hf_model, tokenizer=loaded.tokenizer, max_new_tokens=config.max_new_tokens,
-            temperature=temperature, seed=seed, max_prose_tokens=config.max_prose_tokens, **settings,
-        )
-
-    return Teacher(f"student:{path}", member)
-
-
-def _distill_config(config: LearnConfig) -> DistillConfig:
-    """The settings `collect` and `rollout` read (mode, budgets, reward, seed)."""
-    return DistillConfig(
-        mode="targeted", max_turns=config.max_turns, max_operations=config.max_operations, seed=config.seed, reward=config.reward
-    )
-
-
-class Stages:
-    """`stages.json`: each finished stage's result; a rerun skips what is there."""
-
-    def __init__(self, path: Path):
-        self.path = path
-        self.done: dict[str, Any] = json.loads(path.read_text()) if path.is_file() else {}
-
-    def run(self, name: str, fn: Any) -> Any:
+    def stage(self, name: str, fn: Callable[[], Any]) -> Any:
+        """`fn()`'s result, recorded in `stages.json` when it finishes; a finished stage is read back."""
         if name not in self.done:
             started = time.perf_counter()
             result = fn()
             self.done[name] = {"result": result, "seconds": round(time.perf_counter() - started, 1), "load": _load()}
-            self.path.write_text(json.dumps(self.done, indent=1))
+            (self.out / STAGES).write_text(json.dumps(self.done, indent=1))
         return self.done[name]["result"]
+
+    def collect(self, group: PolicyGroup, units: Sequence[Unit], members: int, prefix: str, label: str) -> list[dict[str, Any]]:
+        return collect(self.store, self.task, group, units, members, prefix, self.log, self.config.seed, self.progress, label)
 
 
 def learn(
@@ -158,109 +140,215 @@ def learn(
     config: LearnConfig,
     out: str | Path,
     progress: Progress | None = None,
+    task: Task | None = None,
 ) -> dict[str, Any]:
-    """Run (or resume) every stage into `out`; returns the metrics also written to `out/metrics.json`."""
-    from memupdate.agent.models import resolve_model
+    """Run (or resume) every stage into `out`; returns the metrics also written to `out/metrics.json`.
+    `task` defaults to the targeted task with the config's budgets and reward."""
     from memupdate.agent.policies.hf import prompt_settings
+
+    task = task or TargetedTask(config.reward, config.max_turns, config.max_operations)
+    run = open_run(store, check_config(config, train, held_out), task, Path(out), train, held_out, progress)
+
+    # 1-2. The teacher's groups; the student's start; the reference points on the held-out units.
+    keys = run.stage("teacher-groups", lambda: teacher_groups(run))
+    run.teacher_records = teacher_records = [run.log.records[k] for k in keys]
+    check_teacher_signal(run, teacher_records)
+    start = student_start(run, teacher_records)
+    run.settings = prompt_settings(start)
+    run.stage("eval-teacher", lambda: evaluate(run, "teacher", teacher(run, 0.0, 0.0)))
+    run.stage("eval-no-edits", lambda: evaluate(run, "no-edits", policy_group("none", store)))
+    run.stage("eval-zero-shot", lambda: evaluate(run, "zero-shot", student(run, start, 0.0)))
+
+    # 3. Distillation: imitate the teacher's better trajectories.
+    run.stage("sft", lambda: sft(run, start, teacher_records))
+    run.stage("eval-sft", lambda: evaluate(run, "sft", student(run, run.out / "sft", 0.0)))
+
+    # 4. RL iterations: the student's own groups, joined by the teacher's, advantage-weighted.
+    current = run.out / "sft"
+    for k in range(1, config.iterations + 1):
+        target = run.out / f"rl-{k}"
+        run.stage(f"rl-{k}", lambda k=k, current=current, target=target: rl_iteration(run, k, current, target, teacher_records))
+        run.stage(f"eval-rl-{k}", lambda k=k, target=target: evaluate(run, f"rl-{k}", student(run, target, 0.0)))
+        current = target
+
+    metrics = collect_metrics(run.done, config, train, held_out, current)
+    (run.out / "metrics.json").write_text(json.dumps(metrics, indent=2))
+    plot_learning_curve(metrics, run.out / "learning_curve.png")
+    return metrics
+
+
+# -- set-up ---------------------------------------------------------------------------------------------
+
+
+def check_config(config: LearnConfig, train: Sequence[Conversation], held_out: Sequence[Conversation]) -> LearnConfig:
+    """Clear errors before any rollout; the config with the student resolved to a folder (or `tiny`)."""
+    from memupdate.agent.models import resolve_model
+    from memupdate.agent.policies import policy_kind
+    from memupdate.agent.policies.hf import checkpoint_tokenizer
 
     overlap = {c.sample_id for c in train} & {c.sample_id for c in held_out}
     if overlap:
         raise MemupdateError(f"conversations {sorted(overlap)} are both trained on and held out: give disjoint lists")
     if not held_out:
         raise MemupdateError("no held-out conversation: pass --eval-conversations (at least one training never touches)")
+    if config.group_size < 2:
+        raise MemupdateError(f"--group-size {config.group_size}: GRPO compares rollouts of one unit, so it needs at least 2")
+    policy_kind(config.teacher, "--teacher")
+    if config.student == "tiny":
+        if config.top_layers > config.tiny_layers:
+            raise MemupdateError(f"--top-layers {config.top_layers}: the tiny student has {config.tiny_layers} layers (--tiny-layers); give at most that (0: all)")
+        return config
+    student = resolve_model(config.student)
+    try:
+        checkpoint_tokenizer(student)
+    except ValueError as exc:
+        raise MemupdateError(f"--student {config.student!r} (give tiny, smollm2 or a checkpoint folder): {exc}") from None
+    return replace(config, student=student)
+
+
+def open_run(
+    store: MemoryStore, config: LearnConfig, task: Task, out: Path, train: Sequence[Conversation], held_out: Sequence[Conversation],
+    progress: Progress | None,
+) -> Run:
+    """The run folder, its logs and its finished stages; the training and evaluation units."""
     if config.threads:
         import torch
 
         torch.set_num_threads(config.threads)
-    out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    base = Path(resolve_model(config.student))
-    settings = prompt_settings(base)
-    rollouts = _distill_config(config)
-    stages = Stages(out / STAGES)
-    log, eval_log = TrajectoryLog(out / "trajectories.jsonl"), TrajectoryLog(out / "eval.jsonl")
-    prompts = prompts_for(train, config.train_questions, config)
-    evals = prompts_for(held_out, config.eval_questions, config)
-    kept_out = {p.group for i, p in enumerate(prompts) if i % 8 == 7}  # the held-out loss's questions
-
-    def evaluate(label: str, policy: Teacher) -> dict[str, Any]:
-        records = collect(store, policy, evals, 1, f"eval/{label}", eval_log, rollouts, progress, f"eval {label}")
-        return {**summarize(records), "rewards": [r["reward"] for r in records], "groups": [r["group"] for r in records],
-                "tokens_per_rollout": mean([_tokens(r) for r in records])}
-
-    # 1-2. The teacher's groups; the reference points on the held-out questions.
-    teacher_records = stages.run(
-        "teacher-groups",
-        lambda: _keys(collect(store, teacher(store, config, config.explore), prompts, config.group_size, "teacher", log, rollouts, progress, "teacher groups")),
+    units = task.training_units(train, config.train_questions)
+    if not units:
+        raise MemupdateError("no training questions: check --train-conversations and --train-questions")
+    done = json.loads((out / STAGES).read_text()) if (out / STAGES).is_file() else {}
+    return Run(
+        store, config, task, out, progress, TrajectoryLog(out / TRAJECTORIES), TrajectoryLog(out / EVALUATIONS), units,
+        task.evaluation_units(held_out, config.eval_questions), {u.group for i, u in enumerate(units) if i % 8 == 7}, done,
     )
-    teacher_records = [log.records[k] for k in teacher_records]
-    stages.run("eval-teacher", lambda: evaluate("teacher", teacher(store, config, 0.0)))
-    stages.run("eval-no-edits", lambda: evaluate("no-edits", Teacher("none", lambda seed: None)))
-    stages.run("eval-zero-shot", lambda: evaluate("zero-shot", student(base, config, 0.0)))
 
-    def held_out_trajectories() -> list[list[dict[str, str]]]:
-        """The kept-out questions' teacher trajectories that earned a reward (all of them if none did: a
-        loss is still measured, and the learning-rate sweep still has something to choose by)."""
-        kept = [r for r in teacher_records if r["group"] in kept_out and r["messages"]]
-        return [_seen(r, settings) for r in [r for r in kept if r["reward"] > 0] or kept]
 
-    def train_stage(start: Path, target: Path, records: list[dict[str, Any]], weights: list[float], epochs: int, sweep: tuple = ()) -> dict[str, Any]:
-        examples = [(_seen(r, settings), w) for r, w in zip(records, weights, strict=True) if r["group"] not in kept_out and r["messages"]]
-        train_config = TrainConfig(
-            learning_rate=learning_rate(), epochs=epochs, batch_size=config.batch_size, top_layers=config.top_layers, seed=config.seed,
-            sweep=sweep, lora_rank=config.lora_rank,
+def teacher(run: Run, explore: float, temperature: float) -> PolicyGroup:
+    """The teacher's group: the heuristic in its stepwise form (seeded `explore`), or any other policy."""
+    config = run.config
+    if config.teacher == "heuristic":
+        return policy_group(
+            "heuristic", run.store, label=f"heuristic(stepwise={config.stepwise}, explore={explore})",
+            max_operations=config.teacher_operations, explore=explore, stepwise=config.stepwise, look_first=True,
         )
-        return finetune(start, target, examples, held_out_trajectories(), train_config, progress=progress)
+    return policy_group(
+        config.teacher, run.store, label=f"{config.teacher}:{config.teacher_model}" if config.teacher_model else config.teacher,
+        model=config.teacher_model, base_url=config.base_url, api_key=config.api_key, temperature=temperature,
+        max_operations=config.max_operations, max_new_tokens=config.max_new_tokens, option="--teacher",
+    )
 
-    # 3. Distillation: imitate the teacher's better trajectories.
-    def sft() -> dict[str, Any]:
-        advantages, stats = assign_advantages(teacher_records)
-        flat = _flat_groups(teacher_records)
-        weights = [1.0 if r["reward"] > 0 and (a > 0 or r["group"] in flat) else 0.0 for r, a in zip(teacher_records, advantages, strict=True)]
-        return {**stats, "training": train_stage(base, out / "sft", teacher_records, weights, config.sft_epochs, config.sweep)}
 
-    def learning_rate() -> float:
-        """The rate the SFT sweep chose (RL iterations go on with it), else the configured one."""
-        chosen = stages.done.get("sft", {}).get("result", {}).get("training", {}).get("learning_rate")
-        return chosen or config.learning_rate
+def student(run: Run, path: str | Path, temperature: float) -> PolicyGroup:
+    """The checkpoint at `path` as the `hf` policy; each member its own sampling seed, the weights shared."""
+    config = run.config
+    return policy_group(
+        "hf", run.store, label=f"student:{path}", model=str(path), temperature=temperature, max_new_tokens=config.max_new_tokens,
+        max_prose_tokens=config.max_prose_tokens, dtype="float32",
+    )
 
-    stages.run("sft", sft)
-    stages.run("eval-sft", lambda: evaluate("sft", student(out / "sft", config, 0.0)))
 
-    # 4. RL iterations: the student's own groups, joined by the teacher's, advantage-weighted.
-    current = out / "sft"
-    chosen = spread([p for p in prompts if p.group not in kept_out], config.rl_questions)
-    for k in range(1, config.iterations + 1):
-        target = out / f"rl-{k}"
+def check_teacher_signal(run: Run, teacher_records: list[dict[str, Any]]) -> None:
+    """Before any evaluation: the teacher's groups hold something to imitate, else one clear error."""
+    advantages, stats = assign_advantages(teacher_records)
+    if not any(w > 0 for w in imitation_weights(teacher_records, advantages)):
+        raise MemupdateError(
+            f"no teacher trajectory earned a reward above 0 and beat its group ({stats['zero_variance_groups']} of "
+            f"{stats['groups']} groups have equal rewards within the group): nothing to imitate; raise --explore "
+            f"(heuristic) or --temperature, or --group-size. Trajectories are kept in {run.log.path}"
+        )
 
-        def iteration(start: Path = current, k: int = k, target: Path = target) -> dict[str, Any]:
-            own = collect(store, student(start, config, config.temperature), chosen, config.student_group_size, f"rl-{k}", log, rollouts, progress, f"rl-{k} student groups")
-            minutes = sum(r["seconds"] for r in own) / 60  # each rollout's own time: right on a resumed stage too
-            groups = {p.group for p in chosen}
-            records = own + [r for r in teacher_records if r["group"] in groups]
-            advantages, stats = assign_advantages(records)
-            nonzero = [abs(a) for a in advantages if a != 0]
-            scale = len(nonzero) / sum(nonzero) if nonzero else 0.0  # mean |weight| 1 over the trained ones
-            weights = [a * scale for a in advantages]
-            return {
-                **stats,
-                "student": summarize(own),
-                "student_reward_mean": mean([r["reward"] for r in own]),
-                "rollouts_per_minute": round(len(own) / minutes, 2) if minutes > 0 else None,
-                "tokens_per_rollout": mean([_tokens(r) for r in own]),
-                "student_trajectories_trained": sum(w > 0 for w, r in zip(weights, records, strict=True) if r["policy"].startswith("student")),
-                "student_trajectories_pushed_down": sum(w < 0 for w, r in zip(weights, records, strict=True) if r["policy"].startswith("student")),
-                "training": train_stage(start, target, records, weights, config.rl_epochs),
-            }
 
-        stages.run(f"rl-{k}", iteration)
-        stages.run(f"eval-rl-{k}", lambda target=target, k=k: evaluate(f"rl-{k}", student(target, config, 0.0)))
-        current = target
+def student_start(run: Run, teacher_records: Sequence[dict[str, Any]]) -> Path:
+    """The checkpoint SFT starts from: the configured one, or for `tiny` one built once from the teacher's
+    trajectories (a tiny Qwen2 whose tokenizer is trained on them; nothing downloaded)."""
+    config = run.config
+    if config.student != "tiny":
+        return Path(config.student)
+    path = run.out / "tiny-init"
+    if not (path / "config.json").is_file():
+        from memupdate.rl.distill.render import render_transcript
+        from memupdate.rl.distill.tiny_student import build_tiny_checkpoint, train_tokenizer
 
-    metrics = collect_metrics(stages.done, config, train, held_out, current)
-    (out / "metrics.json").write_text(json.dumps(metrics, indent=2))
-    plot_learning_curve(metrics, out / "learning_curve.png")
-    return metrics
+        renderer = train_tokenizer()  # only its chat template is used, to render the texts the real one learns from
+        texts = [render_transcript(renderer, r["messages"]) for r in teacher_records if r["messages"]]
+        build_tiny_checkpoint(
+            path, config.tiny_vocab_size, texts=texts, hidden_size=config.tiny_hidden_size, layers=config.tiny_layers,
+            max_positions=max(config.max_length, 4096),
+        )
+    return path
+
+
+# -- the stages -----------------------------------------------------------------------------------------
+
+
+def teacher_groups(run: Run) -> list[str]:
+    """`group_size` seeded rollouts of the teacher per training unit; their keys in the trajectory log."""
+    config = run.config
+    records = run.collect(teacher(run, config.explore, config.temperature), run.units, config.group_size, "teacher", "teacher groups")
+    return [r["key"] for r in records]
+
+
+def evaluate(run: Run, label: str, group: PolicyGroup) -> dict[str, Any]:
+    """One greedy rollout of `group` per held-out unit, logged under `eval/{label}`; the summary and rewards."""
+    records = collect(run.store, run.task, group, run.evals, 1, f"eval/{label}", run.eval_log, run.config.seed, run.progress, f"eval {label}")
+    return {**summarize(records), "rewards": [r["reward"] for r in records], "groups": [r["group"] for r in records],
+            "tokens_per_rollout": mean([_tokens(r) for r in records])}
+
+
+def sft(run: Run, start: Path, teacher_records: list[dict[str, Any]]) -> dict[str, Any]:
+    """Fine-tune `start` into `out/sft` on the teacher's trajectories that beat their group."""
+    advantages, stats = assign_advantages(teacher_records)
+    weights = imitation_weights(teacher_records, advantages)
+    return {**stats, "training": train_stage(run, start, run.out / "sft", teacher_records, weights, run.config.sft_epochs, run.config.sweep)}
+
+
+def rl_iteration(run: Run, k: int, start: Path, target: Path, teacher_records: list[dict[str, Any]]) -> dict[str, Any]:
+    """The student at `start` rolls out its own groups, joined by the teacher's; advantage-weighted into `target`."""
+    config = run.config
+    chosen = spread([u for u in run.units if u.group not in run.kept_out], config.rl_questions)
+    own = run.collect(student(run, start, config.temperature), chosen, config.student_group_size, f"rl-{k}", f"rl-{k} student groups")
+    minutes = sum(r["seconds"] for r in own) / 60  # each rollout's own time: right on a resumed stage too
+    groups = {u.group for u in chosen}
+    records = own + [r for r in teacher_records if r["group"] in groups]
+    advantages, stats = assign_advantages(records)
+    weights = advantage_weights(advantages)
+    students = [w for w, r in zip(weights, records, strict=True) if r["policy"].startswith("student")]
+    return {
+        **stats,
+        "student": summarize(own),
+        "student_reward_mean": mean([r["reward"] for r in own]),
+        "rollouts_per_minute": round(len(own) / minutes, 2) if minutes > 0 else None,
+        "tokens_per_rollout": mean([_tokens(r) for r in own]),
+        "student_trajectories_trained": sum(w > 0 for w in students),
+        "student_trajectories_pushed_down": sum(w < 0 for w in students),
+        "training": train_stage(run, start, target, records, weights, config.rl_epochs),
+    }
+
+
+def train_stage(
+    run: Run, start: Path, target: Path, records: list[dict[str, Any]], weights: list[float], epochs: int, sweep: tuple = ()
+) -> dict[str, Any]:
+    """Fine-tune `start` into `target` on the weighted records, as the student saw them; the kept-out units'
+    teacher trajectories give the held-out loss. RL iterations go on at the rate the SFT sweep chose."""
+    config = run.config
+    examples = [(_seen(r, run.settings), w) for r, w in zip(records, weights, strict=True) if r["group"] not in run.kept_out and r["messages"]]
+    chosen = run.done.get("sft", {}).get("result", {}).get("training", {}).get("learning_rate")
+    train_config = TrainConfig(
+        learning_rate=chosen or config.learning_rate, epochs=epochs, batch_size=config.batch_size, top_layers=config.top_layers,
+        max_length=config.max_length, seed=config.seed, sweep=sweep, lora_rank=config.lora_rank,
+        gradient_checkpointing=config.gradient_checkpointing,
+    )
+    return finetune(start, target, examples, held_out_trajectories(run), train_config, progress=run.progress)
+
+
+def held_out_trajectories(run: Run) -> list[list[dict[str, str]]]:
+    """The kept-out units' teacher trajectories that earned a reward (all of them if none did: a loss is
+    still measured, and the learning-rate sweep still has something to choose by)."""
+    kept = [r for r in run.teacher_records if r["group"] in run.kept_out and r["messages"]]
+    return [_seen(r, run.settings) for r in [r for r in kept if r["reward"] > 0] or kept]
 
 
 # -- metrics --------------------------------------------------------------------------------------------
@@ -293,7 +381,7 @@ def collect_metrics(done: dict[str, Any], config: LearnConfig, train: Sequence[C
         last, sft = evals[rl[-1]], evals["sft"]
         table["rl_minus_sft"] = interval([a - b for a, b in zip(last["rewards"], sft["rewards"], strict=True)])
     return {
-        "config": json.loads(json.dumps(asdict(config))),
+        "config": _plain(config),
         "train_conversations": [c.sample_id for c in train],
         "held_out_conversations": [c.sample_id for c in held_out],
         "held_out_questions": len(evals["teacher"]["rewards"]),
@@ -353,7 +441,8 @@ def plot_learning_curve(metrics: dict[str, Any], path: Path) -> None:
             loss_ax.plot(range(offset, offset + len(losses)), losses, "o-", label=name)
             offset += len(losses) - 1
     loss_ax.set(title="held-out loss (assistant tokens)", xlabel="epoch")
-    loss_ax.legend(fontsize=8)
+    if loss_ax.lines:
+        loss_ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -365,20 +454,15 @@ def _seen(record: dict[str, Any], settings: dict[str, Any]) -> list[dict[str, st
     return as_student_saw(record["messages"], settings)
 
 
-def _flat_groups(records: Sequence[dict[str, Any]]) -> set[str]:
-    by: dict[str, set[float]] = {}
-    for r in records:
-        by.setdefault(r["group"], set()).add(round(r["reward"], 9))
-    return {g for g, values in by.items() if len(values) == 1}
-
-
-def _keys(records: Sequence[dict[str, Any]]) -> list[str]:
-    return [r["key"] for r in records]
-
-
 def _tokens(record: dict[str, Any]) -> float:
     """Characters / 4 of what the policy wrote (a token estimate that needs no tokenizer)."""
     return sum(len(m["content"]) for m in record["messages"] if m["role"] == "assistant") / 4
+
+
+def _plain(config: LearnConfig) -> dict[str, Any]:
+    # Never write a key to disk.
+    plain = asdict(replace(config, api_key=None, reward=replace(config.reward, answerer_api_key=None)))
+    return json.loads(json.dumps(plain))
 
 
 def _load() -> float:

@@ -1,21 +1,21 @@
-"""Rollouts: who edits (teachers, and students as policies), on which questions, and the trajectory log.
+"""Rollouts: who edits (a group of seeded members of one policy), the trajectory log, and `collect`,
+which runs a list of rollouts and logs each.
 
-    from memupdate.rl.distill.rollouts import TrajectoryLog, collect, make_teacher, training_prompts
+    from memupdate.rl.distill.rollouts import TrajectoryLog, collect, policy_group
     log = TrajectoryLog(out / "trajectories.jsonl")           # append-only; what is logged is not redone
-    records = collect(store, make_teacher("heuristic", store, config), training_prompts(train, config), 4, "it1", log, config)
+    teacher = policy_group("heuristic", store, explore=0.5)   # any name of agent.policies.POLICIES
+    records = collect(store, task, teacher, task.training_units(train, 10), 4, "teacher", log, seed=0)
 
-A rollout forks the question's base bank, lets the policy edit the fork through the LangGraph graph
-and tools, scores the fork with the reward (target question plus its collateral sample) and drops it.
-Its record holds the chat messages as the student's chat template takes them, each tool call with its
-result, the counts behind the share of valid calls, and the reward with its parts. `config` is a
-`run.DistillConfig` (mode, budgets, reward, seed, sampling).
+A rollout (`task.rollout`: the targeted task's in `targeted.py`) forks the unit's base bank, lets the
+policy edit the fork through the LangGraph graph and tools, scores the fork and drops it. Its record
+holds the chat messages as the student's chat template takes them, each tool call with its result, the
+counts behind the share of valid calls, and the reward with its parts.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -25,141 +25,37 @@ from typing import TYPE_CHECKING, Any
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, ToolMessage
 
-from memupdate.agent.policies.hf import to_chat_dicts
+from memupdate.agent.policies import make_policy, with_seed
 from memupdate.rl.data.ingest import ingest_conversation
-from memupdate.rl.data.locomo import Conversation, QAItem
-from memupdate.rl.episode import scored_episode
-from memupdate.rl.evaluate import EvalConfig, eval_questions
-from memupdate.rl.namespaces import trajectory_id
-from memupdate.rl.scoring.reward import collateral_sample, compute_reward
+from memupdate.rl.data.locomo import Conversation
 from memupdate.rl.scoring.summaries import mean
 from memupdate.store import MemoryStore, MemupdateError
 
 if TYPE_CHECKING:
-    from memupdate.rl.distill.run import DistillConfig
+    from memupdate.rl.distill.task import Task, Unit
 
 Progress = Callable[[str, int, int], None]
 
 
-# -- teachers --------------------------------------------------------------------------------------
-
-
 @dataclass(frozen=True)
-class Teacher:
-    """Who rolls out a group: `make(seed)` gives one member's chat model (None: no edits)."""
+class PolicyGroup:
+    """Who rolls out a group: `member(seed)` gives one member's chat model (None: no edits); `name` is
+    logged with each of its trajectories."""
 
     name: str
-    make: Callable[[int], BaseChatModel | None]
+    member: Callable[[int], BaseChatModel | None]
 
 
-def make_teacher(spec: str, store: MemoryStore, config: DistillConfig, *, temperature: float | None = None) -> Teacher:
-    """`heuristic`, `openai:MODEL` or `hf:DIR` (also `none`: no edits), stochastic across seeds."""
-    from memupdate.agent.policies import make_policy
-    from memupdate.agent.policies.heuristic import HeuristicPolicy
-    from memupdate.agent.policies.hf import HuggingFaceChatModel
-    from memupdate.settings import get_settings
-
-    kind, _, model = spec.partition(":")
-    temperature = config.temperature if temperature is None else temperature
-    if kind == "none":
-        return Teacher(spec, lambda seed: None)
-    if kind == "heuristic" and not model:
-        operations = config.max_operations or get_settings().max_operations
-        explore = config.explore if temperature > 0 else 0.0
-        return Teacher(spec, lambda seed: HeuristicPolicy(store=store, seed=seed, explore=explore, max_operations=operations))
-    if kind == "openai" and model:
-        base = make_policy("openai", store, model=model, base_url=config.base_url, api_key=config.api_key, temperature=temperature)
-        return Teacher(spec, lambda seed: base.model_copy(update={"seed": seed}))
-    if kind == "hf" and model:
-        loaded = make_policy("hf", store, model=model, temperature=temperature)
-        assert isinstance(loaded, HuggingFaceChatModel)
-
-        def member(seed: int) -> HuggingFaceChatModel:  # shares the loaded weights; its own sampling seed
-            return HuggingFaceChatModel(
-                hf_model=loaded.hf_model, tokenizer=loaded.tokenizer, max_new_tokens=config.max_new_tokens,
-                temperature=temperature, seed=seed, system_prompt=loaded.system_prompt,
-                tool_result_chars=loaded.tool_result_chars,
-            )
-
-        return Teacher(spec, member)
-    raise MemupdateError(f"--teacher {spec!r} is not one of heuristic, openai:MODEL (e.g. openai:Qwen/Qwen2.5-7B-Instruct), hf:DIR")
+def policy_group(name: str, store: MemoryStore, *, label: str | None = None, **options: Any) -> PolicyGroup:
+    """The registry's policy `name` (`make_policy`'s options), loaded once; each member is it with its own
+    seed (an hf checkpoint's weights are shared). `label` names it in the log (default: `name`)."""
+    policy = make_policy(name, store, **options)
+    return PolicyGroup(label or name, lambda seed: with_seed(policy, seed))
 
 
-# -- rollouts ---------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Prompt:
-    """One question to roll out a group on, with the questions its reward scores (target first)."""
-
-    conversation: Conversation
-    qa: QAItem
-    scored: list[QAItem]
-
-    @property
-    def group(self) -> str:
-        return f"{self.conversation.sample_id}/qa{self.qa.index}"
-
-
-def training_prompts(conversations: Sequence[Conversation], config: DistillConfig) -> list[Prompt]:
-    """The first `max_questions` answerable questions of each conversation, each with its collateral sample."""
-    prompts = []
-    for conversation in conversations:
-        questions, _ = eval_questions(conversation, EvalConfig())
-        for qa in questions[: config.max_questions]:
-            scored = [qa, *collateral_sample(questions, qa.index, config.reward.collateral_questions)]
-            prompts.append(Prompt(conversation, qa, scored))
-    return prompts
-
-
-def held_back_prompts(conversations: Sequence[Conversation], used: Sequence[Prompt], config: DistillConfig) -> list[Prompt]:
-    """Up to `eval_questions` questions per conversation that no training group used."""
-    seen = {p.group for p in used}
-    prompts = []
-    for conversation in conversations:
-        questions, _ = eval_questions(conversation, EvalConfig())
-        fresh = [qa for qa in questions if f"{conversation.sample_id}/qa{qa.index}" not in seen]
-        for qa in fresh[: config.eval_questions]:
-            prompts.append(Prompt(conversation, qa, [qa, *collateral_sample(questions, qa.index, config.reward.collateral_questions)]))
-    return prompts
-
-
-def member_seed(config: DistillConfig, key: str) -> int:
+def member_seed(seed: int, key: str) -> int:
     """A seed per trajectory key: a resumed run draws the same rollouts as an uninterrupted one."""
-    return int.from_bytes(hashlib.sha256(f"{config.seed}:{key}".encode()).digest()[:4], "big")
-
-
-def rollout(
-    policy: BaseChatModel | None, base: MemoryStore, prompt: Prompt, config: DistillConfig
-) -> dict[str, Any]:
-    """Fork the base, let `policy` edit the fork, score it with the reward, drop it; the trajectory record."""
-    started = time.perf_counter()
-    sample_id = prompt.conversation.sample_id
-    question = prompt.qa.question if config.mode == "targeted" else None
-    done = scored_episode(
-        policy,
-        base,
-        trajectory_id(sample_id, prompt.qa.index),
-        question,
-        lambda fork: compute_reward(base, fork, prompt.scored, config.reward),
-        max_turns=config.max_turns,
-        max_operations=config.max_operations,
-    )
-    episode, reward = done.result, done.score
-    messages = episode.messages if episode else []
-    return {
-        "sample_id": sample_id,
-        "qa_index": prompt.qa.index,
-        "question": prompt.qa.question,
-        "group": prompt.group,
-        "messages": to_chat_dicts(messages),
-        **call_summary(messages),
-        "stop_reason": episode.stop_reason if episode else None,
-        "turns": episode.turns if episode else 0,
-        "reward": reward.reward,
-        "reward_parts": reward.as_dict(),
-        "seconds": round(time.perf_counter() - started, 2),
-    }
+    return int.from_bytes(hashlib.sha256(f"{seed}:{key}".encode()).digest()[:4], "big")
 
 
 def call_summary(messages: Sequence) -> dict[str, Any]:
@@ -213,36 +109,27 @@ class TrajectoryLog:
 
 def collect(
     store: MemoryStore,
-    teacher: Teacher,
-    prompts: Sequence[Prompt],
+    task: Task,
+    policy: PolicyGroup,
+    units: Sequence[Unit],
     members: int,
     prefix: str,
     log: TrajectoryLog,
-    config: DistillConfig,
+    seed: int = 0,
     progress: Progress | None = None,
     stage: str = "rollouts",
 ) -> list[dict[str, Any]]:
-    """`members` rollouts of `teacher` per prompt, keyed `{prefix}/{group}/g{member}`; logged ones are reused."""
-    records, done, total = [], 0, len(prompts) * members
-    for conversation, group in _by_conversation(prompts):
+    """`members` rollouts of `policy` per unit, keyed `{prefix}/{group}/g{member}`; logged ones are reused."""
+    records, done, total = [], 0, len(units) * members
+    for conversation, group in _by_conversation(units):
         base = ingest_conversation(store, conversation)
         if base.count() == 0:
             raise MemupdateError(f"conversation {conversation.sample_id} has no facts to remember: leave it out of --conversations")
-        for prompt in group:
+        for unit in group:
             for member in range(members):
-                key = f"{prefix}/{prompt.group}/g{member}"
+                key = f"{prefix}/{unit.group}/g{member}"
                 if key not in log:
-                    seed = member_seed(config, key)
-                    try:
-                        record = rollout(teacher.make(seed), base, prompt, config)
-                    except MemupdateError:
-                        raise
-                    except Exception as exc:  # the teacher (an endpoint, a checkpoint) failed: keep what is logged
-                        raise MemupdateError(
-                            f"teacher {teacher.name} failed on {key}: {type(exc).__name__}: {exc}. The {len(log.records)} "
-                            f"trajectories so far are kept in {log.path}; fix the teacher and rerun the same command to resume"
-                        ) from exc
-                    log.append({"key": key, "policy": teacher.name, "member": member, "seed": seed, **record})
+                    log.append(_rollout(task, policy, base, unit, key, member, member_seed(seed, key), log))
                 records.append(log.records[key])
                 done += 1
                 if progress:
@@ -250,10 +137,24 @@ def collect(
     return records
 
 
-def _by_conversation(prompts: Sequence[Prompt]) -> list[tuple[Conversation, list[Prompt]]]:
-    grouped: dict[str, tuple[Conversation, list[Prompt]]] = {}
-    for prompt in prompts:
-        grouped.setdefault(prompt.conversation.sample_id, (prompt.conversation, []))[1].append(prompt)
+def _rollout(task: Task, policy: PolicyGroup, base: MemoryStore, unit: Unit, key: str, member: int, seed: int, log: TrajectoryLog) -> dict[str, Any]:
+    """One rollout's log record; a failing policy (an endpoint, a checkpoint) is one clear error, the log kept."""
+    try:
+        record = task.rollout(policy.member(seed), base, unit)
+    except MemupdateError:
+        raise
+    except Exception as exc:
+        raise MemupdateError(
+            f"policy {policy.name} failed on {key}: {type(exc).__name__}: {exc}. The {len(log.records)} "
+            f"trajectories so far are kept in {log.path}; fix it and rerun the same command to resume"
+        ) from exc
+    return {"key": key, "policy": policy.name, "member": member, "seed": seed, **record}
+
+
+def _by_conversation(units: Sequence[Unit]) -> list[tuple[Conversation, list[Unit]]]:
+    grouped: dict[str, tuple[Conversation, list[Unit]]] = {}
+    for unit in units:
+        grouped.setdefault(unit.conversation.sample_id, (unit.conversation, []))[1].append(unit)
     return list(grouped.values())
 
 

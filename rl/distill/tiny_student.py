@@ -7,7 +7,7 @@ No pretrained weights are downloaded: the tokenizer (byte-level BPE, Qwen2.5's s
 template, `<tool_call>` as added tokens) is trained on the given texts and the model is randomly
 initialised. The directory looks like what verl's model merger produces (config.json, weights,
 tokenizer files with the chat template), so `make_policy("hf", model=...)` and verl load it unchanged.
-`memupdate rl distill --student tiny` trains one on the rendered teacher trajectories; tests use the
+`memupdate rl learn --student tiny` trains one on the rendered teacher trajectories; tests use the
 defaults (a 2-layer model on a small synthetic text) to exercise checkpoint loading.
 """
 

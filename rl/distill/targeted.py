@@ -1,0 +1,95 @@
+"""The targeted task: one question per unit, shown to the policy, scored on it and its collateral sample.
+
+    from memupdate.rl.distill.targeted import TargetedTask
+    task = TargetedTask(reward=RewardConfig(), max_turns=4, max_operations=6)
+    prompts = task.training_units(conversations, 10)   # 10 questions spread over each conversation
+
+The reward (`compute_reward`) compares the untouched base with the edited fork on the target question
+plus `reward.collateral_questions` other questions of the conversation (collateral damage). This is the
+seed's setting and verl's; `task.Task` is the seam a compaction task plugs into beside it.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from langchain_core.language_models import BaseChatModel
+
+from memupdate.agent.policies.hf import to_chat_dicts
+from memupdate.rl.data.locomo import Conversation, QAItem
+from memupdate.rl.distill.rollouts import call_summary
+from memupdate.rl.episode import scored_episode
+from memupdate.rl.evaluate import EvalConfig, eval_questions
+from memupdate.rl.namespaces import trajectory_id
+from memupdate.rl.scoring.reward import RewardConfig, collateral_sample, compute_reward
+from memupdate.store import MemoryStore
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """One question to roll out a group on, with the questions its reward scores (target first)."""
+
+    conversation: Conversation
+    qa: QAItem
+    scored: list[QAItem]
+
+    @property
+    def group(self) -> str:
+        return f"{self.conversation.sample_id}/qa{self.qa.index}"
+
+
+def spread(items: Sequence[Any], n: int) -> list[Any]:
+    """`n` items evenly spaced over `items` (LoCoMo lists questions by kind; the first n are alike)."""
+    if n >= len(items):
+        return list(items)
+    return [items[math.floor(i * len(items) / n)] for i in range(n)]
+
+
+@dataclass(frozen=True)
+class TargetedTask:
+    reward: RewardConfig
+    max_turns: int | None = None
+    max_operations: int | None = None
+    name: str = "targeted"
+
+    def training_units(self, conversations: Sequence[Conversation], per_conversation: int) -> list[Prompt]:
+        """`per_conversation` answerable questions spread over each conversation, each with its collateral sample."""
+        prompts = []
+        for conversation in conversations:
+            questions, _ = eval_questions(conversation, EvalConfig())
+            for qa in spread(questions, per_conversation):
+                prompts.append(Prompt(conversation, qa, [qa, *collateral_sample(questions, qa.index, self.reward.collateral_questions)]))
+        return prompts
+
+    def evaluation_units(self, conversations: Sequence[Conversation], per_conversation: int) -> list[Prompt]:
+        """Held-out questions are chosen as training's are: spread over each conversation."""
+        return self.training_units(conversations, per_conversation)
+
+    def rollout(self, policy: BaseChatModel | None, base: MemoryStore, unit: Prompt) -> dict[str, Any]:
+        """Fork the base, let `policy` edit the fork for the question, score it with the reward, drop it."""
+        started = time.perf_counter()
+        sample_id = unit.conversation.sample_id
+        done = scored_episode(
+            policy, base, trajectory_id(sample_id, unit.qa.index), unit.qa.question,
+            lambda fork: compute_reward(base, fork, unit.scored, self.reward),
+            max_turns=self.max_turns, max_operations=self.max_operations,
+        )
+        episode, reward = done.result, done.score
+        messages = episode.messages if episode else []
+        return {
+            "sample_id": sample_id,
+            "qa_index": unit.qa.index,
+            "question": unit.qa.question,
+            "group": unit.group,
+            "messages": to_chat_dicts(messages),
+            **call_summary(messages),
+            "stop_reason": episode.stop_reason if episode else None,
+            "turns": episode.turns if episode else 0,
+            "reward": reward.reward,
+            "reward_parts": reward.as_dict(),
+            "seconds": round(time.perf_counter() - started, 2),
+        }

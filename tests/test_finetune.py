@@ -1,0 +1,87 @@
+"""The fine-tuning loop's pieces alone: the pull-up loss, the clipped push-down, the loss mask, the frozen
+bottom's shortcut, the batches and the schedule.
+
+The losses are tested on tiny hand-made tensors; the mask and the frozen bottom on conftest's `tiny_model`,
+a tiny Qwen2 built from a config with a tokenizer trained locally (`memupdate.rl.distill.tiny_student`):
+nothing is downloaded.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from test_student import TRANSCRIPT
+
+from memupdate.rl.distill.finetune import (
+    TrainConfig,
+    bottom_output,
+    encode,
+    evaluate,
+    freeze_bottom,
+    get_batches,
+    learning_rate_factor,
+    load_student,
+    pull_up_loss,
+    push_down_loss,
+    token_logps,
+)
+
+
+def test_pull_up_loss_is_the_weighted_cross_entropy():
+    logps = torch.log(torch.tensor([0.5, 0.25]))
+    assert pull_up_loss(logps, 1.0).item() == pytest.approx(math.log(2) + math.log(4))
+    assert pull_up_loss(logps, 0.5).item() == pytest.approx(0.5 * (math.log(2) + math.log(4)))
+
+
+def test_push_down_lowers_each_token_until_its_probability_fell_by_clip_then_stops():
+    start = torch.log(torch.tensor([0.5, 0.5, 0.5]))
+    # Token 0 is unchanged, token 1 fell by 10%, token 2 by 30% (past the 20% clip).
+    now = torch.log(torch.tensor([0.5, 0.45, 0.35])).requires_grad_(True)
+    loss = push_down_loss(now, start, -2.0, clip=0.2)
+    assert loss.item() == pytest.approx(2.0 * (1.0 + 0.9 + 0.8))  # the clipped token counts at 1 - clip
+    loss.backward()
+    assert now.grad[0] > 0 and now.grad[1] > 0  # descending the loss lowers their log-probabilities
+    assert now.grad[2] == 0  # pushed far enough: left alone
+    assert now.grad[0].item() == pytest.approx(2.0) and now.grad[1].item() == pytest.approx(2.0 * 0.9)
+
+
+def test_mask_holds_the_assistant_tokens_only_shifted_by_one(tiny_model):
+    student = load_student(tiny_model, TrainConfig(top_layers=1))
+    example = encode(student, TRANSCRIPT, 1.0, max_length=4096)
+    assert example.ids.shape[1] == example.mask.shape[0] + 1  # token t is predicted from those before it
+    targets = student.tokenizer.decode(example.ids[0, 1:][example.mask])
+    assert "search_memory" in targets and "Done." in targets
+    assert "Berlin" not in targets and "When did Ann move" not in targets and "Memory bank" not in targets
+    cut = encode(student, TRANSCRIPT, 1.0, max_length=example.ids.shape[1] - 3)
+    assert cut.cut and cut.ids.shape[1] == example.ids.shape[1] - 3 and not example.cut
+
+
+def test_frozen_bottom_gives_the_same_log_probabilities_as_a_full_pass(tiny_model):
+    full = load_student(tiny_model, TrainConfig(top_layers=0))
+    split = load_student(tiny_model, TrainConfig(top_layers=1))
+    trained = freeze_bottom(split)
+    assert {id(p) for p in trained} == {id(p) for p in [*split.body.layers[-1].parameters(), *split.body.norm.parameters()]}
+    example = encode(full, TRANSCRIPT, 1.0, max_length=4096)
+    with torch.no_grad():
+        whole = token_logps(full, example)
+    example.frozen = bottom_output(split, example.ids)
+    with torch.no_grad():
+        top_only = token_logps(split, example)
+    assert torch.allclose(whole, top_only, atol=1e-4)
+    assert evaluate(split, [example]) == pytest.approx(-whole.mean().item(), rel=1e-4)
+    assert evaluate(split, []) is None
+
+
+def test_batches_cover_every_row_each_epoch_reshuffled_and_seeded():
+    epochs = list(get_batches(range(7), 3, 2, seed=0))
+    assert [len(b) for b in epochs[0]] == [3, 3, 1]
+    assert all(sorted(r for b in epoch for r in b) == list(range(7)) for epoch in epochs)
+    assert epochs[0] != epochs[1] and epochs == list(get_batches(range(7), 3, 2, seed=0))
+
+
+def test_learning_rate_warms_up_then_decays_to_zero():
+    factors = [learning_rate_factor(step, 2, 10) for step in range(10)]
+    assert factors[0] == pytest.approx(0.5) and factors[1] == pytest.approx(0.9)
+    assert all(a >= b for a, b in zip(factors[1:], factors[2:], strict=False)) and factors[-1] == pytest.approx(0.1)
