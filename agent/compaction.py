@@ -27,8 +27,8 @@ from langchain_core.messages import AIMessage, ToolMessage
 
 from memupdate.agent.graph import run_episode
 from memupdate.agent.tools import MEMORY_TOOLS
+from memupdate.bank.change_log import bank_vectors, bank_version, copy_keys, fold_into
 from memupdate.store import MemoryStore
-from memupdate.store.change_log import bank_vectors, bank_version, copy_keys, fold_into
 
 DEFAULT_NEIGHBOURHOOD = 20
 # Above this many memories the greedy pass (quadratic) runs inside k-means cells of about this size.

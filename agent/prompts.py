@@ -58,7 +58,7 @@ def parse_task(text: str) -> tuple[str | None, str | None]:
 
 # For small students on a CPU, where each prompt token costs ~5 ms of prefill: the same task in ~90
 # tokens instead of ~240 (the tools are listed by the student's chat template).
-COMPACT_SYSTEM_PROMPT = """Edit this memory bank so questions answered later from the ~120 words of memories most \
+COMPACT_SYSTEM_PROMPT = f"""Edit this memory bank so questions answered later from the ~{DEFAULT_CONTEXT_TOKENS} words of memories most \
 similar to them are answered better: anchor relative dates ("yesterday") to absolute ones (update a memory without content: the tool dates it); \
 merge duplicates; fix or delete wrong memories; keep each memory short and self-contained, naming who it is about; \
 write only what the memories support. Memories show as [handle] (date) text; refer to them by handle. \

@@ -16,7 +16,7 @@ is split into embedding, search (the proxy's batched fork searches and faithfuln
 searches), the fork-vs-base diff (SQL plus turning rows into records), and the rest (Python: the QA
 proxy's text work, faithfulness and efficiency). Target: >= 500 rewards/s.
 
-    python -m bench.reward [--json OUT] [--url postgresql://...]      # from the repo root, under a minute
+    python -m memupdate.bench.reward [--json OUT] [--url postgresql://...]      # under a minute
     memupdate bench reward                                            # the same, through the CLI
 """
 
@@ -30,7 +30,8 @@ import statistics
 import time
 from contextlib import contextmanager
 
-from bench.common import (
+from memupdate.agent.tools import run_tool
+from memupdate.bench.common import (
     Meter,
     bench_namespace,
     console,
@@ -45,12 +46,12 @@ from bench.common import (
     verdict,
     write_json,
 )
-from memupdate.agent.tools import run_tool
-from memupdate.rl.namespaces import trajectory_namespace
+from memupdate.rl.data.namespaces import trajectory_namespace
+from memupdate.rl.data.questions import collateral_sample
 from memupdate.rl.scoring import qa_proxy
 from memupdate.rl.scoring.base_cache import base_cache
 from memupdate.rl.scoring.qa_proxy import score_questions
-from memupdate.rl.scoring.reward import RewardConfig, collateral_sample, compute_reward
+from memupdate.rl.scoring.reward import RewardConfig, compute_reward
 from memupdate.rl.scoring.reward_spec import spec_reward, spec_scores
 from memupdate.store import MemoryStore
 
@@ -333,7 +334,7 @@ def report(summary: dict) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m bench.reward", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m memupdate.bench.reward", description=__doc__.split("\n\n")[0])
     parser.add_argument("--workers", type=lambda text: [int(n) for n in text.split(",") if n.strip()], default=[1, 2],
                         help="also score the forks on this many worker processes, comma-separated (default 1,2; '' for none)")
     args = parse_args(parser, argv)

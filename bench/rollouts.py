@@ -15,7 +15,7 @@ One untimed pass first embeds every text the scripts use (as a long run's cache 
 so the timed passes measure database and Python work; the embedding model's time is reported.
 Connections: the rollouts use `worker_store()`, the per-process pool of `WORKER_CONNECTIONS`.
 
-    python -m bench.rollouts [--json OUT] [--url postgresql://...]      # from the repo root, a few minutes
+    python -m memupdate.bench.rollouts [--json OUT] [--url postgresql://...]      # a few minutes
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ import uuid
 from collections import deque
 from typing import Any
 
-from bench.common import (
+from memupdate.bench.common import (
     REPO,
     Meter,
     bench_namespace,
@@ -113,8 +113,9 @@ def make_rows(base: Any, questions: list[Any]) -> list[dict[str, Any]]:
     """One preprocessed row per question (the shape `memupdate data preprocess` writes), 8 collateral each."""
     from memupdate.agent.prompts import system_prompt, task_prompt
     from memupdate.agent.tools import MEMORY_TOOLS
-    from memupdate.rl.data.locomo import qa_row
-    from memupdate.rl.namespaces import trajectory_namespace
+    from memupdate.rl.data.namespaces import trajectory_namespace
+    from memupdate.rl.data.preprocess import DATA_SOURCE
+    from memupdate.rl.data.questions import qa_row
     from memupdate.store.records import namespace_path
 
     rows = []
@@ -132,7 +133,7 @@ def make_rows(base: Any, questions: list[Any]) -> list[dict[str, Any]]:
             {"role": "system", "content": system_prompt()},
             {"role": "user", "content": task_prompt(bank, q.question)},
         ]
-        rows.append({"prompt": prompt, "extra_info": extra_info})
+        rows.append({"data_source": DATA_SOURCE, "prompt": prompt, "extra_info": extra_info})
     return rows
 
 
@@ -161,7 +162,7 @@ async def run_agent_loops(rows, scripts, concurrency: int, env: dict) -> list[fl
             output = await loop.run(
                 {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "logprobs": False},
                 raw_prompt=row["prompt"], tools_kwargs=row["extra_info"]["tools_kwargs"], extra_info=row["extra_info"],
-                index=i, uid=str(i // ROLLOUTS_PER_QUESTION), data_source="locomo",
+                index=i, uid=str(i // ROLLOUTS_PER_QUESTION), data_source=row["data_source"],
             )
             assert output.extra_fields["reward_extra_info"]["tool_calls"] == 10, output.extra_fields
             return time.perf_counter() - start
@@ -366,7 +367,7 @@ def report(summary: dict) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m bench.rollouts", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m memupdate.bench.rollouts", description=__doc__.split("\n\n")[0])
     args = parse_args(parser, argv)
     summary = run(args)
     report(summary)

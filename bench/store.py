@@ -19,8 +19,8 @@ Rows, per size and per store:
 `PostgresStore` runs on the same embedded server (a database of its own) with the vector index it
 configures for `index={"dims": 384, "embed": ...}`: HNSW, cosine (approximate; memupdate scans exactly).
 
-    python -m bench.store                              # embedded server in a fresh temp dir, ~6-8 min
-    python -m bench.store --sizes 200,5000 --queries 200 --json bench-store.json --plot cost.png
+    python -m memupdate.bench.store                              # embedded server in a fresh temp dir, ~6-8 min
+    python -m memupdate.bench.store --sizes 200,5000 --queries 200 --json bench-store.json --plot cost.png
     memupdate bench store --sizes 200                  # the same, through the CLI
 
 Every namespace it writes lives under `bench/<run id>/...` and is dropped at the end, the
@@ -44,8 +44,8 @@ import psutil
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from bench.common import console, open_engine, parse_args, percentile, write_json
 from memupdate.agent.dates import MONTHS
+from memupdate.bench.common import console, open_engine, parse_args, percentile, write_json
 
 STORES = ("memupdate", "InMemoryStore", "PostgresStore")
 MAX_NAMESPACE = 5_000  # above this, memories are spread over namespaces of SPREAD memories
@@ -602,7 +602,7 @@ def plot(summary: dict[str, Any], path: str) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m bench.store", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m memupdate.bench.store", description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default="200,5000,100000", help="memories, comma-separated (default 200,5000,100000)")
     parser.add_argument("--queries", type=int, default=200, help="search queries per size (default 200)")
     parser.add_argument("--batch", type=int, default=100, help="memories per insert call (default 100)")

@@ -1,13 +1,13 @@
 """Tool overhead: per-call latency of the six memory tools through `run_tool`, the model excluded.
 
-On a fork of a 200-memory base (the same memories as `bench.reward`), each tool variant is called
+On a fork of a 200-memory base (the same memories as `memupdate.bench.reward`), each tool variant is called
 50 times (after 5 untimed calls) the way the agent calls it. Every text a call embeds is new to the
 embedder's cache, so the embedding model runs inside the call; its time is measured on its own
 (`embedder._embed_fn` wrapped) and subtracted. The target, "tool overhead per call (excluding the
 model) p50 <= 10 ms", is judged on p50 minus embedding; the table shows both. Write tools re-fork
 the base (untimed) every 10 calls, so the namespace stays near 200 memories.
 
-    python -m bench.tools [--json OUT] [--url postgresql://...]      # from the repo root, ~20 s
+    python -m memupdate.bench.tools [--json OUT] [--url postgresql://...]      # ~20 s
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ import random
 import time
 from collections.abc import Iterator
 
-from bench.common import (
+from memupdate.agent.tools import run_tool
+from memupdate.bench.common import (
     Meter,
     bench_namespace,
     console,
@@ -35,7 +36,6 @@ from bench.common import (
     verdict,
     write_json,
 )
-from memupdate.agent.tools import run_tool
 
 N_MEMORIES = 200
 CALLS = 50
@@ -152,7 +152,7 @@ def report(summary: dict) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m bench.tools", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m memupdate.bench.tools", description=__doc__.split("\n\n")[0])
     args = parse_args(parser, argv)
     summary = run(args)
     report(summary)

@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from memupdate.store.errors import MemupdateError
+from memupdate.errors import MemupdateError
 
 if TYPE_CHECKING:
     import openai

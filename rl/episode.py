@@ -2,7 +2,7 @@
 fork while it is open, drop it.
 
     from memupdate.rl.episode import scored_episode
-    from memupdate.rl.namespaces import trajectory_id
+    from memupdate.rl.data.namespaces import trajectory_id
 
     done = scored_episode(policy, base, trajectory_id("conv-26", 3), question,
                           lambda fork: compute_reward(base, fork, questions, config))
@@ -22,7 +22,7 @@ from typing import Any, Generic, TypeVar
 from langchain_core.language_models import BaseChatModel
 
 from memupdate.agent.graph import EpisodeResult, run_episode
-from memupdate.rl.namespaces import trajectory_namespace
+from memupdate.rl.data.namespaces import trajectory_namespace
 from memupdate.store import MemoryStore
 
 T = TypeVar("T")

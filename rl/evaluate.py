@@ -23,17 +23,17 @@ from typing import Any, Literal
 
 from langchain_core.language_models import BaseChatModel
 
+from memupdate.rl.data.conversation import Conversation
 from memupdate.rl.data.ingest import ingest
-from memupdate.rl.data.locomo import ADVERSARIAL, Conversation, QAItem
+from memupdate.rl.data.namespaces import trajectory_id
+from memupdate.rl.data.questions import QAItem, collateral_sample, scorable_questions
 from memupdate.rl.episode import scored_episode
-from memupdate.rl.namespaces import trajectory_id
 from memupdate.rl.scoring.answer_report import answerer_report
 from memupdate.rl.scoring.answerer import LLMAnswerer
 from memupdate.rl.scoring.qa_proxy import QAScore
 from memupdate.rl.scoring.reward import (
     RewardBreakdown,
     RewardConfig,
-    collateral_sample,
     compute_reward,
     score,
 )
@@ -59,15 +59,7 @@ class EvalConfig:
 
 def eval_questions(conversation: Conversation, config: EvalConfig) -> tuple[list[QAItem], list[dict]]:
     """The questions to score, and the ones skipped with the reason."""
-    kept, skipped = [], []
-    for qa in conversation.qa:
-        if qa.category == ADVERSARIAL and not config.include_adversarial:
-            continue
-        if not qa.answer and qa.category != ADVERSARIAL:  # adversarial items have no answer by design
-            skipped.append({"sample_id": conversation.sample_id, "qa_index": qa.index, "error": "question has no answer"})
-            continue
-        kept.append(qa)
-    return kept[: config.max_questions], skipped
+    return scorable_questions(conversation, config.include_adversarial, config.max_questions)
 
 
 def evaluate(

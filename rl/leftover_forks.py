@@ -8,7 +8,7 @@
 
 `memupdate db forks` and `memupdate db status` show these; `memupdate rl train` prunes its bases'
 leftovers at start-up. The SQL is the store's (`memupdate.store.inventory`); the layout that tells a
-fork from a base is `memupdate.rl.namespaces`.
+fork from a base is `memupdate.rl.data.namespaces`.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import Engine
 
-from memupdate.rl.namespaces import TRAJ_LABEL, fork_base
+from memupdate.rl.data.namespaces import TRAJ_LABEL, fork_base
 from memupdate.store import MemoryStore, drop_fork, to_namespace
 from memupdate.store.inventory import memory_counts, namespaces_labelled
 from memupdate.store.records import SEPARATOR, namespace_path

@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import os
 import threading
-from collections import OrderedDict
 from collections.abc import Sequence
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
+from cachetools import LRUCache
 
 from memupdate.settings import DEFAULT_EMBEDDING_MODEL, get_settings
 from memupdate.store.errors import MemupdateError
@@ -46,15 +46,12 @@ class CachedEmbedder:
     def __init__(self, name: str, dims: int, embed_fn, cache_size: int = CACHE_SIZE):
         self.name, self.dims = name, dims
         self._embed_fn = embed_fn
-        self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
-        self._cache_size = cache_size
+        self._cache: LRUCache[str, np.ndarray] = LRUCache(cache_size)
         self._lock = threading.Lock()
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         with self._lock:
-            found = {t: self._cache[t] for t in texts if t in self._cache}
-            for text in found:
-                self._cache.move_to_end(text)
+            found = {t: self._cache[t] for t in texts if t in self._cache}  # a read marks it recently used
         missing = [t for t in dict.fromkeys(texts) if t not in found]
         if missing:
             vectors = np.asarray(self._embed_fn(missing), dtype=np.float32)
@@ -66,9 +63,7 @@ class CachedEmbedder:
             vectors /= np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
             found.update(zip(missing, vectors, strict=True))
             with self._lock:
-                self._cache.update(zip(missing, vectors, strict=True))
-                while len(self._cache) > self._cache_size:
-                    self._cache.popitem(last=False)
+                self._cache.update(zip(missing, vectors, strict=True))  # the least recently used go
         if not texts:
             return np.empty((0, self.dims), dtype=np.float32)
         return np.stack([found[t] for t in texts])

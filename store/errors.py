@@ -2,9 +2,7 @@
 
 from langgraph.store.base import InvalidNamespaceError
 
-
-class MemupdateError(Exception):
-    """Base class for memupdate's user-facing errors."""
+from memupdate.errors import MemupdateError
 
 
 class DatabaseError(MemupdateError):

@@ -1,4 +1,5 @@
-"""How a fork differs from its base, compared in SQL: what the reward reads of an edited fork.
+"""How a fork differs from its base, compared in SQL: counts, the changed rows, and (on request) each changed
+row's distance to given query vectors and a new row's nearest base rows.
 
     from memupdate.store.fork_diff import changes_from
     changes = changes_from(fork, base)                       # counts, written memories, the base's version
@@ -8,6 +9,8 @@
 
 Neither namespace is read whole: the two are joined by key in the database, and only the rows the fork
 changed come back, all in one statement (one round trip, no transaction: a read in autocommit mode).
+It is storage, so it stays in the store: one statement over the store's own tables, codecs and
+autocommit path. Its reader is the reward (`rl/scoring/qa_proxy.py`), which scores a fork from it.
 """
 
 from __future__ import annotations
@@ -62,7 +65,7 @@ _EDITED = (
 # A row a search could see differently: edited, or re-embedded.
 _REPLACED = _EDITED | _BASE.c.embedding.is_distinct_from(_FORK.c.embedding)
 _WRITTEN = _BASE.c.key.is_(None) | (_BASE.c.content != _FORK.c.content)
-# Every key of either side once, with what the reward asks of it, compared in one merge join (both
+# Every key of either side once, with what a caller may ask of it, compared in one merge join (both
 # sides come sorted from the (namespace, key) index); referenced twice below, so PostgreSQL computes it once.
 _ROWS = (
     select(
@@ -85,7 +88,7 @@ CHANGE_COUNTS = select(
     func.max(_ROWS.c.base_updated_at).label("base_updated_at"),
 )
 # The base's memories nearest a new key's embedding, ranked as `MemoryStore.search` ranks them (distance,
-# then key): faithfulness's sources of a memory that names none (`rl/scoring/faithfulness.py`).
+# then key): the sources of a memory whose provenance names none.
 _NEAREST_BASE = memories.alias("nearest_base")
 _NEAREST_KEYS = case(
     (

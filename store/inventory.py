@@ -4,17 +4,18 @@ label in their path, with their size and first and last writes (how leftover for
     from memupdate.store.inventory import memory_counts, namespaces_labelled
 
     memory_counts(engine)             # {"locomo/conv-26": 167, "locomo/conv-26/traj/conv-26-qa3-1a2b3c4d": 168}
-    namespaces_labelled(engine, "traj", under="locomo/conv-26")
+    namespaces_labelled(engine, TRAJ_LABEL, under="locomo/conv-26")   # a label the caller defines
     # [NamespaceActivity(namespace="locomo/conv-26/traj/conv-26-qa3-1a2b3c4d", memories=168, events=3, ...)]
     namespace_exists(engine, "locomo/conv-62")   # False: no memories, events or changes were ever there
-    nearest_namespaces(engine, "locomo/conv-62")  # ["locomo/conv-26", ...]: what a mistyped name meant
+    nearest_namespaces(engine, "locomo/conv-62", fork_labels)  # ["locomo/conv-26", ...]: what a mistyped name meant
 
-Both take an engine, not a store: `memupdate db status` counts without loading the embedding model.
+They take an engine, not a store: `memupdate db status` counts without loading the embedding model.
 """
 
 from __future__ import annotations
 
 import difflib
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -52,12 +53,13 @@ def namespace_exists(engine: Engine, path: str) -> bool:
         )
 
 
-def nearest_namespaces(engine: Engine, path: str, n: int = 3) -> list[str]:
+def nearest_namespaces(engine: Engine, path: str, fork_labels: Iterable[str] = (), n: int = 3) -> list[str]:
     """The namespaces holding memories whose paths are closest to `path` (else the largest ones), for a
-    message about a mistyped name; forks (a `compaction` or `traj` label) are left out."""
+    message about a mistyped name; forks (a namespace with one of `fork_labels` in its path) are left out."""
+    fork_labels = set(fork_labels)
     counts = {
         namespace: count for namespace, count in memory_counts(engine).items()
-        if not {"compaction", "traj"} & set(namespace.split(SEPARATOR))
+        if not fork_labels & set(namespace.split(SEPARATOR))
     }
     close = difflib.get_close_matches(path, list(counts), n=n, cutoff=0.6)
     return close or sorted(counts, key=lambda namespace: (-counts[namespace], namespace))[:n]

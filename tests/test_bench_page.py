@@ -1,4 +1,4 @@
-"""`python -m bench.page`: docs/benchmarks.md rendered from `memupdate bench all --json` output (no benchmark runs here)."""
+"""`python -m memupdate.bench.page`: docs/benchmarks.md rendered from `memupdate bench all --json` output (no benchmark runs here)."""
 
 from __future__ import annotations
 
@@ -102,13 +102,13 @@ def test_docs_benchmarks_md_is_the_render_of_docs_benchmarks_json() -> None:
     summary = json.loads((DOCS / "benchmarks.json").read_text())
     assert (DOCS / "benchmarks.md").read_text() == render(summary, plot="cost-curve.png"), (
         "docs/benchmarks.md was edited by hand or is stale: regenerate it with "
-        "`python -m bench.page docs/benchmarks.json --out docs/benchmarks.md --plot cost-curve.png` (or `make bench`)"
+        "`python -m memupdate.bench.page docs/benchmarks.json --out docs/benchmarks.md --plot cost-curve.png` (or `make bench`)"
     )
 
 
 def test_the_reward_target_counts_worker_processes() -> None:
     """≥ 500 rewards/s on the machine: one process, or a pool of worker processes where the caller has cores."""
-    from bench.reward import target_verdict
+    from memupdate.bench.reward import target_verdict
 
     pool = [{"workers": 2, "rewards_per_s": 520.0}]
     assert target_verdict(300.0, pool) == {"best_rewards_per_s": 520.0, "met": True}
@@ -116,7 +116,7 @@ def test_the_reward_target_counts_worker_processes() -> None:
 
 
 def test_the_page_explains_only_the_losses_it_shows() -> None:
-    from bench.page import _slower
+    from memupdate.bench.page import _slower
 
     results = {200: {"memupdate": {"search_p50_ms": 1.5}, "PostgresStore": {"search_p50_ms": 3.0}}}
     assert not _slower(results, "search_p50_ms", "PostgresStore")

@@ -6,8 +6,7 @@ import pytest
 from sqlalchemy import select, text
 
 from memupdate.agent.tools import run_tool
-from memupdate.store import MemoryStore
-from memupdate.store.change_log import (
+from memupdate.bank.change_log import (
     ChangeConflict,
     apply_change,
     history,
@@ -15,6 +14,7 @@ from memupdate.store.change_log import (
     superseded_rows,
     undo,
 )
+from memupdate.store import MemoryStore
 from memupdate.store.statements import memories
 
 FACTS = [

@@ -16,10 +16,10 @@ from memupdate.agent.dates import has_relative_time
 from memupdate.agent.policies.heuristic import HeuristicPolicy
 from memupdate.agent.policies.planning import PlanningPolicy
 from memupdate.agent.review import build_review, render_html
+from memupdate.bank.change_log import history
 from memupdate.cli import app
 from memupdate.rl.data.ingest import ingest
 from memupdate.store import MemoryStore, NewMemory
-from memupdate.store.change_log import history
 from memupdate.store.statements import memories
 
 runner = CliRunner()
@@ -149,7 +149,7 @@ def test_a_bank_written_during_compaction_is_one_line_from_the_cli(store: Memory
 
 
 def test_apply_interrupted_or_stale_gives_one_line_and_changes_nothing(store: MemoryStore, database_url, monkeypatch, tmp_path) -> None:
-    import memupdate.store.change_log as change_log
+    import memupdate.bank.change_log as change_log
 
     bank = store.scoped((*store.namespace, "bank"))
     bank.create_many([NewMemory(t) for t in ("Alice likes jazz", "Alice likes jazz.", "Bob plays chess")])

@@ -17,7 +17,8 @@ from memupdate.agent.dates import (
     has_relative_time,
     resolve_relative,
 )
-from memupdate.rl.data.locomo import parse_session_date, sample_conversation_path
+from memupdate.rl.data.conversation import parse_session_date
+from memupdate.rl.data.locomo import sample_conversation_path
 
 SAMPLE = sample_conversation_path()
 MONDAY = date(2023, 5, 8)  # LoCoMo's first session day

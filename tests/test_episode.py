@@ -12,8 +12,8 @@ import pytest
 from langchain_core.messages import AIMessage
 from test_reliability_cli import ScriptedModel, edit_then_fail
 
+from memupdate.rl.data.namespaces import trajectory_namespace
 from memupdate.rl.episode import scored_episode
-from memupdate.rl.namespaces import trajectory_namespace
 from memupdate.store import InvalidNamespace, MemoryStore, NewMemory, memory_store
 from memupdate.store.records import namespace_path
 

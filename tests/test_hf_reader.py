@@ -14,12 +14,12 @@ import pytest
 from typer.testing import CliRunner
 
 from memupdate.cli import app
-from memupdate.rl.data.locomo import QAItem
+from memupdate.rl.data.questions import QAItem
 from memupdate.rl.scoring.answer_prompts import answer_prompt
 from memupdate.rl.scoring.answerer import make_answerer
 from memupdate.rl.scoring.hf_reader import HFReader
+from memupdate.rl.scoring.llm_cache import LLMReplyCache
 from memupdate.rl.scoring.readers import AnswererUnavailable, make_reader
-from memupdate.store.llm_cache import LLMReplyCache
 
 QUESTIONS = [
     QAItem(0, "When did Nadia run her first 10k race?", "2 March 2024", None, (), 2),

@@ -15,9 +15,9 @@ import pytest
 
 from memupdate.agent.dates import MONTHS
 from memupdate.agent.tools import run_tool
-from memupdate.rl.data.locomo import QAItem
+from memupdate.rl.data.questions import QAItem, collateral_sample
 from memupdate.rl.scoring.base_cache import BaseCache, base_cache
-from memupdate.rl.scoring.reward import RewardConfig, collateral_sample, compute_reward
+from memupdate.rl.scoring.reward import RewardConfig, compute_reward
 from memupdate.rl.scoring.reward_spec import spec_reward
 from memupdate.store import MemoryStore, NewMemory
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from memupdate.rl.data.locomo import ADVERSARIAL, MULTI_HOP, TEMPORAL
+from memupdate.rl.data.categories import ADVERSARIAL, MULTI_HOP, TEMPORAL
 from memupdate.rl.scoring.summaries import by_category, mean
 
 

@@ -18,8 +18,8 @@ from typer.testing import CliRunner
 from verl_support import REPO, load_base, row_for, write_parquet
 
 from memupdate.cli import app
+from memupdate.rl.data.namespaces import rollout_namespace, trajectory_namespace
 from memupdate.rl.leftover_forks import list_forks
-from memupdate.rl.namespaces import rollout_namespace, trajectory_namespace
 from memupdate.rl.verl.launch import plan_training
 
 runner = CliRunner()

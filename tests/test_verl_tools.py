@@ -21,7 +21,7 @@ from verl.tools.tool_registry import initialize_tools_from_config
 
 from memupdate.agent.tools import MEMORY_TOOLS
 from memupdate.rl import leftover_forks
-from memupdate.rl.namespaces import fork_base, rollout_namespace, trajectory_namespace
+from memupdate.rl.data.namespaces import fork_base, rollout_namespace, trajectory_namespace
 from memupdate.rl.verl import forks, worker_db
 from memupdate.rl.verl.tools import MemoryEditTool
 from memupdate.store import DatabaseError, MemoryStore, NewMemory

@@ -30,7 +30,7 @@ from verl_support import (
     write_parquet,
 )
 
-from memupdate.rl.namespaces import TRAJ_LABEL
+from memupdate.rl.data.namespaces import TRAJ_LABEL
 
 OTHER_QUESTION, OTHER_ANSWER = "What instrument did Ben start learning?", "violin"
 N = 4

@@ -6,10 +6,10 @@ from __future__ import annotations
 from langgraph_source import langgraph_store, remember
 from typer.testing import CliRunner
 
+from memupdate.bank.sources import read_source
 from memupdate.cli import app
 from memupdate.store import MemoryStore
 from memupdate.store.inventory import namespace_exists
-from memupdate.store.sources import read_source
 
 runner = CliRunner()
 

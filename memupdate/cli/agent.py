@@ -19,7 +19,7 @@ from memupdate.cli.common import (
     open_store,
     user_errors,
 )
-from memupdate.rl.data.locomo import SINGLE_HOP
+from memupdate.rl.data.categories import SINGLE_HOP
 from memupdate.store.errors import MemupdateError
 
 app = typer.Typer(help="Run the memory-editing agent on a live memory bank.", no_args_is_help=True)
@@ -51,8 +51,8 @@ def agent_run(
 
     from memupdate.agent.graph import run_episode
     from memupdate.agent.policies import make_policy, policy_kind
+    from memupdate.rl.data.namespaces import trajectory_id, trajectory_namespace
     from memupdate.rl.episode import scored_episode
-    from memupdate.rl.namespaces import trajectory_id, trajectory_namespace
     from memupdate.rl.scoring.qa_proxy import score_questions
     from memupdate.store import to_namespace
     from memupdate.store.records import namespace_path

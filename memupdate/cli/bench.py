@@ -4,10 +4,9 @@
     memupdate bench store --sizes 200,5000                    # one benchmark, smaller
     memupdate bench reward
 
-The benchmarks live in the repository's top-level `bench/` folder (not in the installed package):
-run from the repository root, or from an editable install. Each also runs alone as
-`python -m bench.<name>`. `all` runs them on one embedded server (or `--url`), and its JSON records
-the machine (CPU, cores, AVX-512, load average at the start and the end, date) for `python -m bench.page`,
+The benchmarks live in the top-level `bench/` folder, importable as `memupdate.bench`; each also runs
+alone as `python -m memupdate.bench.<name>`. `all` runs them on one embedded server (or `--url`), and its JSON records
+the machine (CPU, cores, AVX-512, load average at the start and the end, date) for `python -m memupdate.bench.page`,
 which writes docs/benchmarks.md from it (`make bench` does both).
 """
 
@@ -18,7 +17,6 @@ import importlib.util
 import json
 import os
 import platform
-import sys
 import tempfile
 import time
 from datetime import UTC, datetime
@@ -42,32 +40,15 @@ class Benchmark(StrEnum):
 ORDER = ["store", "tools", "reward", "rollouts"]
 
 
-def bench_folder() -> Path | None:
-    """The folder that holds `bench/`: the editable install's repository, else the working directory."""
-    for root in (Path(__file__).resolve().parents[2], Path.cwd()):
-        if (root / "bench" / "common.py").is_file():
-            return root
-    return None
-
-
 def load_benchmark(name: str):
-    """The module `bench.<name>`, or None when it is not in this checkout (rollouts lands separately)."""
-    root = bench_folder()
-    if root is None:
-        console.print(
-            "[red]memupdate bench needs the repository's bench/ folder: run it from the repository root "
-            "(git clone ... && cd memupdate && memupdate bench ...)[/red]"
-        )
-        raise typer.Exit(2)
-    if str(root) not in sys.path:
-        sys.path.insert(0, str(root))
-    if importlib.util.find_spec(f"bench.{name}") is None:
+    """The module `memupdate.bench.<name>`, or None when there is none of that name."""
+    if importlib.util.find_spec(f"memupdate.bench.{name}") is None:
         return None
-    return importlib.import_module(f"bench.{name}")
+    return importlib.import_module(f"memupdate.bench.{name}")
 
 
 def machine() -> dict[str, object]:
-    """What the figures were measured on, for `bench.page`'s header; unknown fields are None.
+    """What the figures were measured on, for `memupdate.bench.page`'s header; unknown fields are None.
 
         >>> sorted(machine())
         ['avx512', 'cores', 'cpu', 'date', 'load_start', 'memory_gb', 'platform', 'python']
@@ -117,7 +98,7 @@ def bench_command(
     for name in names:
         module = load_benchmark(name)
         if module is None:
-            console.print(f"[yellow]{name}: not available (bench/{name}.py is not in this checkout)[/yellow]")
+            console.print(f"[yellow]{name}: not available (no bench/{name}.py)[/yellow]")
             summary[name] = "not available"
             continue
         console.rule(f"bench {name}")

@@ -113,7 +113,7 @@ def conversation_ids(conversations: str | None) -> list[str] | None:
 def check_sample_ids(conversations) -> None:
     """Every conversation's trajectory namespaces must be valid labels: a long sample id would make every
     fork fail one by one, so say so before the run."""
-    from memupdate.rl.namespaces import base_namespace, trajectory_id, trajectory_namespace
+    from memupdate.rl.data.namespaces import base_namespace, trajectory_id, trajectory_namespace
     from memupdate.store import InvalidNamespace
 
     for conversation in conversations:
@@ -171,11 +171,13 @@ def open_store(url: str | None = None):
 def require_bank(bank, namespace: str) -> None:
     """Refuse a mistyped bank name (no memories, events or changes were ever there) with one line naming
     it and the banks nearest it, before a command reads or writes anything."""
+    from memupdate.bank.namespaces import COMPACTION_LABEL
+    from memupdate.rl.data.namespaces import TRAJ_LABEL
     from memupdate.store.inventory import namespace_exists, nearest_namespaces
 
     if namespace_exists(bank.engine, bank.path):
         return
-    near = nearest_namespaces(bank.engine, bank.path)
+    near = nearest_namespaces(bank.engine, bank.path, fork_labels=(COMPACTION_LABEL, TRAJ_LABEL))
     hint = f"did you mean {' or '.join(near)}?" if near else "the database holds no banks yet (memupdate data import)"
     raise MemupdateError(f"namespace {namespace!r} does not exist (no memories, no history): check the name; {hint}")
 

@@ -62,8 +62,8 @@ def compact_command(
     """Compact a bank: one blind episode per neighbourhood of related memories, all into one fork, then
     a review of every change. Nothing in the bank changes until --apply; `memupdate undo` reverts an apply."""
     from memupdate.agent.policies import policy_kind
+    from memupdate.bank.change_log import apply_change, discard_change, get_change, latest_proposal
     from memupdate.store import to_namespace
-    from memupdate.store.change_log import apply_change, discard_change, get_change, latest_proposal
 
     policy_kind(policy, editing=True)
     root = open_store(url)
@@ -102,7 +102,8 @@ def _compact(root, bank, policy, model, base_url, api_key, seed, size, probe, re
     from memupdate.agent.compaction import BankMoved, compact_bank
     from memupdate.agent.policies import make_policy
     from memupdate.agent.review import build_review, render_html, replaced_by
-    from memupdate.store.change_log import next_change_id, propose_change_with_id
+    from memupdate.bank.change_log import next_change_id, propose_change_with_id
+    from memupdate.bank.namespaces import compaction_namespace
 
     chat_model = make_policy(policy, root, model=model, base_url=base_url, api_key=api_key, seed=seed)
     change_id = next_change_id(bank)
@@ -111,7 +112,7 @@ def _compact(root, bank, policy, model, base_url, api_key, seed, size, probe, re
         task = bar.add_task("compact", total=None)
         try:
             result = compact_bank(
-                chat_model, bank, (*bank.namespace, "compaction", f"c{change_id}"), size=size,
+                chat_model, bank, compaction_namespace(bank.namespace, change_id), size=size,
                 on_plan=lambda n: bar.update(task, total=n), on_episode=lambda: bar.advance(task),
             )
         except BankMoved as exc:
@@ -160,14 +161,17 @@ def _questions(bank, path: Path | None, locomo: Path | None) -> list[Any]:
     """Questions for the QA proxy: the user's file, else the LoCoMo conversation a `locomo/<id>` bank is."""
     if path is not None:
         return read_questions(path)
-    if len(bank.namespace) == 2 and bank.namespace[0] == "locomo":
+    from memupdate.rl.data.namespaces import conversation_of
+
+    sample_id = conversation_of(bank.namespace)
+    if sample_id is not None:
         from memupdate.rl.data.locomo import default_locomo_path, load_locomo
 
         source = locomo or default_locomo_path()
         if source is None:
             return []
         try:
-            (conversation,) = load_locomo(source, [bank.namespace[1]])
+            (conversation,) = load_locomo(source, [sample_id])
         except ValueError:
             return []
         return list(conversation.qa)
@@ -193,7 +197,7 @@ def read_questions(path: Path) -> list[UserQuestion]:
 
 def _qa(bank, fork, questions: list[Any]) -> dict[str, Any] | None:
     """The QA proxy before -> after over the answerable (non-adversarial) questions."""
-    from memupdate.rl.scoring.metrics import ADVERSARIAL
+    from memupdate.rl.data.categories import ADVERSARIAL
     from memupdate.rl.scoring.qa_proxy import score_questions
 
     answerable = [q for q in questions if q.category != ADVERSARIAL and q.answer]

@@ -29,6 +29,7 @@ from memupdate.cli.common import (
     raise_if_interrupted,
     user_errors,
 )
+from memupdate.rl.data.questions import COLLATERAL_QUESTIONS
 from memupdate.store.errors import MemupdateError
 
 ANSWERER_OPTION = typer.Option(
@@ -47,6 +48,22 @@ JUDGE_OPTION = typer.Option(
     "or hf:DIR.",
 )
 
+MAX_PROSE_TOKENS_OPTION = typer.Option(
+    None, "--max-prose-tokens", min=1,
+    help="hf: cut a turn that wrote this many tokens without a tool call (as `rl learn` rolls its student out).",
+)
+COLLATERAL_OPTION = typer.Option(
+    COLLATERAL_QUESTIONS, "--collateral", min=0,
+    help="Targeted: also score N other questions of the conversation (collateral damage).",
+)
+MAX_FAILURE_SHARE_OPTION = typer.Option(
+    0.1, "--max-failure-share", min=0.0, max=1.0,
+    help="Exit 1 when more than this share of episodes failed (the report is still written).",
+)
+REWARD_QA_OPTION = typer.Option(
+    "proxy", "--reward-qa", help="proxy (no LLM) | answerer: the reward's QA term is the --answerer's LoCoMo F1."
+)
+
 
 @user_errors
 def eval_command(
@@ -62,18 +79,10 @@ def eval_command(
         None, "--max-operations", min=1, help="Tool calls per episode (default 30)."
     ),
     max_new_tokens: int = typer.Option(512, "--max-new-tokens", min=1, help="hf: tokens per turn at most."),
-    max_prose_tokens: int | None = typer.Option(
-        None, "--max-prose-tokens", min=1,
-        help="hf: cut a turn that wrote this many tokens without a tool call (as `rl learn` rolls its student out).",
-    ),
+    max_prose_tokens: int | None = MAX_PROSE_TOKENS_OPTION,
     include_adversarial: bool = typer.Option(False, "--include-adversarial", help="Score category 5 too."),
-    collateral: int = typer.Option(
-        8, "--collateral", min=0, help="Targeted: also score N other questions of the conversation (collateral damage)."
-    ),
-    max_failure_share: float = typer.Option(
-        0.1, "--max-failure-share", min=0.0, max=1.0,
-        help="Exit 1 when more than this share of episodes failed (the report is still written).",
-    ),
+    collateral: int = COLLATERAL_OPTION,
+    max_failure_share: float = MAX_FAILURE_SHARE_OPTION,
     seed: int = SEED_OPTION,
     json_out: Path | None = typer.Option(None, "--json", help="Write the report as JSON here (folders are created)."),
     plot: Path | None = typer.Option(None, "--plot", help="Write before/after bars per category (.png, .pdf or .svg)."),
@@ -82,9 +91,7 @@ def eval_command(
     answerer_base_url: str | None = ANSWERER_BASE_URL_OPTION,
     answerer_api_key: str | None = ANSWERER_API_KEY_OPTION,
     judge: str | None = JUDGE_OPTION,
-    reward_qa: str = typer.Option(
-        "proxy", "--reward-qa", help="proxy (no LLM) | answerer: the reward's QA term is the --answerer's LoCoMo F1."
-    ),
+    reward_qa: str = REWARD_QA_OPTION,
 ) -> None:
     """Score a policy's edits with the QA proxy, before -> after, per category; with --answerer, also
     with an LLM reading the same context (LoCoMo F1, BLEU-1, --judge accuracy).

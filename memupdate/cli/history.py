@@ -17,8 +17,8 @@ def history_command(
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """List the bank's changes: proposed (a compaction awaiting review), applied, undone, discarded."""
+    from memupdate.bank.change_log import history
     from memupdate.store import to_namespace
-    from memupdate.store.change_log import history
 
     bank = open_store(url).scoped(to_namespace(namespace))
     require_bank(bank, namespace)
@@ -54,8 +54,8 @@ def undo_command(
 ) -> None:
     """Restore the bank as it was before its latest applied change (or after change --to), exactly:
     the rows an apply replaced come back with their ids, order, timestamps and embeddings."""
+    from memupdate.bank.change_log import undo
     from memupdate.store import to_namespace
-    from memupdate.store.change_log import undo
 
     bank = open_store(url).scoped(to_namespace(namespace))
     require_bank(bank, namespace)

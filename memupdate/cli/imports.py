@@ -30,15 +30,15 @@ def import_command(
     Importing again is idempotent: it reports what changed at the source since the last import,
     writes those changes, and leaves alone memories edited here since.
     """
-    from memupdate.store import to_namespace
-    from memupdate.store.source_import import import_items
-    from memupdate.store.sources import (
+    from memupdate.bank.source_import import import_items
+    from memupdate.bank.sources import (
         Source,
         bank_label,
         langgraph_uri,
         read_file_items,
         read_langgraph_items,
     )
+    from memupdate.store import to_namespace
 
     prefix_labels = tuple(label for label in prefix.split("/") if label)
     into_namespace = to_namespace(into) if into else None
@@ -76,9 +76,9 @@ def export_command(
     New and changed memories are written; items removed here are deleted there only with --apply;
     an item changed at the source since the import is reported and left alone.
     """
+    from memupdate.bank.source_export import export_file, export_langgraph
     from memupdate.cli.common import check_output
     from memupdate.store import to_namespace
-    from memupdate.store.source_export import export_file, export_langgraph
 
     bank = open_store(url).scoped(to_namespace(namespace))
     require_bank(bank, namespace)

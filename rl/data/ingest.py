@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from memupdate.rl.data.locomo import Conversation, Fact, Turn
-from memupdate.rl.namespaces import base_namespace
+from memupdate.rl.data.conversation import Conversation, Fact, Turn
+from memupdate.rl.data.namespaces import base_namespace
 from memupdate.store import MemoryStore, NewMemory
 
 

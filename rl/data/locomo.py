@@ -1,4 +1,4 @@
-"""LoCoMo loader: typed, read-only records for the conversations, facts and QA of ``locomo10.json``.
+"""LoCoMo's file, ``locomo10.json``, read into `Conversation` records (`rl/data/conversation.py`).
 
 LoCoMo (Maharana et al., ACL 2024; CC BY-NC 4.0) is a JSON list of samples. Each sample holds a
 multi-session dialogue (``conversation``), per-session facts (``observation``, the initial memory
@@ -14,54 +14,33 @@ The data file is never shipped: users pass ``--locomo FILE`` or set ``MEMUPDATE_
 
 from __future__ import annotations
 
-import datetime
 import json
 import os
 import re
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from memupdate.agent.dates import MONTHS
+from memupdate.rl.data.categories import CATEGORY_NAMES, category_name
+from memupdate.rl.data.conversation import Conversation, Fact, Session, Turn, parse_session_date
+from memupdate.rl.data.questions import QAItem
 
 __all__ = [
-    "ADVERSARIAL",
-    "CATEGORY_NAMES",
+    "DATASET",
     "LOCOMO_ENV_VAR",
-    "MULTI_HOP",
-    "OPEN_DOMAIN",
-    "SINGLE_HOP",
-    "TEMPORAL",
-    "Conversation",
-    "Fact",
     "LocomoError",
-    "QAItem",
-    "Session",
-    "Turn",
-    "category_name",
     "default_locomo_path",
     "load_locomo",
     "load_sample",
     "locomo_stats",
-    "parse_session_date",
-    "qa_from_row",
-    "qa_row",
     "sample_conversation_path",
     "split_conversations",
 ]
 
-# LoCoMo's own evaluation code numbers the QA categories this way.
-MULTI_HOP, TEMPORAL, OPEN_DOMAIN, SINGLE_HOP, ADVERSARIAL = 1, 2, 3, 4, 5
-CATEGORY_NAMES: dict[int, str] = {
-    MULTI_HOP: "multi-hop",
-    TEMPORAL: "temporal",
-    OPEN_DOMAIN: "open-domain",
-    SINGLE_HOP: "single-hop",
-    ADVERSARIAL: "adversarial",
-}
 LOCOMO_ENV_VAR = "MEMUPDATE_LOCOMO_FILE"
+# The dataset's name where memupdate labels its data: base namespaces, verl rows' data_source.
+DATASET = "locomo"
 
 _NOT_LOCOMO = "this does not look like LoCoMo's locomo10.json"
 _HOW_TO_PASS = f"pass --locomo FILE or set {LOCOMO_ENV_VAR} to your copy of locomo10.json"
@@ -69,166 +48,12 @@ _SESSION_KEY = re.compile(r"session_(\d+)")
 _DATE_TIME_KEY = re.compile(r"session_(\d+)_date_time")
 _OBSERVATION_KEY = re.compile(r"session_(\d+)_observation")
 _SUMMARY_KEY = re.compile(r"session_(\d+)_summary")
-_DATE = re.compile(r"(\d{1,2})\s+([A-Za-z]+)\.?,?\s+(\d{4})")
 # A few evidence ids in the real file are typos like "D:11:26" for "D11:26".
 _STRAY_COLON = re.compile(r"D:(\d+):(\d+)")
-# Month names and the abbreviations LoCoMo writes ("Jan", "Sept").
-_MONTHS = {form: number for number, name in enumerate(MONTHS, start=1) for form in (name.lower(), name[:3].lower())}
-_MONTHS["sept"] = 9
 
 
 class LocomoError(ValueError):
     """The LoCoMo file is missing, unreadable or not shaped like ``locomo10.json``; the message says which."""
-
-
-def category_name(category: int) -> str:
-    """Name of a QA category (``"temporal"`` for 2); unknown numbers give ``"category-N"``."""
-    return CATEGORY_NAMES.get(category, f"category-{category}")
-
-
-def parse_session_date(date_time: str) -> datetime.date | None:
-    """The calendar date in a LoCoMo timestamp such as ``"1:56 pm on 8 May, 2023"``, or None if unparseable."""
-    # Month names are matched by hand so parsing does not depend on the process locale (strptime's %B does).
-    match = _DATE.search(date_time or "")
-    if match is None:
-        return None
-    day, month_name, year = match.groups()
-    month = _MONTHS.get(month_name.lower())
-    if month is None:
-        return None
-    try:
-        return datetime.date(int(year), month, int(day))
-    except ValueError:
-        return None
-
-
-@dataclass(frozen=True, slots=True)
-class Turn:
-    """One utterance. ``dia_id`` ("D3:7" = session 3, turn 7) is what QA evidence and facts point at."""
-
-    speaker: str
-    dia_id: str
-    text: str
-    session: int
-    blip_caption: str | None = None  # caption of a shared image; the text alone may not mention it
-
-
-@dataclass(frozen=True, slots=True)
-class Session:
-    """One dated chat session. ``date_time`` is the raw string; ``date`` its parsed day (None if unparseable)."""
-
-    number: int
-    date_time: str
-    date: datetime.date | None
-    turns: tuple[Turn, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class Fact:
-    """One observation: a memory-bank entry extracted from a session.
-
-    ``text`` may use relative time ("yesterday", "next month") that only ``session_date`` (the raw
-    ``date_time`` of the session it came from; "" if the file has none) anchors.
-    """
-
-    text: str
-    dia_ids: tuple[str, ...]
-    session: int
-    session_date: str
-    speaker: str
-
-    @property
-    def session_day(self) -> datetime.date | None:
-        """The parsed day of ``session_date``."""
-        return parse_session_date(self.session_date)
-
-
-@dataclass(frozen=True, slots=True)
-class QAItem:
-    """One evaluation question.
-
-    ``index`` is the position in the sample's ``qa`` list (stable id within a conversation). ``answer`` is
-    always a string or None: int answers such as 2022 become "2022"; adversarial items (category 5) usually
-    have no answer, only ``adversarial_answer`` (the tempting wrong one; the right response is "not mentioned").
-    """
-
-    index: int
-    question: str
-    answer: str | None
-    adversarial_answer: str | None
-    evidence: tuple[str, ...]
-    category: int
-
-    @property
-    def category_name(self) -> str:
-        return category_name(self.category)
-
-    @property
-    def is_adversarial(self) -> bool:
-        return self.category == ADVERSARIAL
-
-
-def qa_row(question: Any) -> dict[str, Any]:
-    """A question as a verl row's ``extra_info`` holds it (plain JSON types); :func:`qa_from_row` reads it back.
-
-        qa_row(item)   # {"qa_index": 3, "question": "When did ...?", "answer": "7 May 2023", "category": 2, ...}
-        qa_from_row(qa_row(item)) == item
-
-    ``question`` is a :class:`QAItem` or anything with its fields (``adversarial_answer`` may be absent).
-    """
-    return {
-        "qa_index": question.index,
-        "question": question.question,
-        "answer": question.answer,
-        "adversarial_answer": getattr(question, "adversarial_answer", None),
-        "category": question.category,
-        "evidence": list(question.evidence),
-    }
-
-
-def qa_from_row(row: Mapping[str, Any]) -> QAItem:
-    """The :class:`QAItem` a row written by :func:`qa_row` holds; a missing ``category`` reads as 0 and a
-    missing ``qa_index`` falls back to verl's ``index``."""
-    return QAItem(
-        index=int(row.get("qa_index", row.get("index", -1))),
-        question=str(row["question"]),
-        answer=_optional_str(row.get("answer")),
-        adversarial_answer=row.get("adversarial_answer"),
-        evidence=tuple(row.get("evidence") or ()),
-        category=int(row.get("category", 0)),
-    )
-
-
-@dataclass(frozen=True, slots=True)
-class Conversation:
-    """One LoCoMo sample: two speakers, their sessions (ascending), facts (file order) and QA (file order)."""
-
-    sample_id: str
-    speaker_a: str
-    speaker_b: str
-    sessions: tuple[Session, ...]
-    facts: tuple[Fact, ...]
-    qa: tuple[QAItem, ...]
-    session_summaries: dict[int, str] = field(default_factory=dict)
-
-    @property
-    def turns(self) -> tuple[Turn, ...]:
-        """All turns of all sessions, in order."""
-        return tuple(turn for session in self.sessions for turn in session.turns)
-
-    def session(self, number: int) -> Session:
-        """The session with this number; KeyError if there is none."""
-        for session in self.sessions:
-            if session.number == number:
-                return session
-        raise KeyError(f"{self.sample_id} has no session {number}")
-
-    def turn(self, dia_id: str) -> Turn:
-        """The turn with this dia_id ("D3:7"); KeyError if there is none."""
-        for turn in self.turns:
-            if turn.dia_id == dia_id:
-                return turn
-        raise KeyError(f"{self.sample_id} has no turn {dia_id}")
 
 
 def default_locomo_path() -> Path | None:

@@ -17,18 +17,20 @@ from typing import Any
 
 from memupdate.agent.prompts import system_prompt, task_prompt
 from memupdate.agent.tools import MEMORY_TOOLS
-from memupdate.rl.data.locomo import Conversation, qa_row, split_conversations
-from memupdate.rl.evaluate import EvalConfig, eval_questions
-from memupdate.rl.namespaces import base_namespace, trajectory_id, trajectory_namespace
-from memupdate.rl.scoring.reward import RewardConfig, collateral_sample
+from memupdate.rl.data.conversation import Conversation
+from memupdate.rl.data.locomo import DATASET, split_conversations
+from memupdate.rl.data.namespaces import base_namespace, trajectory_id, trajectory_namespace
+from memupdate.rl.data.questions import COLLATERAL_QUESTIONS, collateral_sample, qa_row, scorable_questions
 from memupdate.store.records import namespace_path
 
-DATA_SOURCE = "locomo"
+DATA_SOURCE = DATASET
 ABILITY = "memory_editing"
 
 
-def qa_rows(conversation: Conversation, split: str, include_adversarial: bool = False) -> list[dict[str, Any]]:
-    questions, _ = eval_questions(conversation, EvalConfig(include_adversarial=include_adversarial))
+def qa_rows(
+    conversation: Conversation, split: str, include_adversarial: bool = False, collateral_questions: int = COLLATERAL_QUESTIONS
+) -> list[dict[str, Any]]:
+    questions, _ = scorable_questions(conversation, include_adversarial)
     base = namespace_path(base_namespace(conversation.sample_id))
     rows = []
     for qa in questions:
@@ -50,7 +52,7 @@ def qa_rows(conversation: Conversation, split: str, include_adversarial: bool = 
                     **qa_row(qa),
                     # Other questions of the conversation, scored with the target for collateral damage.
                     "collateral": [
-                        qa_row(o) for o in collateral_sample(questions, qa.index, RewardConfig.collateral_questions)
+                        qa_row(o) for o in collateral_sample(questions, qa.index, collateral_questions)
                     ],
                     "trajectory_id": trajectory,
                     "base_namespace": base,

@@ -24,8 +24,8 @@ import re
 from dataclasses import dataclass
 from typing import Protocol
 
-from memupdate.rl.data.locomo import ADVERSARIAL, TEMPORAL
-from memupdate.store.llm_cache import content_hash
+from memupdate.rl.data.categories import ADVERSARIAL, TEMPORAL
+from memupdate.rl.scoring.llm_cache import prompt_digest
 
 ANSWER_MAX_TOKENS = 32  # LoCoMo's num_tokens_request for one answer
 JUDGE_MAX_TOKENS = 256  # one sentence of reasoning, then the JSON label
@@ -104,7 +104,7 @@ def answer_prompt(question: AskedQuestion, context: str) -> AnswerPrompt:
         wrong = getattr(question, "adversarial_answer", None)
         if wrong:
             # LoCoMo flips a coin per question; a hash of the question fixes the coin so reruns hit the cache.
-            first_is_refusal = int(content_hash(text)[-1], 16) % 2 == 0
+            first_is_refusal = int(prompt_digest(text)[-1], 16) % 2 == 0
             a, b = (NOT_MENTIONED, wrong) if first_is_refusal else (wrong, NOT_MENTIONED)
             choices = {"a": a, "b": b}
             text += ADVERSARIAL_CHOICES.format(a=a, b=b)

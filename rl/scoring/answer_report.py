@@ -13,7 +13,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from memupdate.rl.data.locomo import ADVERSARIAL
+from memupdate.rl.data.categories import ADVERSARIAL
 from memupdate.rl.scoring.answer_prompts import NOT_MENTIONED, AskedQuestion
 from memupdate.rl.scoring.answerer import LLMAnswerer, Progress
 from memupdate.rl.scoring.metrics import bleu1, locomo_f1

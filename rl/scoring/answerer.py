@@ -13,7 +13,7 @@ The answerer reads exactly the context the QA proxy read (`QAScore.context`), so
 checked against a reader (`answer_report.answerer_report`). Prompts: `answer_prompts.py`; readers
 (endpoint or checkpoint): `readers.py`.
 
-Every reply is cached in PostgreSQL (`memupdate.store.llm_cache`) under the reader's cache name, the
+Every reply is cached in PostgreSQL (`memupdate.rl.scoring.llm_cache`) under the reader's cache name, the
 template's hash, the context's hash and the question as sent, and stored the moment it arrives: an
 eval that dies keeps its answers, and a rerun asks only what is missing.
 """
@@ -27,7 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from sqlalchemy import Engine
 
 from memupdate.openai_endpoint import DEFAULT_RETRIES
-from memupdate.rl.data.locomo import ADVERSARIAL
+from memupdate.rl.data.categories import ADVERSARIAL
 from memupdate.rl.scoring.answer_prompts import (
     ANSWER_MAX_TOKENS,
     JUDGE_MAX_TOKENS,
@@ -38,6 +38,7 @@ from memupdate.rl.scoring.answer_prompts import (
     judge_prompt,
     parse_judgement,
 )
+from memupdate.rl.scoring.llm_cache import LLMReplyCache, ReplyKey, prompt_digest
 from memupdate.rl.scoring.metrics import locomo_f1
 from memupdate.rl.scoring.readers import (
     DEFAULT_CONCURRENCY,
@@ -46,7 +47,6 @@ from memupdate.rl.scoring.readers import (
     Reader,
     make_reader,
 )
-from memupdate.store.llm_cache import LLMReplyCache, ReplyKey, content_hash
 
 Progress = Callable[[int, int], None]
 
@@ -88,7 +88,7 @@ class LLMAnswerer:
         prompts = [answer_prompt(q, c) for q, c in zip(questions, contexts, strict=True)]
         name = self.answerer.cache_name
         keys = [
-            ReplyKey("answer", name, content_hash(p.template), content_hash(c), p.question)
+            ReplyKey("answer", name, prompt_digest(p.template), prompt_digest(c), p.question)
             for p, c in zip(prompts, contexts, strict=True)
         ]
         replies = self._ask(self.answerer, keys, [p.prompt for p in prompts], ANSWER_MAX_TOKENS, progress)
@@ -101,9 +101,9 @@ class LLMAnswerer:
         if self.judge_endpoint is None:
             raise AnswererError("no judge model: pass --judge MODEL")
         asked = [i for i, q in enumerate(questions) if q.category != ADVERSARIAL]
-        template_hash, name = content_hash(JUDGE_TEMPLATE), self.judge_endpoint.cache_name
+        template_hash, name = prompt_digest(JUDGE_TEMPLATE), self.judge_endpoint.cache_name
         keys = [
-            ReplyKey("judge", name, template_hash, content_hash(questions[i].answer or "", predictions[i]), questions[i].question)
+            ReplyKey("judge", name, template_hash, prompt_digest(questions[i].answer or "", predictions[i]), questions[i].question)
             for i in asked
         ]
         prompts = [judge_prompt(questions[i], predictions[i]) for i in asked]

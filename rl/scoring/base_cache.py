@@ -13,9 +13,10 @@ every reward and which moves with every write). Another version is a miss, and t
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any
+
+from cachetools import LRUCache
 
 from memupdate.store import MemoryStore
 
@@ -26,7 +27,7 @@ class BaseCache:
 
     def __init__(self, max_entries: int = 8192) -> None:
         self.max_entries = max_entries
-        self._entries: OrderedDict[tuple, tuple[tuple, Any]] = OrderedDict()
+        self._entries: LRUCache[tuple, tuple[tuple, Any]] = LRUCache(max_entries)
         self._lock = threading.Lock()
 
     def lookup(
@@ -44,9 +45,8 @@ class BaseCache:
         missing = []
         with self._lock:
             for i, key in enumerate(full_keys):
-                entry = self._entries.get(key)
+                entry = self._entries.get(key)  # a read marks it recently used
                 if entry is not None and entry[0] == version:
-                    self._entries.move_to_end(key)
                     values[i] = entry[1]
                 else:
                     missing.append(i)
@@ -55,10 +55,7 @@ class BaseCache:
             with self._lock:
                 for i, value in zip(missing, computed, strict=True):
                     values[i] = value
-                    self._entries[full_keys[i]] = (version, value)
-                    self._entries.move_to_end(full_keys[i])
-                while len(self._entries) > self.max_entries:
-                    self._entries.popitem(last=False)
+                    self._entries[full_keys[i]] = (version, value)  # the least recently used go
         return values
 
     def clear(self) -> None:

@@ -28,7 +28,7 @@ from functools import lru_cache
 
 from nltk.stem import PorterStemmer
 
-from memupdate.rl.data.locomo import ADVERSARIAL, MULTI_HOP, OPEN_DOMAIN
+from memupdate.rl.data.categories import ADVERSARIAL, MULTI_HOP, OPEN_DOMAIN
 
 REFUSALS = ("no information available", "not mentioned")
 _PUNCTUATION = frozenset(string.punctuation)

@@ -31,7 +31,7 @@ from typing import Protocol
 
 import numpy as np
 
-from memupdate.rl.data.locomo import ADVERSARIAL
+from memupdate.rl.data.categories import ADVERSARIAL
 from memupdate.rl.scoring.base_cache import base_cache
 from memupdate.rl.scoring.faithfulness import NEAREST_SOURCES
 from memupdate.rl.scoring.metrics import answer_parts, normalized_tokens, token_f1

@@ -32,11 +32,11 @@ this path to, to 1e-9.
 
 from __future__ import annotations
 
-import random
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
+from memupdate.rl.data.questions import COLLATERAL_QUESTIONS, qa_from_row
 from memupdate.rl.scoring.base_cache import base_cache
 from memupdate.rl.scoring.faithfulness import Faithfulness, faithfulness_of_writes
 from memupdate.rl.scoring.metrics import normalized_tokens
@@ -59,7 +59,7 @@ class RewardConfig:
     context_tokens: int = DEFAULT_CONTEXT_TOKENS
     candidates: int = DEFAULT_CANDIDATES
     # Targeted episodes also score this many other questions of the conversation (collateral damage).
-    collateral_questions: int = 8
+    collateral_questions: int = COLLATERAL_QUESTIONS
     target_weight: float = 0.5
     size_penalty: float = 1.0
     density_penalty: float = 1.0
@@ -217,7 +217,7 @@ def compute_reward(
     base: MemoryStore, fork: MemoryStore, questions: Sequence[Question], config: RewardConfig = RewardConfig()
 ) -> RewardBreakdown:
     """Score the edited `fork` against the untouched `base`: `questions[0]` is the target, the rest
-    collateral (`collateral_sample`). A fork equal to its base (or the base itself) scores exactly 0."""
+    collateral (`memupdate.rl.data.questions.collateral_sample`). A fork equal to its base (or the base itself) scores exactly 0."""
     if not questions:
         raise ValueError("compute_reward needs at least one question with an answer")
     # One read of what the fork changed serves its search, its efficiency and the base's version.
@@ -252,16 +252,7 @@ def compute_reward(
     )
 
 
-def collateral_sample(questions: Sequence[Question], target_index: int, k: int) -> list[Question]:
-    """`k` questions other than the target (the one whose `.index` is `target_index`), the same sample
-    for every rollout of that target: seeded by its index, so base and forks are scored alike."""
-    others = [q for q in questions if getattr(q, "index", None) != target_index]
-    return random.Random(target_index).sample(others, min(k, len(others)))
-
-
 def questions_from_extra_info(extra_info: Mapping[str, Any]) -> list[Question]:
     """The scored questions of a preprocessed verl row: the target first, then `extra_info["collateral"]`
     (written by `memupdate data preprocess`); the shape `compute_reward` takes."""
-    from memupdate.rl.data.locomo import qa_from_row
-
     return [qa_from_row(extra_info)] + [qa_from_row(row) for row in extra_info.get("collateral") or []]

@@ -16,7 +16,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
-from memupdate.rl.data.locomo import category_name
+from memupdate.rl.data.categories import category_name
 
 Item = TypeVar("Item")
 

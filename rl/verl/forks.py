@@ -9,7 +9,7 @@ scored while it is open, then dropped.
 
 A preprocessed verl row names one trajectory namespace (`locomo/conv-26/traj/conv-26-qa3-1a2b3c4d`)
 for all n rollouts GRPO samples from it, in every epoch. Each rollout therefore forks the base into
-that namespace plus a label of its own (`.../conv-26-qa3-1a2b3c4d/r5f0c9a1b2c3d`, `rl.namespaces`). The
+that namespace plus a label of its own (`.../conv-26-qa3-1a2b3c4d/r5f0c9a1b2c3d`, `rl.data.namespaces`). The
 rollout's record (fork path, tool-call counts) lives in verl's `agent_data.extra_fields`, which verl
 pickles and hands to the reward; nothing lives on the tool objects, which verl shares between rollouts.
 
@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from memupdate.rl.namespaces import TRAJ_LABEL, rollout_label, rollout_namespace
+from memupdate.rl.data.namespaces import TRAJ_LABEL, rollout_label, rollout_namespace
 from memupdate.rl.scoring.reward import (
     RewardBreakdown,
     RewardConfig,

@@ -1,7 +1,7 @@
 """Export: a bank back to the LangGraph store it was imported from (or to a dump of items), under the
 same keys; deletes there only when asked; never over an item changed at the source since.
 
-    from memupdate.store.source_export import export_file, export_langgraph
+    from memupdate.bank.source_export import export_file, export_langgraph
 
     report = export_langgraph(bank, apply_deletes=False)   # new and changed items written, removals listed
     report.summary()    # "imported/memories/alice -> postgresql://app@db/app: 1 new and 0 changed items written; ..."
@@ -17,16 +17,14 @@ from typing import Any
 
 from sqlalchemy import select
 
-from memupdate.store.memory_store import MemoryStore
-from memupdate.store.models import MEMORY_KINDS
-from memupdate.store.sources import (
+from memupdate.bank.sources import (
     Source,
     SourceError,
     SourceItem,
     bank_key,
-    content_hash,
     few_keys,
     item_value,
+    memory_digest,
     memory_text,
     namespace_items,
     open_langgraph_store,
@@ -34,6 +32,8 @@ from memupdate.store.sources import (
     value_hash,
     write_source,
 )
+from memupdate.store.memory_store import MemoryStore
+from memupdate.store.models import MEMORY_KINDS
 from memupdate.store.statements import memories
 
 
@@ -82,7 +82,7 @@ def plan_export(bank: MemoryStore, record: dict[str, Any], current: dict[str, So
             report.written_new.append(memory.key)
             continue
         state = seen[source_key]
-        if content_hash(memory.content, memory.kind) == state.get("content_hash"):
+        if memory_digest(memory.content, memory.kind) == state.get("content_hash"):
             report.unchanged += 1
             continue
         if _moved(current.get(source_key), state):
@@ -182,7 +182,7 @@ def _record_written(bank: MemoryStore, seen: dict[str, Any], puts: dict[str, dic
         kind = item.value.get("kind") if item.value.get("kind") in MEMORY_KINDS else "semantic"
         state = {**state, "updated_at": item.updated_at, "value_hash": value_hash(item.value)}
         row = bank.get(state["key"]) if _has(bank, state["key"]) else None
-        state["content_hash"] = content_hash(row.content, row.kind) if row else content_hash(text, kind)
+        state["content_hash"] = memory_digest(row.content, row.kind) if row else memory_digest(text, kind)
         seen[source_key] = state
     for source_key in deleted:
         seen.pop(source_key, None)

@@ -1,14 +1,14 @@
 """Where memories already live, read as items, and the bank's record of what its source held:
 LangGraph's `PostgresStore`, `BaseStore` item dumps, plain text lines.
 
-    from memupdate.store.sources import read_file_items, read_langgraph_items, read_source
+    from memupdate.bank.sources import read_file_items, read_langgraph_items, read_source
 
     items = read_langgraph_items("postgresql://app@db/app", ("memories",))   # LangMem's items, every user
     kind, items = read_file_items(Path("dump.json"))    # "items" (Item.dict() objects) or "texts"
     read_source(bank)     # the bank's `memory_sources` row: kind, uri, source_namespace, items as last seen
 
-A source item becomes one memory (`store/source_import.py`) and a memory goes back as an item
-(`store/source_export.py`) through the mapping here: the text is the value's string `content`
+A source item becomes one memory (`bank/source_import.py`) and a memory goes back as an item
+(`bank/source_export.py`) through the mapping here: the text is the value's string `content`
 (LangMem writes `{"content": ...}`), else the value's JSON; the key is the source key where memupdate
 allows it (LangMem's UUIDs are), else a stable hash of it. A source that cannot be read raises
 `SourceError` with one line naming it and the fix.
@@ -254,8 +254,9 @@ def value_hash(*parts: Any) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True, ensure_ascii=False).encode()).hexdigest()[:32]
 
 
-def content_hash(content: str, kind: str) -> str:
-    """The digest of a memory as a policy sees it: whether it was edited here since the import."""
+def memory_digest(content: str, kind: str) -> str:
+    """The digest of a memory as a policy sees it (its text and kind): whether it was edited here since
+    the import. Kept in the source state under "content_hash"."""
     return value_hash(content, kind)
 
 

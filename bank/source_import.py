@@ -1,8 +1,8 @@
 """Import: one memupdate bank per source namespace, with provenance; importing again is idempotent and
 reports what changed at the source since the last import.
 
-    from memupdate.store.source_import import import_items
-    from memupdate.store.sources import Source, read_langgraph_items
+    from memupdate.bank.source_import import import_items
+    from memupdate.bank.sources import Source, read_langgraph_items
 
     items = read_langgraph_items("postgresql://app@db/app", ("memories",))
     reports = import_items(root, items, Source("langgraph", "postgresql://app@db/app", ("memories",)))
@@ -22,22 +22,22 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from memupdate.store.memory_store import MemoryStore
-from memupdate.store.models import MAX_CONTENT_CHARS, MEMORY_KINDS
-from memupdate.store.records import MAX_NAMESPACE_DEPTH, Namespace, NewMemory
-from memupdate.store.sources import (
+from memupdate.bank.sources import (
     Source,
     SourceError,
     SourceItem,
     bank_key,
     bank_label,
-    content_hash,
     few_keys,
+    memory_digest,
     memory_text,
     read_source,
     value_hash,
     write_source,
 )
+from memupdate.store.memory_store import MemoryStore
+from memupdate.store.models import MAX_CONTENT_CHARS, MEMORY_KINDS
+from memupdate.store.records import MAX_NAMESPACE_DEPTH, Namespace, NewMemory
 
 DEFAULT_BANK_ROOT = "imported"
 
@@ -154,7 +154,7 @@ def _import_bank(root: MemoryStore, source: Source, source_namespace: tuple[str,
         else:
             report.changed_at_source.append(source_key)
         memory = _memory_for(item, source, key)
-        state = {"key": key, "updated_at": item.updated_at, "value_hash": item_hash, "content_hash": content_hash(memory.content, memory.kind)}
+        state = {"key": key, "updated_at": item.updated_at, "value_hash": item_hash, "content_hash": memory_digest(memory.content, memory.kind)}
         row = current.get(key)
         if row is None:
             if key in removed_here:
@@ -164,7 +164,7 @@ def _import_bank(root: MemoryStore, source: Source, source_namespace: tuple[str,
                 continue
             new.append(memory)
             seen[source_key] = state
-        elif before is not None and content_hash(row.content, row.kind) != before.get("content_hash"):
+        elif before is not None and memory_digest(row.content, row.kind) != before.get("content_hash"):
             report.conflicts.append(source_key)  # edited here since: never overwritten by the source
         elif before is None and row.metadata.get("imported_from", {}).get("key") != source_key:
             raise SourceError(

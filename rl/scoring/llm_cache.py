@@ -1,13 +1,13 @@
 """The reply cache of the LLM answerer and judge: one row per prompt ever answered, in `llm_replies`.
 
-    from memupdate.store.llm_cache import LLMReplyCache, ReplyKey
+    from memupdate.rl.scoring.llm_cache import LLMReplyCache, ReplyKey
     cache = LLMReplyCache(engine)
     key = ReplyKey("answer", "qwen2.5-7b", template_hash, input_hash, "When did Ann move?")
     cache.get_many([key])          # {} the first time
     cache.put(key, "7 May 2023")   # committed at once, so a run that dies keeps what it has
     cache.get_many([key])          # {key: "7 May 2023"}
 
-The store knows nothing of prompts: callers hash their template and input (`content_hash`).
+The cache knows nothing of prompts: callers hash their template and input (`prompt_digest`).
 """
 
 from __future__ import annotations
@@ -33,8 +33,9 @@ class ReplyKey(NamedTuple):
     question: str
 
 
-def content_hash(*parts: str) -> str:
-    """sha256 hex of the parts, separated so ("ab", "c") and ("a", "bc") differ."""
+def prompt_digest(*parts: str) -> str:
+    """sha256 hex of prompt texts (a template, a context, a question), separated so ("ab", "c") and
+    ("a", "bc") differ: the reply cache's key parts."""
     digest = hashlib.sha256()
     for part in parts:
         digest.update(part.encode())

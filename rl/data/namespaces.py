@@ -1,8 +1,9 @@
 """Where memupdate's memory banks live: a conversation's base, its trajectory forks, verl's rollout forks.
 
-    from memupdate.rl.namespaces import base_namespace, trajectory_id, trajectory_namespace, fork_base
+    from memupdate.rl.data.namespaces import base_namespace, trajectory_id, trajectory_namespace, fork_base
 
     base_namespace("conv-26")                                  # ("locomo", "conv-26")
+    conversation_of(("locomo", "conv-26"))                     # "conv-26"; None for any other bank
     trajectory = trajectory_id("conv-26", 3)                   # "conv-26-qa3-1a2b3c4d"
     trajectory_namespace(("locomo", "conv-26"), trajectory)    # ("locomo", "conv-26", "traj", "conv-26-qa3-1a2b3c4d")
     rollout_namespace("locomo/conv-26/traj/conv-26-qa3-1a2b3c4d", rollout_label())   # (..., "r5f0c9a1b2c3d")
@@ -18,10 +19,11 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 
+from memupdate.rl.data.locomo import DATASET
 from memupdate.store import Namespace, to_namespace
 
-# The first label of every LoCoMo conversation's base namespace.
-BASE_PREFIX = "locomo"
+# The first label of every LoCoMo conversation's base namespace: the dataset's name.
+BASE_PREFIX = DATASET
 # The label between a base and the trajectories forked from it.
 TRAJ_LABEL = "traj"
 
@@ -29,6 +31,12 @@ TRAJ_LABEL = "traj"
 def base_namespace(sample_id: str) -> tuple[str, str]:
     """The namespace a LoCoMo conversation's facts are loaded into."""
     return (BASE_PREFIX, sample_id)
+
+
+def conversation_of(namespace: Sequence[str]) -> str | None:
+    """The LoCoMo conversation a base namespace holds (`base_namespace`'s inverse), or None for another."""
+    labels = tuple(namespace)
+    return labels[1] if len(labels) == 2 and labels[0] == BASE_PREFIX else None
 
 
 def trajectory_id(sample_id: str, qa_index: int | str) -> str:

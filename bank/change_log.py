@@ -1,7 +1,7 @@
 """A bank's change history: a fork proposed as a change, promoted onto its bank in one transaction,
 listed, and undone exactly.
 
-    from memupdate.store.change_log import propose_change, apply_change, history, undo
+    from memupdate.bank.change_log import propose_change, apply_change, history, undo
 
     change = propose_change(bank, fork, policy="heuristic", summary={...},
                             details={"replaced": {"k1": {"by": ["m1a2b3c4d"], "reason": "duplicate of k2"}}})

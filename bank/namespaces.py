@@ -1,0 +1,22 @@
+"""Where a bank's proposed change is built: a fork under the bank, named after the change's id.
+
+    from memupdate.bank.namespaces import COMPACTION_LABEL, compaction_namespace
+
+    compaction_namespace(("locomo", "conv-26"), 7)   # ("locomo", "conv-26", "compaction", "c7")
+
+`memupdate compact` forks the bank there, proposes the fork as change 7, and `apply`/`discard` drop it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from memupdate.store import Namespace, to_namespace
+
+# The label between a bank and the forks its compactions propose.
+COMPACTION_LABEL = "compaction"
+
+
+def compaction_namespace(bank: Sequence[str] | str, change_id: int) -> Namespace:
+    """The fork a compaction of `bank` proposed as change `change_id` is built in."""
+    return to_namespace((*to_namespace(bank), COMPACTION_LABEL, f"c{change_id}"))
