@@ -25,7 +25,7 @@ import numpy as np
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, ToolMessage
 
-from memupdate.agent.graph import run_episode
+from memupdate.agent.graph import EpisodeResult, run_episode
 from memupdate.agent.tools import MEMORY_TOOLS
 from memupdate.bank.change_log import bank_vectors, bank_version, copy_keys, fold_into
 from memupdate.store import MemoryStore
@@ -42,6 +42,7 @@ class CompactionResult:
     fork: MemoryStore
     neighbourhoods: list[list[str]]
     calls: list[dict[str, Any]] = field(default_factory=list)
+    messages: list[list[Any]] = field(default_factory=list)  # each finished episode's transcript
     episodes: int = 0
     failed_episodes: list[str] = field(default_factory=list)
     stop_reasons: dict[str, int] = field(default_factory=dict)
@@ -145,7 +146,6 @@ def compact_bank(
     version = bank_version(bank)
     fork = bank.fork(tuple(fork_namespace))
     result = CompactionResult(fork, [])
-    scratch: MemoryStore | None = None
     try:
         keys, vectors = bank_vectors(fork)
         result.neighbourhoods = neighbourhoods(keys, vectors, size)
@@ -153,20 +153,15 @@ def compact_bank(
             on_plan(len(result.neighbourhoods))
         for index, group in enumerate(result.neighbourhoods):
             episode = f"n{index:05d}"
-            # A sibling of the fork, not a child: a bank may be up to six labels deep.
-            scratch = fork.scoped((*fork.namespace[:-1], f"{fork.namespace[-1]}-{episode}"), episode=episode)
-            copy_keys(fork, scratch, group)
             try:
-                outcome = run_episode(policy, scratch, None, max_turns=max_turns, max_operations=max_operations)
+                outcome = neighbourhood_episode(policy, fork, group, episode, max_turns=max_turns, max_operations=max_operations)
             except Exception as exc:  # one failed episode (a bad model reply, a timeout) loses only its own edits
                 result.failed_episodes.append(f"{episode}: {type(exc).__name__}: {str(exc).strip()[:200]}")
-                scratch.drop()
             else:
                 result.calls += _calls(outcome.messages, episode, policy)
+                result.messages.append(outcome.messages)
                 reason = outcome.stop_reason or "unknown"
                 result.stop_reasons[reason] = result.stop_reasons.get(reason, 0) + 1
-                fold_into(scratch, fork)
-            scratch = None
             result.episodes += 1
             if on_episode is not None:
                 on_episode()
@@ -175,11 +170,33 @@ def compact_bank(
                 f"bank {bank.path!r} was written while the compaction ran: nothing was proposed; run the compaction again"
             )
     except BaseException:
-        if scratch is not None:
-            scratch.drop()
         fork.drop()
         raise
     return result
+
+
+def neighbourhood_episode(
+    policy: BaseChatModel,
+    fork: MemoryStore,
+    keys: Sequence[str],
+    episode: str,
+    *,
+    max_turns: int | None = None,
+    max_operations: int | None = None,
+) -> EpisodeResult:
+    """One blind episode on the memories `keys` of `fork`: they are copied to a scratch namespace (a
+    sibling of the fork), the policy edits them there, and the edits are folded into `fork`. On any
+    exception the scratch is dropped and `fork` is unchanged."""
+    # A sibling of the fork, not a child: a bank may be up to six labels deep.
+    scratch = fork.scoped((*fork.namespace[:-1], f"{fork.namespace[-1]}-{episode}"), episode=episode)
+    copy_keys(fork, scratch, keys)
+    try:
+        outcome = run_episode(policy, scratch, None, max_turns=max_turns, max_operations=max_operations)
+    except BaseException:
+        scratch.drop()
+        raise
+    fold_into(scratch, fork)
+    return outcome
 
 
 def _calls(messages: Sequence[Any], episode: str, policy: BaseChatModel) -> list[dict[str, Any]]:
