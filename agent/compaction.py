@@ -138,11 +138,13 @@ def compact_bank(
     max_operations: int | None = None,
     on_plan: Callable[[int], None] | None = None,
     on_episode: Callable[[], None] | None = None,
+    check_moved: bool = True,
 ) -> CompactionResult:
     """Fork `bank` to `fork_namespace` and run one blind episode per neighbourhood into the fork.
 
-    BankMoved if the bank was written meanwhile (the fork is then dropped). On any exception the fork
-    and the scratch namespaces are dropped before it propagates."""
+    BankMoved if the bank was written meanwhile (the fork is then dropped), unless `check_moved` is
+    False: a live bank's changes are then checked one by one as they apply (`bank.review_queue`). On
+    any exception the fork and the scratch namespaces are dropped before it propagates."""
     version = bank_version(bank)
     fork = bank.fork(tuple(fork_namespace))
     result = CompactionResult(fork, [])
@@ -165,7 +167,7 @@ def compact_bank(
             result.episodes += 1
             if on_episode is not None:
                 on_episode()
-        if bank_version(bank) != version:
+        if check_moved and bank_version(bank) != version:
             raise BankMoved(
                 f"bank {bank.path!r} was written while the compaction ran: nothing was proposed; run the compaction again"
             )

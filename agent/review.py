@@ -26,12 +26,17 @@ from collections.abc import Sequence
 from datetime import date
 from typing import Any
 
+import numpy as np
+
 from memupdate.agent.dates import TIME_EXPRESSION, anchor_relative_dates
 from memupdate.agent.text_strategies import content_words
 from memupdate.store import MemoryRecord, MemoryStore
 from memupdate.store.records import KEY_PATTERN
 
 CHANGE_KINDS = ("merge", "split", "update", "delete", "create", "rewrite")
+# Sources less alike than this (cosine) are not one memory told twice: near-duplicates score 0.9 and
+# more, while four remarks on one person's health, writing, work and tastes score 0.42-0.58.
+UNRELATED_BELOW = 0.75
 _HANDLE = re.compile(rf"\[({KEY_PATTERN.pattern})\]")
 
 
@@ -86,6 +91,7 @@ def build_review(bank: MemoryStore, fork: MemoryStore, calls: Sequence[dict[str,
             "tools": tools,
             "coverage": _coverage(sources, results, fork_words),
         })
+    _assess(bank, changes, before, after)
     order = {kind: i for i, kind in enumerate(CHANGE_KINDS)}
     changes.sort(key=lambda c: (order[c["kind"]], (c["sources"] or c["results"])[0]["key"]))
     for number, change in enumerate(changes, 1):
@@ -93,6 +99,8 @@ def build_review(bank: MemoryStore, fork: MemoryStore, calls: Sequence[dict[str,
     counts: dict[str, Any] = {"memories_before": len(before), "memories_after": len(after)}
     counts |= {kind: sum(c["kind"] == kind for c in changes) for kind in CHANGE_KINDS}
     counts["flagged"] = sum(c["coverage"]["flagged"] for c in changes)
+    counts["unrelated"] = sum(c["alike"]["unrelated"] for c in changes)
+    counts["unsupported"] = sum(bool(c["unsupported"]) for c in changes)
     return {"bank": bank.path, "fork": fork.path, "counts": counts, "qa": qa, "changes": changes}
 
 
@@ -159,6 +167,33 @@ def _coverage(sources: Sequence[MemoryRecord], results: Sequence[MemoryRecord], 
         else:
             covered_by[source.key] = holder
     return {"flagged": bool(missing), "missing": missing, "covered_by": covered_by}
+
+
+def _assess(bank: MemoryStore, changes: list[dict[str, Any]], before: dict[str, MemoryRecord], after: dict[str, MemoryRecord]) -> None:
+    """Add to each change what coverage cannot see: whether its sources are alike (`alike`: the least
+    cosine similarity of any two sources, the content words they all share, `unrelated` when the
+    similarity is under UNRELATED_BELOW or they share no word) and the words its results hold that no
+    source does (`unsupported`, dates its sources' relative time resolves to excepted)."""
+    from memupdate.bank.change_log import key_vectors
+
+    several = [k["key"] for c in changes if len(c["sources"]) > 1 for k in c["sources"]]
+    vectors = key_vectors(bank, several)
+    for change in changes:
+        sources = [before[s["key"]] for s in change["sources"]]
+        results = [after[r["key"]] for r in change["results"]]
+        change["alike"] = _alike(sources, vectors)
+        allowed = set().union(*(content_words(_anchored(m)) | content_words(m.content) for m in sources)) if sources else set()
+        change["unsupported"] = sorted(set().union(*(content_words(r.content) for r in results)) - allowed) if sources else []
+
+
+def _alike(sources: Sequence[MemoryRecord], vectors: dict[str, Any]) -> dict[str, Any]:
+    if len(sources) < 2:
+        return {"min_similarity": None, "shared_words": [], "unrelated": False}
+    shared = sorted(set.intersection(*(content_words(m.content) for m in sources)))
+    unit = [v / max(float(np.linalg.norm(v)), 1e-12) for m in sources if (v := vectors.get(m.key)) is not None]
+    least = min((float(a @ b) for i, a in enumerate(unit) for b in unit[i + 1 :]), default=None)
+    unrelated = (least is not None and least < UNRELATED_BELOW) or not shared
+    return {"min_similarity": None if least is None else round(least, 3), "shared_words": shared, "unrelated": unrelated}
 
 
 def _anchored(memory: MemoryRecord) -> str:
@@ -230,6 +265,34 @@ def render_html(review: dict[str, Any]) -> str:
     return "".join(parts)
 
 
+def render_queue_html(queued: Sequence[dict[str, Any]]) -> str:
+    """The review queue as one static page: every pending change across banks (each a change of
+    `build_review` with its `bank`, change `id` and the reasons it was `held`), grouped by bank, with
+    the command that accepts or rejects it."""
+    esc = html.escape
+    banks = sorted({c["bank"] for c in queued})
+    parts = [
+        "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>",
+        f"<title>memupdate review queue</title><style>{_STYLE}</style></head><body>",
+        f"<header><h1>Review queue</h1><p>{len(queued)} pending changes across {len(banks)} banks · accept one with "
+        "<code>memupdate review --accept ID</code>, reject it with <code>memupdate review --reject ID</code></p></header>",
+        "<section class='counts' id='counts'>",
+        _count("pending changes", str(len(queued)), "pending"),
+        _count("banks", str(len(banks)), "banks"),
+        _count("unrelated sources", str(sum(bool((c.get("alike") or {}).get("unrelated")) for c in queued)), "unrelated"),
+        _count("coverage flags", str(sum(c["coverage"]["flagged"] for c in queued)), "flagged"),
+        "</section><main>",
+    ]
+    if not queued:
+        parts.append("<p id='no-changes'>Nothing waits for review.</p>")
+    for bank in banks:
+        parts.append(f"<section class='group' data-bank='{esc(bank)}'><h2>{esc(bank)}</h2>")
+        parts += [_change(c) for c in queued if c["bank"] == bank]
+        parts.append("</section>")
+    parts.append("</main></body></html>\n")
+    return "".join(parts)
+
+
 def _count(label: str, value: str, name: str, *, flag: bool = False) -> str:
     return f"<div class='count{' flag' if flag else ''}' data-count='{name}'><b>{html.escape(value)}</b><span>{html.escape(label)}</span></div>"
 
@@ -248,15 +311,37 @@ def _change(change: dict[str, Any]) -> str:
         note = f"<p class='coverage ok'>covered elsewhere: {held}</p>"
     else:
         note = "<p class='coverage ok'>every content word kept</p>"
+    note += _likeness_html(change)
+    flagged = coverage["flagged"] or change.get("alike", {}).get("unrelated") or bool(change.get("unsupported"))
     keys = " ".join(m["key"] for m in change["sources"])
     made = " ".join(m["key"] for m in change["results"])
+    title = f"{change.get('bank', '')} · " if change.get("bank") else ""
+    status = f" · <span class='status'>{esc(change['status'])}</span>" if change.get("status") else ""
     return (
-        f"<article class='change{' flagged' if coverage['flagged'] else ''}' id='{esc(change['id'])}' data-kind='{change['kind']}' "
-        f"data-sources='{esc(keys)}' data-results='{esc(made)}' data-flagged='{str(coverage['flagged']).lower()}'>"
-        f"<h3>{esc(change['id'])} · {change['kind']} · {len(change['sources'])} → {len(change['results'])}</h3>"
+        f"<article class='change{' flagged' if flagged else ''}' id='{esc(str(change['id']))}' data-kind='{change['kind']}' "
+        f"data-sources='{esc(keys)}' data-results='{esc(made)}' data-flagged='{str(coverage['flagged']).lower()}' "
+        f"data-unrelated='{str(bool(change.get('alike', {}).get('unrelated'))).lower()}'>"
+        f"<h3>{esc(title)}{esc(str(change['id']))} · {change['kind']} · {len(change['sources'])} → {len(change['results'])}{status}</h3>"
         f"<div class='cols'><div class='sources'>{sources}</div><div class='arrow'>→</div><div class='results'>{results}</div></div>"
         f"{reasons}{note}</article>"
     )
+
+
+def _likeness_html(change: dict[str, Any]) -> str:
+    """The flags coverage cannot raise: sources that are not alike, and words no source holds."""
+    esc = html.escape
+    notes = ""
+    alike = change.get("alike") or {}
+    if alike.get("unrelated"):
+        least = alike.get("min_similarity")
+        shared = ", ".join(alike.get("shared_words") or []) or "none"
+        notes += (f"<p class='coverage unrelated'>⚠ sources not alike: least similarity {esc(str(least))} "
+                  f"(under {UNRELATED_BELOW}), words they all share: {esc(shared)}</p>")
+    if change.get("unsupported"):
+        notes += f"<p class='coverage unsupported'>⚠ words no source holds: {esc(', '.join(change['unsupported']))}</p>"
+    if change.get("held"):
+        notes += f"<p class='reason'><b>waiting for review:</b> {esc('; '.join(change['held']))}</p>"
+    return notes
 
 
 def _memory_html(memory: dict[str, Any], missing: Sequence[str]) -> str:

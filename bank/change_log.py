@@ -123,14 +123,16 @@ def latest_proposal(bank: MemoryStore) -> ChangeRecord | None:
     return proposed[-1] if proposed else None
 
 
-def discard_change(bank: MemoryStore, change_id: int) -> None:
-    """Mark a proposed change discarded and drop its fork."""
+def discard_change(bank: MemoryStore, change_id: int, *, note: dict[str, Any] | None = None) -> None:
+    """Mark a proposed change discarded and drop its fork (once no other proposed change shares it);
+    `note` is merged into its details (e.g. who rejected it and why)."""
     change = get_change(bank, change_id)
     if change.status != "proposed":
         raise ChangeConflict(f"change {change_id} of {bank.path!r} is {change.status}, not proposed: nothing to discard")
+    details = {**change.details, **(note or {})}
     with bank.engine.begin() as conn:
-        _drop_fork(conn, change.fork)
-        conn.execute(update(changes).where(changes.c.id == change_id).values(status="discarded"))
+        _drop_fork_unless_shared(conn, change)
+        conn.execute(update(changes).where(changes.c.id == change_id).values(status="discarded", details=details))
 
 
 def superseded_rows(bank: MemoryStore, change_id: int | None = None) -> list[dict[str, Any]]:
@@ -157,10 +159,13 @@ def apply_change(bank: MemoryStore, change_id: int, *, before_commit=None) -> Ch
         if change.status != "proposed":
             raise ChangeConflict(f"change {change_id} of {bank.path!r} is {change.status}: only a proposed change can be applied")
         fork = bank.scoped(change.fork)
-        removed, changed, added = _check_fork_is_current(conn, bank, fork)
+        part = change.details.get("keys")  # one change of a compaction (the review queue): only its keys
+        removed, changed, added = _check_fork_is_current(conn, bank, fork, part)
         bank_rows = _rows(conn, bank.path, removed + changed)
         fork_rows = _rows(conn, fork.path, changed + added)
         counts = _counts(conn, bank.path, fork.path)
+        if part is not None:
+            counts["memories_after"] = counts["memories_before"] - len(removed) + len(added)
         replaced = change.details.get("replaced", {})
         why = {k: replaced.get(k, {}) for k in removed + changed}
         if why:
@@ -185,7 +190,7 @@ def apply_change(bank: MemoryStore, change_id: int, *, before_commit=None) -> Ch
             + [("update", k, _event(bank_rows[k]), _event(fork_rows[k])) for k in changed]
             + [("create", k, None, _event(fork_rows[k])) for k in added],
         )
-        _drop_fork(conn, fork.path)
+        _drop_fork_unless_shared(conn, change)
         summary = {**change.summary, "applied": {"removed": len(removed), "changed": len(changed), "added": len(added),
                                                   **counts}}
         row = conn.execute(
@@ -197,10 +202,15 @@ def apply_change(bank: MemoryStore, change_id: int, *, before_commit=None) -> Ch
     return _change(row)
 
 
-def _check_fork_is_current(conn: Connection, bank: MemoryStore, fork: MemoryStore) -> tuple[list[str], list[str], list[str]]:
+def _check_fork_is_current(
+    conn: Connection, bank: MemoryStore, fork: MemoryStore, part: Sequence[str] | None = None
+) -> tuple[list[str], list[str], list[str]]:
     """The bank must be as it was when the fork was made: every key the fork's edits touched holds
     what the fork's first edit of it saw, and every other key is the same on both sides. Returns the
-    keys the fork removed, changed and added (compared in SQL, embeddings included)."""
+    keys the fork removed, changed and added (compared in SQL, embeddings included). With `part`
+    (one change of the fork), only those keys are compared and checked: a write elsewhere in the bank
+    does not block it. The rows checked stay locked until the transaction ends, so a concurrent write
+    to one of them waits and lands after the apply instead of being overwritten."""
     if conn.execute(select(events.c.id).where(events.c.namespace == fork.path).limit(1)).first() is None:
         raise ChangeConflict(f"the change's fork {fork.path!r} is gone: run the compaction again")
     first_seen: dict[str, dict | None] = {}
@@ -210,8 +220,10 @@ def _check_fork_is_current(conn: Connection, bank: MemoryStore, fork: MemoryStor
         .order_by(events.c.id)
     ):
         first_seen.setdefault(key, before)
-    base = select(*(memories.c[c] for c in ("key", "content", "kind", "metadata", "embedding"))).where(memories.c.namespace == bindparam("bank")).subquery("b")
-    forked = select(*(memories.c[c] for c in ("key", "content", "kind", "metadata", "embedding"))).where(memories.c.namespace == bindparam("fork")).subquery("f")
+    columns = [memories.c[c] for c in ("key", "content", "kind", "metadata", "embedding")]
+    only = [memories.c.key.in_(list(part))] if part is not None else []
+    base = select(*columns).where(memories.c.namespace == bindparam("bank"), *only).subquery("b")
+    forked = select(*columns).where(memories.c.namespace == bindparam("fork"), *only).subquery("f")
     differs = (base.c.content != forked.c.content) | (base.c.kind != forked.c.kind) | (base.c.metadata != forked.c.metadata) | base.c.embedding.is_distinct_from(forked.c.embedding)
     rows = conn.execute(
         select(base.c.key.label("bank_key"), forked.c.key.label("fork_key"))
@@ -225,8 +237,9 @@ def _check_fork_is_current(conn: Connection, bank: MemoryStore, fork: MemoryStor
         if key not in first_seen:
             raise ChangeConflict(_moved_message(bank, key))
         (added if bank_key is None else removed if fork_key is None else changed).append(key)
-    now = _rows(conn, bank.path, list(first_seen))
-    for key, seen in first_seen.items():
+    checked = {k: v for k, v in first_seen.items() if part is None or k in part}
+    now = _rows(conn, bank.path, list(checked), lock=True)
+    for key, seen in checked.items():
         if (_event(now[key]) if key in now else None) != seen:
             raise ChangeConflict(_moved_message(bank, key))
     return removed, changed, added
@@ -288,6 +301,23 @@ def undo(bank: MemoryStore, to: int | None = None, *, before_commit=None) -> lis
     return undone
 
 
+def undo_change(bank: MemoryStore, change_id: int, *, note: dict[str, Any] | None = None) -> ChangeRecord:
+    """Undo one applied change, not necessarily the latest (its rows must still be what it wrote, else
+    ChangeConflict and nothing is undone); `note` is merged into its summary (why it was undone)."""
+    with bank.engine.begin() as conn:
+        _lock(conn, bank)
+        row = conn.execute(select(changes).where(changes.c.id == change_id, changes.c.namespace == bank.path).with_for_update()).first()
+        change = _change(row) if row is not None else _missing(bank, change_id)
+        if change.status != "applied":
+            raise ChangeConflict(f"change {change_id} of {bank.path!r} is {change.status}: only an applied change can be undone")
+        _undo_one(conn, bank, change)
+        row = conn.execute(
+            update(changes).where(changes.c.id == change_id)
+            .values(status="undone", undone_at=func.now(), summary={**change.summary, **(note or {})}).returning(*changes.c)
+        ).one()
+    return _change(row)
+
+
 def _undo_one(conn: Connection, bank: MemoryStore, change: ChangeRecord) -> None:
     logged = conn.execute(
         select(events.c.memory_key, events.c.op, events.c.before, events.c.after)
@@ -295,7 +325,7 @@ def _undo_one(conn: Connection, bank: MemoryStore, change: ChangeRecord) -> None
         .order_by(events.c.id.desc())
     ).all()
     keys = [e.memory_key for e in logged]
-    current = _rows(conn, bank.path, keys)
+    current = _rows(conn, bank.path, keys, lock=True)
     for key, _op, _before, after in logged:
         now = _event(current[key]) if key in current else None
         if now != after:
@@ -354,6 +384,17 @@ def bank_vectors(bank: MemoryStore) -> tuple[list[str], np.ndarray]:
     return [row[0] for row in rows], np.stack([from_vector_send(row[1], bank.column_dims) for row in rows])
 
 
+def key_vectors(bank: MemoryStore, keys: Sequence[str]) -> dict[str, np.ndarray]:
+    """The embeddings of the memories `keys` of the bank, by key (rows with none are left out)."""
+    if not keys:
+        return {}
+    query = select(memories.c.key, func.vector_send(memories.c.embedding)).where(
+        memories.c.namespace == bank.path, memories.c.key.in_(list(keys)), memories.c.embedding.is_not(None)
+    )
+    with bank.engine.connect() as conn:
+        return {key: from_vector_send(raw, bank.column_dims) for key, raw in conn.execute(query)}
+
+
 def copy_keys(source: MemoryStore, target: MemoryStore, keys: Sequence[str]) -> int:
     """Copy the memories `keys` of `source`, embeddings included, into the empty namespace `target`
     (a fork of part of a bank, logged as a `fork` event)."""
@@ -394,11 +435,13 @@ def _lock(conn: Connection, bank: MemoryStore) -> None:
     conn.execute(select(func.pg_advisory_xact_lock(func.hashtext(f"memupdate-change:{bank.path}"))))
 
 
-def _rows(conn: Connection, path: str, keys: Sequence[str]) -> dict[str, Any]:
-    """The rows `keys` of namespace `path` (no vectors), by key."""
+def _rows(conn: Connection, path: str, keys: Sequence[str], *, lock: bool = False) -> dict[str, Any]:
+    """The rows `keys` of namespace `path` (no vectors), by key; with `lock`, locked FOR UPDATE."""
     if not keys:
         return {}
     query = select(*RECORD_COLUMNS).where(memories.c.namespace == path, memories.c.key.in_(list(keys)))
+    if lock:
+        query = query.with_for_update()
     return {row.key: row for row in conn.execute(query.order_by(memories.c.seq))}
 
 
@@ -418,6 +461,15 @@ def _copy_rows(source_path: str, target_path: str, keys: Iterable[str]) -> Inser
     return insert(memories).from_select(columns, rows)
 
 
+def _drop_fork_unless_shared(conn: Connection, change: ChangeRecord) -> None:
+    """Drop the change's fork unless another proposed change (a part of the same compaction) still needs it."""
+    others = select(changes.c.id).where(
+        changes.c.fork == change.fork, changes.c.status == "proposed", changes.c.id != change.id
+    ).limit(1)
+    if change.fork and conn.execute(others).first() is None:
+        _drop_fork(conn, change.fork)
+
+
 def _drop_fork(conn: Connection, path: str | None) -> None:
     """The store's own drop statement (memories and events), inside this transaction."""
     if path:
@@ -426,6 +478,11 @@ def _drop_fork(conn: Connection, path: str | None) -> None:
 
 def _missing(bank: MemoryStore, change_id: int):
     raise ChangeConflict(f"bank {bank.path!r} has no change {change_id}: `memupdate history {bank.path}` lists them")
+
+
+def change_record(row: Any) -> ChangeRecord:
+    """A `memory_changes` row as a ChangeRecord."""
+    return _change(row)
 
 
 def _change(row: Any) -> ChangeRecord:

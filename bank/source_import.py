@@ -57,6 +57,7 @@ class ImportReport:
     updated: list[str] = field(default_factory=list)
     conflicts: list[str] = field(default_factory=list)  # changed at the source and edited here: left alone
     removed_here: list[str] = field(default_factory=list)  # an applied edit removed them: not resurrected
+    mirrored_removals: list[str] = field(default_factory=list)  # removed at the source, so removed here (mirror)
 
     def summary(self) -> str:
         if self.first_import:
@@ -72,7 +73,9 @@ class ImportReport:
             notes.append(f"{len(self.conflicts)} changed at the source but edited here, left alone: {few_keys(self.conflicts)}")
         if self.removed_here:
             notes.append(f"{len(self.removed_here)} removed here by an applied edit, not re-added")
-        if self.removed_at_source and not self.first_import:
+        if self.mirrored_removals:
+            notes.append(f"{len(self.mirrored_removals)} removed at the source, so removed here")
+        elif self.removed_at_source and not self.first_import:
             notes.append(f"removed at the source, kept here: {few_keys(self.removed_at_source)}")
         return "; ".join([head, *notes])
 
@@ -120,15 +123,25 @@ def _memory_for(item: SourceItem, source: Source, key: str) -> NewMemory:
 #---------------------------------------------------------------------------------------
 
 
-def import_items(root: MemoryStore, items: Iterable[SourceItem], source: Source) -> list[ImportReport]:
-    """Write `items` into one bank per source namespace; idempotent. See the module docstring."""
-    groups: dict[tuple[str, ...], list[SourceItem]] = {}
+def import_items(
+    root: MemoryStore, items: Iterable[SourceItem], source: Source, *, mirror: bool = False,
+    namespaces: Iterable[tuple[str, ...]] = (),
+) -> list[ImportReport]:
+    """Write `items` into one bank per source namespace; idempotent. See the module docstring.
+
+    `mirror` (what `memupdate watch` keeps a live store's banks by): an item removed at the source is
+    removed here too (unless edited here since), and an item new at the source is imported even under a
+    key an edit here once removed. `namespaces`: source namespaces to visit even with no item left
+    (a user whose every memory the app deleted)."""
+    groups: dict[tuple[str, ...], list[SourceItem]] = {tuple(ns): [] for ns in namespaces}
     for item in items:
         groups.setdefault(item.namespace, []).append(item)
-    return [_import_bank(root, source, namespace, group) for namespace, group in sorted(groups.items())]
+    return [_import_bank(root, source, namespace, group, mirror) for namespace, group in sorted(groups.items())]
 
 
-def _import_bank(root: MemoryStore, source: Source, source_namespace: tuple[str, ...], items: list[SourceItem]) -> ImportReport:
+def _import_bank(
+    root: MemoryStore, source: Source, source_namespace: tuple[str, ...], items: list[SourceItem], mirror: bool = False
+) -> ImportReport:
     bank = root.scoped(bank_namespace(source, source_namespace))
     record = read_source(bank)
     if record is not None and (record["kind"], record["uri"]) != (source.kind, source.uri):
@@ -157,7 +170,7 @@ def _import_bank(root: MemoryStore, source: Source, source_namespace: tuple[str,
         state = {"key": key, "updated_at": item.updated_at, "value_hash": item_hash, "content_hash": memory_digest(memory.content, memory.kind)}
         row = current.get(key)
         if row is None:
-            if key in removed_here:
+            if key in removed_here and not (mirror and before is None):
                 report.removed_here.append(key)
                 if before is not None:
                     report.conflicts.append(source_key)
@@ -179,6 +192,27 @@ def _import_bank(root: MemoryStore, source: Source, source_namespace: tuple[str,
     if new:
         report.created += [m.key for m in bank.create_many(new, skip_existing=True)]
     report.removed_at_source = sorted(k for k in seen if k not in by_key) if record else []
+    if mirror and report.removed_at_source:
+        _mirror_removals(bank, seen, report)
     write_source(bank, source, source_namespace, seen)
     return report
+
+
+def _mirror_removals(bank: MemoryStore, seen: dict[str, Any], report: ImportReport) -> None:
+    """Remove here what was removed at the source, unless it was edited here since (then it is kept and
+    reported as a conflict): the bank mirrors a store an app keeps writing."""
+    held = {m.key: m for m in bank.list()}
+    gone = []
+    for source_key in report.removed_at_source:
+        key = seen[source_key]["key"]
+        row = held.get(key)
+        if row is not None and memory_digest(row.content, row.kind) != seen[source_key].get("content_hash"):
+            report.conflicts.append(source_key)
+            continue
+        if row is not None:
+            gone.append(key)
+        del seen[source_key]
+    if gone:
+        bank.replace(gone, [])
+        report.mirrored_removals += gone
 

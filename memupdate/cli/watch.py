@@ -1,0 +1,200 @@
+"""`memupdate watch SOURCE` (a background compactor beside a live app) and `memupdate review` (the queue
+of changes it left for a person, across banks)."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import typer
+from rich.table import Table
+
+from memupdate.cli.common import (
+    API_KEY_OPTION,
+    BASE_URL_OPTION,
+    EDITING_POLICY_OPTION,
+    LOCOMO_OPTION,
+    MODEL_OPTION,
+    URL_OPTION,
+    check_output,
+    check_policy_endpoint,
+    console,
+    err_console,
+    open_store,
+    user_errors,
+)
+from memupdate.store.errors import MemupdateError
+
+
+@user_errors
+def watch_command(
+    source: str = typer.Argument(
+        ..., help="A LangGraph PostgresStore URL (postgresql://user@host/db) the app writes to, or a bank path of "
+        "memupdate's database (one bank, or every bank under it)."
+    ),
+    prefix: str = typer.Option("", "--prefix", help="LangGraph: the namespace prefix to keep compact, e.g. memories."),
+    into: str | None = typer.Option(None, "--into", help="LangGraph: bank root replacing the prefix (default imported/<prefix>)."),
+    once: bool = typer.Option(False, "--once", help="One pass, then exit."),
+    interval: float = typer.Option(60.0, "--interval", min=1.0, help="Seconds between passes."),
+    grow_by: int = typer.Option(20, "--grow-by", min=1, help="Compact a bank again once it has grown by this many memories."),
+    size: int = typer.Option(20, "--size", min=2, max=200, help="Memories per episode (one neighbourhood)."),
+    policy: str = EDITING_POLICY_OPTION,
+    model: str | None = MODEL_OPTION,
+    base_url: str | None = BASE_URL_OPTION,
+    api_key: str | None = API_KEY_OPTION,
+    auto_kinds: str = typer.Option(
+        "merge,update,delete", "--auto-kinds", help="Kinds of change that may apply themselves ('' : none, review everything)."
+    ),
+    min_similarity: float = typer.Option(
+        0.75, "--min-similarity", min=0.0, max=1.0, help="A merge applies itself only if its sources are at least this alike (cosine)."
+    ),
+    review_everything: bool = typer.Option(False, "--review-everything", help="Apply nothing: queue every change for review."),
+    questions: Path | None = typer.Option(None, "--questions", help="JSON/JSONL of {question, answer}: a change lowering their QA proxy waits."),
+    locomo: Path | None = LOCOMO_OPTION,
+    as_json: bool = typer.Option(False, "--json", help="Print each pass as JSON."),
+    url: str | None = URL_OPTION,
+) -> None:
+    """Keep a live app's memory compact: each pass finds the banks that need work (never compacted, grown by
+    --grow-by, or holding a new near-duplicate), compacts them, applies the changes the safety rule calls safe
+    and queues the rest for `memupdate review`. Nothing the app writes meanwhile is overwritten or lost."""
+    from memupdate.agent.background import BackgroundCompactor
+    from memupdate.agent.policies import policy_kind
+    from memupdate.agent.safety import SafetyRule
+    from memupdate.bank.namespaces import COMPACTION_LABEL
+    from memupdate.rl.data.namespaces import TRAJ_LABEL
+    from memupdate.store import to_namespace
+
+    policy_kind(policy, editing=True)
+    kinds = tuple(k.strip() for k in auto_kinds.split(",") if k.strip())
+    try:
+        rule = SafetyRule.review_everything() if review_everything else SafetyRule(kinds=kinds, min_similarity=min_similarity)
+    except ValueError as exc:
+        raise MemupdateError(f"--auto-kinds {auto_kinds!r}: {exc}") from None
+    root = open_store(url)  # first: the source may live on the embedded server this starts
+    if "://" not in source:
+        _require_banks(root, source)
+    check_policy_endpoint(policy, model, base_url, api_key)
+    compactor = BackgroundCompactor(
+        root, source, prefix=tuple(p for p in prefix.split("/") if p), into=to_namespace(into) if into else None,
+        policy=policy, model=model, base_url=base_url, api_key=api_key, rule=rule, grow_by=grow_by, size=size,
+        qa=_qa_guard(questions, locomo), skip_labels=(COMPACTION_LABEL, TRAJ_LABEL),
+    )
+    while True:
+        passes = compactor.run_once()
+        _print_pass(passes, as_json)
+        if once:
+            return
+        time.sleep(interval)
+
+
+def _require_banks(root, source: str) -> None:
+    from memupdate.bank.namespaces import COMPACTION_LABEL
+    from memupdate.rl.data.namespaces import TRAJ_LABEL
+    from memupdate.store import to_namespace
+    from memupdate.store.inventory import nearest_namespaces
+
+    if root.list_namespaces(prefix=to_namespace(source)):
+        return
+    near = nearest_namespaces(root.engine, source, fork_labels=(COMPACTION_LABEL, TRAJ_LABEL))
+    hint = f"did you mean {' or '.join(near)}?" if near else "the database holds no banks yet (memupdate data import)"
+    raise MemupdateError(f"source {source!r} is neither a postgresql:// URL nor a path holding banks: check it; {hint}")
+
+
+def _qa_guard(questions: Path | None, locomo: Path | None):
+    """The QA check of the safety rule: the --questions file for every bank, else a LoCoMo bank's own."""
+    from memupdate.agent.safety import QAGuard
+    from memupdate.cli.compact import _questions
+    from memupdate.rl.data.categories import ADVERSARIAL
+    from memupdate.rl.scoring.qa_proxy import score_questions
+
+    if questions is not None:
+        _questions(None, questions, None)  # a bad file fails now, in one line, not at the first compaction
+
+    def asked(bank):
+        return [q for q in _questions(bank, questions, locomo) if q.category != ADVERSARIAL]
+
+    return QAGuard(score_questions, asked)
+
+
+def _print_pass(passes, as_json: bool) -> None:
+    if as_json:
+        rows = [{**{k: v for k, v in p.__dict__.items() if k != "export"},
+                 "export": p.export.__dict__ if p.export is not None else None} for p in passes]
+        console.print_json(json.dumps(rows, default=str))
+        return
+    worked = [p for p in passes if p.reason is not None or (p.export and (p.export.written or p.export.conflicts))]
+    for done in worked:
+        console.print(done.summary(), highlight=False, markup=False, soft_wrap=True)
+    stamp = time.strftime("%H:%M:%S")
+    console.print(f"{stamp} pass over {len(passes)} banks: {len(worked)} compacted; "
+                  f"{sum(len(p.queued) for p in passes)} changes queued (`memupdate review`)", highlight=False)
+
+
+@user_errors
+def review_command(
+    under: str | None = typer.Option(None, "--under", help="Only banks at or under this path."),
+    accept: int | None = typer.Option(None, "--accept", help="Apply this pending change (an id the list shows)."),
+    reject: int | None = typer.Option(None, "--reject", help="Discard this pending change; it is not proposed again."),
+    reason: str | None = typer.Option(None, "--reason", help="With --reject: why (kept with the change)."),
+    html: Path | None = typer.Option(None, "--html", help="Write the queue as one static HTML page."),
+    json_out: Path | None = typer.Option(None, "--json", help="Write the queue as JSON."),
+    source_url: str | None = typer.Option(None, "--source-url", help="The LangGraph store's URL, if the recorded one lacks its password."),
+    url: str | None = URL_OPTION,
+) -> None:
+    """The changes `memupdate watch` left for a person, across banks: list them (and write the page), or
+    accept or reject one. An accepted change of a live store is written there at once (or at the next pass)."""
+    from memupdate.agent.review import render_queue_html
+    from memupdate.bank import review_queue
+
+    if accept is not None and reject is not None:
+        raise MemupdateError("give --accept or --reject, not both")
+    root = open_store(url)
+    if accept is not None or reject is not None:
+        _decide(root, accept, reject, reason, source_url)
+        return
+    for path, option, suffixes in ((html, "--html", (".html", ".htm")), (json_out, "--json", (".json",))):
+        check_output(path, option, suffixes)
+    queued = [q.review for q in review_queue.pending(root.engine, under.strip("/") if under else None)]
+    if html:
+        html.write_text(render_queue_html(queued), encoding="utf-8")
+    if json_out:
+        json_out.write_text(json.dumps({"pending": queued}, indent=1, ensure_ascii=False, default=str) + "\n", encoding="utf-8")
+    table = Table("change", "bank", "kind", "sources -> results", "waits because")
+    for change in queued:
+        texts = " | ".join(s["content"][:60] for s in change["sources"]) + " -> " + " | ".join(r["content"][:60] for r in change["results"])
+        table.add_row(str(change["id"]), change["bank"], change["kind"], texts, "; ".join(change["held"])[:120])
+    if queued:
+        console.print(table)
+    console.print(f"{len(queued)} changes wait for review" + (": `memupdate review --accept ID` or `--reject ID`" if queued else ""),
+                  highlight=False)
+
+
+def _decide(root, accept: int | None, reject: int | None, reason: str | None, source_url: str | None) -> None:
+    from memupdate.bank import review_queue
+
+    if reject is not None:
+        bank, change = review_queue.reject(root, reject, reason=reason)
+        console.print(f"rejected change {change.id} of {bank.path}; it will not be proposed again", highlight=False)
+        return
+    bank, change = review_queue.accept(root, accept)
+    applied = change.summary.get("applied", {})
+    console.print(f"applied change {change.id} to {bank.path}: {applied.get('removed', 0)} removed, {applied.get('changed', 0)} "
+                  f"changed, {applied.get('added', 0)} added; `memupdate undo {bank.path}` reverts it", highlight=False)
+    export_live(bank, source_url)
+
+
+def export_live(bank, source_url: str | None) -> None:
+    """Write a live bank's pending changes to its LangGraph store now; if the store cannot be reached, say
+    that the watcher's next pass will."""
+    from memupdate.bank.live_sync import export_changes, is_live
+    from memupdate.bank.sources import SourceError
+
+    if not is_live(bank):
+        return
+    try:
+        report = export_changes(bank, url=source_url)
+    except SourceError as exc:
+        err_console.print(f"{exc}; the store gets the change at `memupdate watch`'s next pass", highlight=False)
+        return
+    console.print(report.summary(), highlight=False, soft_wrap=True)

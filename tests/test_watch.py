@@ -1,0 +1,150 @@
+"""The background compactor (`memupdate watch`, `BackgroundCompactor`) on real parts: LangGraph's own
+PostgresStore (a database of its own on the test server) filled through LangMem's tools, the embedded
+PostgreSQL, the packaged embedding model, the heuristic policy; a scripted "merge everything" policy
+stands in for a student that merges unrelated memories (no LLM can be downloaded here)."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from langchain_core.language_models.fake_chat_models import FakeMessagesListChatModel
+from langchain_core.messages import AIMessage, ToolMessage
+from langgraph_source import langgraph_store, langmem_tool, remember
+from typer.testing import CliRunner
+
+from memupdate.agent.background import BackgroundCompactor
+from memupdate.bank.change_log import history, superseded_rows
+from memupdate.cli import app
+from memupdate.store import MemoryStore, NewMemory
+
+runner = CliRunner()
+FACTS = [
+    "Alice moved to Lisbon in 2021",
+    "Alice moved to Lisbon in 2021.",
+    "Alice has a dog called Rex",
+    "Alice adopted a cat named Mia yesterday",
+    "Alice works as a nurse at the city hospital",
+]
+SAM = [
+    "Sam has been dealing with health problems and saw a doctor",
+    "Sam is writing a short story collection",
+    "Sam feels stressed by his work deadlines",
+    "Sam said he likes trying new things",
+]
+
+
+def invoke(*args: Any, code: int = 0) -> str:
+    result = runner.invoke(app, [str(a) for a in args])
+    assert result.exit_code == code, result.output
+    return result.output
+
+
+def held(lg, user: str = "alice") -> dict[str, str]:
+    return {item.key: item.value["content"] for item in lg.search(("memories", user), limit=100)}
+
+
+class MergeEverything(FakeMessagesListChatModel):
+    """Samples its neighbourhood and merges every memory it saw into one (what the student of issue 28
+    did with Sam's health, writing, work and tastes): every word kept, so no coverage flag."""
+
+    responses: list = []
+
+    def bind_tools(self, tools: Any, **kwargs: Any) -> MergeEverything:
+        return self
+
+    def _generate(self, messages, stop=None, run_manager=None, **kwargs):
+        from langchain_core.outputs import ChatGeneration, ChatResult
+
+        seen = [m for m in messages if isinstance(m, ToolMessage)]
+        if not seen:
+            reply = AIMessage("", tool_calls=[{"name": "sample_memory", "args": {"strategy": "random", "k": 20}, "id": "s1", "type": "tool_call"}])
+        elif len(seen) == 1 and len(keys := re.findall(r"^\[([^\]]+)\]", str(seen[0].content), re.M)) > 1:
+            args = {"memory_ids": keys, "strategy": "concatenate"}
+            reply = AIMessage("", tool_calls=[{"name": "merge_memory", "args": args, "id": "m1", "type": "tool_call"}])
+        else:
+            reply = AIMessage("Done.")
+        return ChatResult(generations=[ChatGeneration(message=reply)])
+
+
+def test_live_store_safe_changes_apply_in_place_and_undo_restores_the_store(fresh_database, database_url, store: MemoryStore) -> None:
+    with langgraph_store(fresh_database) as (url, lg):
+        keys = dict(zip(FACTS, remember(lg, "alice", FACTS), strict=True))
+        compactor = BackgroundCompactor(store, url, prefix=("memories",), into=store.namespace)
+        (done,) = compactor.run_once()
+        bank = store.scoped((*store.namespace, "alice"))
+        assert done.bank == bank.path and done.reason.startswith("never compacted")
+        assert len(done.applied) == 2 and done.queued == [] and done.export.written == done.applied
+        now = held(lg)
+        assert len(now) == 4 and keys[FACTS[0]] not in now and keys[FACTS[1]] not in now
+        assert now[keys[FACTS[3]]].startswith("Alice adopted a cat named Mia") and "(" in now[keys[FACTS[3]]]
+        assert {m.key: m.content for m in bank.list()} == now  # the bank mirrors the store
+        kept = {row["key"] for row in superseded_rows(bank)}
+        assert {keys[FACTS[0]], keys[FACTS[1]], keys[FACTS[3]]} <= kept
+        assert compactor.run_once()[0].reason is None  # nothing new: left alone
+
+        langmem_tool(lg, "create", "alice", content="Alice started learning Portuguese")
+        again = compactor.run_once()[0]
+        assert again.reason is None and "Alice started learning Portuguese" in bank_texts(bank)
+
+        output = invoke("undo", bank.path, "--to", "0", "--url", database_url)
+        assert "changes written to the store" in output
+        restored = held(lg)
+        assert sorted(restored.values()) == sorted([*FACTS, "Alice started learning Portuguese"])
+        assert all(restored[k] == fact for fact, k in keys.items())  # same keys, same texts
+
+
+def bank_texts(bank: MemoryStore) -> list[str]:
+    return [m.content for m in bank.list()]
+
+
+def test_a_merge_of_unrelated_memories_waits_for_review_and_is_decided_there(store: MemoryStore, tmp_path, database_url) -> None:
+    bank = store.scoped((*store.namespace, "sam"))
+    bank.create_many([NewMemory(text) for text in SAM])
+    compactor = BackgroundCompactor(store, bank.path, policy=MergeEverything())
+    (done,) = compactor.run_once()
+    assert done.applied == [] and len(done.queued) == 1 and bank.count() == 4  # nothing applied itself
+    (queued,) = [c for c in history(bank) if c.status == "proposed"]
+    review = queued.details["review_change"]
+    assert review["kind"] == "merge" and review["coverage"]["flagged"] is False  # coverage alone would pass it
+    assert review["alike"]["unrelated"] and review["alike"]["min_similarity"] < 0.75
+    assert any("not alike" in reason for reason in queued.details["held"])
+
+    page, data = tmp_path / "queue.html", tmp_path / "queue.json"
+    output = invoke("review", "--under", store.namespace[0] + "/" + store.namespace[1], "--html", page, "--json", data, "--url", database_url)
+    assert "1 changes wait for review" in output
+    (pending,) = json.loads(data.read_text())["pending"]
+    assert pending["id"] == queued.id and pending["bank"] == bank.path
+    assert f"id='{queued.id}'" in page.read_text() and "sources not alike" in page.read_text()
+
+    forget_compactions(bank)  # as if never compacted: the same merge comes again, and is not queued twice
+    again = compactor.run_once()[0]
+    assert again.known == 1 and again.queued == [] and again.applied == []
+
+    invoke("review", "--reject", queued.id, "--reason", "four different things", "--url", database_url)
+    assert bank.count() == 4 and history(bank)[-1].details["rejected"] == "four different things"
+    forget_compactions(bank)
+    assert compactor.run_once()[0].known == 1  # rejected: never proposed again
+    invoke("review", "--accept", queued.id, "--url", database_url, code=2)  # decided already: one line
+    assert "0 changes wait for review" in invoke("review", "--url", database_url, "--under", bank.path)
+
+
+def forget_compactions(bank: MemoryStore) -> None:
+    from sqlalchemy import delete
+
+    from memupdate.store.statements import events
+
+    with bank.engine.begin() as conn:
+        conn.execute(delete(events).where(events.c.namespace == bank.path, events.c.op == "compacted"))
+
+
+def test_bad_sources_and_ids_give_one_line(database_url, store: MemoryStore) -> None:
+    output = invoke("watch", "nothere/atall", "--once", "--url", database_url, code=2)
+    assert "neither a postgresql:// URL nor a path holding banks" in output and len(output.strip().splitlines()) == 1
+    output = invoke("watch", "postgresql://nobody@127.0.0.1:1/none", "--once", "--url", database_url, code=2)
+    assert "cannot connect to LangGraph store" in output and len(output.strip().splitlines()) == 1
+    output = invoke("review", "--accept", "987654321", "--url", database_url, code=2)
+    assert "there is no change 987654321" in output
+    output = invoke("watch", "x", "--auto-kinds", "merge,squash", "--once", "--url", database_url, code=2)
+    assert "squash" in output and "choose from" in output
