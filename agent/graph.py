@@ -139,7 +139,34 @@ def run_episode(
 ) -> EpisodeResult:
     """Run one editing episode on `store`'s namespace (edit a fork, not a base you want to keep)."""
     graph, state, config = _prepare(policy, store, question, max_turns, max_operations, checkpointer, thread_id)
-    return _result(graph.invoke(state, config))
+    try:
+        return _result(graph.invoke(state, config))
+    finally:
+        _finished(policy)
+
+
+def run_episodes(
+    policies: Sequence[BaseChatModel],
+    stores: Sequence[MemoryStore],
+    questions: Sequence[str | None] | None = None,
+    *,
+    max_turns: int | None = None,
+    max_operations: int | None = None,
+    width: int = 16,
+) -> list[EpisodeResult | BaseException]:
+    """`run_episode(policies[i], stores[i], questions[i])` for every i, results in order (an episode that
+    raised gives its exception in its place). Episodes of one local checkpoint run together, their turns
+    decoded in batches (`policies.batched`), at most `width` at once; any other policy runs them in turn."""
+    from memupdate.agent.policies.batched import advance_together
+
+    questions = list(questions) if questions is not None else [None] * len(stores)
+    jobs = [
+        lambda policy, store=store, question=question: run_episode(
+            policy, store, question, max_turns=max_turns, max_operations=max_operations
+        )
+        for store, question in zip(stores, questions, strict=True)
+    ]
+    return advance_together(policies, jobs, width=width)
 
 
 async def arun_episode(
@@ -162,6 +189,13 @@ def _prepare(policy, store, question, max_turns, max_operations, checkpointer, t
     graph = build_memory_graph(policy, store, max_turns=max_turns, max_operations=max_operations, checkpointer=checkpointer)
     state = initial_state(store, question, max_turns=max_turns, max_operations=max_operations)
     return graph, state, _config(thread_id, max_turns)
+
+
+def _finished(policy: BaseChatModel) -> None:
+    """Tell a policy whose episodes advance together that this one ended, so the others stop waiting."""
+    finished = getattr(policy, "episode_finished", None)
+    if callable(finished):
+        finished()
 
 
 def _config(thread_id: str | None, max_turns: int | None) -> dict:

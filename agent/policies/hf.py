@@ -24,6 +24,8 @@ from langchain_core.tools import BaseTool
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import PrivateAttr
 
+from memupdate.agent.prompts import without_bank_line
+
 from . import hermes
 from .handles import HandleConstraint, live_handles
 
@@ -74,6 +76,22 @@ def to_chat_dicts(
             out.append({"role": "tool", "content": trim_tool_result(_text(m.content), tool_result_chars)})
         else:
             raise TypeError(f"cannot render {type(m).__name__} for a chat template")
+    return out
+
+
+def student_view(messages: Sequence[dict[str, str]], system_prompt: str | None = None, tool_result_chars: int | None = None) -> list[dict[str, str]]:
+    """Chat dicts as a local checkpoint reads them: `system_prompt` in place of the system message, the
+    task without its bank line, tool results cut to `tool_result_chars`. Rollouts and training both
+    render through it, so a student trains on exactly what it saw."""
+    out = []
+    for m in messages:
+        if m["role"] == "system" and system_prompt:
+            m = {**m, "content": system_prompt}
+        elif m["role"] == "user":
+            m = {**m, "content": without_bank_line(m["content"])}
+        elif m["role"] == "tool":
+            m = {**m, "content": trim_tool_result(m["content"], tool_result_chars)}
+        out.append(m)
     return out
 
 
@@ -132,6 +150,9 @@ class HuggingFaceChatModel(BaseChatModel):
     # Inside a "memory_id(s)" value, only handles this episode's tool results showed and no call has
     # consumed, each once (see .handles): a small model's repeated or invented handles never reach a tool.
     constrain_handles: bool = True
+    # A `.batched.BatchDecoder`: set (by `.batched.batched`) on the copies that run episodes together, whose
+    # turns are then decoded in one batch; None decodes alone with `generate`, as a single episode does.
+    batcher: Any = None
     _rng: Any = PrivateAttr(default=None)
     _cache: Any = PrivateAttr(default=None)  # (token ids the cache holds, the cache)
 
@@ -200,9 +221,10 @@ class HuggingFaceChatModel(BaseChatModel):
         return bound.bind(**kwargs) if kwargs else bound
 
     def render_prompt(self, messages: Sequence[BaseMessage]) -> str:
-        """The exact prompt text the model continues: chat template + bound tools + generation prompt."""
+        """The exact prompt text the model continues: chat template + bound tools + generation prompt
+        (the task without its bank line: `prompts.without_bank_line`)."""
         return self.tokenizer.apply_chat_template(
-            to_chat_dicts(messages, system_prompt=self.system_prompt, tool_result_chars=self.tool_result_chars),
+            student_view(to_chat_dicts(messages), self.system_prompt, self.tool_result_chars),
             tools=self.tools or None,
             add_generation_prompt=True,
             tokenize=False,
@@ -217,6 +239,8 @@ class HuggingFaceChatModel(BaseChatModel):
     ) -> ChatResult:
         import torch
 
+        if self.batcher is not None:
+            return self._generate_batched(messages, stop)
         prompt = self.render_prompt(messages)
         inputs = self.tokenizer(prompt, return_tensors="pt", add_special_tokens=False).to(self.hf_model.device)
         options: dict[str, Any] = {"max_new_tokens": self.max_new_tokens, **stop_and_pad_ids(self.hf_model, self.tokenizer)}
@@ -229,8 +253,9 @@ class HuggingFaceChatModel(BaseChatModel):
         seeded = self._rng is not None
         with torch.no_grad(), torch.random.fork_rng(devices=[]) if seeded else nullcontext():
             if seeded:
-                torch.manual_seed(int(torch.randint(0, 2**62, (1,), generator=self._rng)))
+                torch.manual_seed(self._next_seed())
             cache = self._reusable_cache(inputs["input_ids"][0].tolist())
+            held = cache.get_seq_length() if cache is not None else 0
             prompt_length = inputs["input_ids"].shape[1]
             if self.max_prose_tokens:
                 options["stopping_criteria"] = [_ProseLimit(self.tokenizer, prompt_length, self.max_prose_tokens)]
@@ -243,17 +268,61 @@ class HuggingFaceChatModel(BaseChatModel):
         if self.reuse_cache and cache is not None:
             self._cache = (output[0, : cache.get_seq_length()].tolist(), cache)
         new_tokens = output[0, inputs["input_ids"].shape[1] :]
+        return self._reply(new_tokens, int(prompt_length), int(prompt_length) - held, stop)
+
+    def _reply(self, new_tokens: Any, n_in: int, prefilled: int, stop: list[str] | None) -> ChatResult:
+        """The decoded reply as an AIMessage with its tool calls and token counts (`prefill_tokens`: the
+        prompt tokens the model ran this turn, the rest came from a cache)."""
         text = self.tokenizer.decode(new_tokens, skip_special_tokens=True)
         for s in stop or []:
             text = text.split(s, 1)[0]
-
-        n_in, n_out = int(inputs["input_ids"].shape[1]), int(new_tokens.shape[0])
+        n_out = len(new_tokens)
         message = hermes.to_ai_message(
             text,
             usage_metadata={"input_tokens": n_in, "output_tokens": n_out, "total_tokens": n_in + n_out},
-            response_metadata={"model_name": self._identifying_params["model"]},
+            response_metadata={"model_name": self._identifying_params["model"], "prefill_tokens": prefilled},
         )
         return ChatResult(generations=[ChatGeneration(message=message)])
+
+    def _next_seed(self) -> int:
+        """The next per-call seed from this instance's own generator."""
+        import torch
+
+        return int(torch.randint(0, 2**62, (1,), generator=self._rng))
+
+    def _generate_batched(self, messages: list[BaseMessage], stop: list[str] | None) -> ChatResult:
+        """This turn decoded by the batcher together with the other live episodes' turns."""
+        from .batched import DecodeRequest
+
+        ids = self.tokenizer(self.render_prompt(messages), add_special_tokens=False)["input_ids"]
+        request = DecodeRequest(
+            ids=ids,
+            cache=self._cache if self.reuse_cache else None,
+            prefix=self._prefix_ids(messages),
+            max_new_tokens=self.max_new_tokens,
+            temperature=self.temperature,
+            seed=self._next_seed() if self._rng is not None and self.temperature > 0 else None,
+            max_prose_tokens=self.max_prose_tokens,
+            handles=live_handles(messages) if self.constrain_handles else None,
+        )
+        reply = self.batcher.decode(request)
+        if self.reuse_cache:
+            self._cache = reply.cache
+        return self._reply(reply.tokens, len(ids), reply.prefilled, stop)
+
+    def _prefix_ids(self, messages: list[BaseMessage]) -> list[int] | None:
+        """The token ids of the system turn with the tool list: every episode's prompt starts with them."""
+        if not messages or not isinstance(messages[0], SystemMessage):
+            return None
+        text = self.tokenizer.apply_chat_template(
+            to_chat_dicts(messages[:1], system_prompt=self.system_prompt), tools=self.tools or None, tokenize=False
+        )
+        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    def episode_finished(self) -> None:
+        """The episode that called this model ended: it leaves its batch (no-op when decoding alone)."""
+        if self.batcher is not None:
+            self.batcher.leave()
 
     def _reusable_cache(self, ids: list[int]) -> Any:
         """The last turn's KV cache cut to the tokens this prompt shares with it (None: start afresh).
