@@ -48,9 +48,11 @@ from memupdate.agent.review import build_review
 from memupdate.agent.safety import QAGuard, SafetyRule
 from memupdate.bank.change_log import (
     ChangeConflict,
+    ChangeRecord,
     apply_change,
     changes,
     discard_change,
+    history,
     key_vectors,
     next_change_id,
 )
@@ -196,7 +198,8 @@ class BackgroundCompactor:
             done = self.compact_bank_if_needed(bank)
             done.imported = report.summary()
             self._step("export", bank.path)
-            done.export = export_changes(bank, url=self.source, before_commit=lambda b=bank.path: self._step("export-commit", b))
+            done.export = export_changes(bank, url=self.source, before_commit=lambda b=bank.path: self._step("export-commit", b),
+                                         after_commit=lambda b=bank.path: self._step("exported", b))
             done.dropped |= done.export.conflicts
             passes.append(done)
         return passes
@@ -205,6 +208,7 @@ class BackgroundCompactor:
         """Steps 2-4 of the module docstring on one bank."""
         started = time.perf_counter()
         done = BankPass(bank.path, needs_work(bank, self.grow_by))
+        self._apply_safe_leftovers(bank, done)
         if done.reason is not None:
             self._drop_orphan_forks(bank)
             self._compact(bank, done)
@@ -232,10 +236,14 @@ class BackgroundCompactor:
         if not parts:
             fork.drop()
             return
+        done.queued += [part.id for part in parts if part.details["held"]]
+        self._apply_safe(bank, [part for part in parts if not part.details["held"]], done)
+        if done.queued:
+            shrink_fork(bank, fork.path)
+
+    def _apply_safe(self, bank: MemoryStore, parts: Sequence[ChangeRecord], done: BankPass) -> None:
+        """Apply each safe change alone; one the app's writes refuse is dropped, the others apply."""
         for part in parts:
-            if part.details["held"]:
-                done.queued.append(part.id)
-                continue
             self._step("apply", bank.path)
             try:
                 apply_change(bank, part.id)
@@ -243,8 +251,12 @@ class BackgroundCompactor:
             except ChangeConflict as exc:  # the app wrote one of its memories since the fork: drop this one only
                 discard_change(bank, part.id, note={"conflict": str(exc)})
                 done.dropped[part.id] = str(exc)
-        if done.queued:
-            shrink_fork(bank, fork.path)
+
+    def _apply_safe_leftovers(self, bank: MemoryStore, done: BankPass) -> None:
+        """Safe changes a killed pass proposed but did not get to apply: apply them now (or drop them)."""
+        left = [c for c in history(bank) if c.status == "proposed" and c.details.get("held") == [] and "keys" in c.details]
+        if left:
+            self._apply_safe(bank, left, done)
 
     # -- helpers -------------------------------------------------------------------------------------
 

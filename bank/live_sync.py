@@ -12,8 +12,9 @@ writes are its event rows (`change:<id>`, or `undo:<id>` once undone): each name
 held before and after. In ONE transaction on the store, the items involved are locked (`FOR UPDATE`:
 an app's `put` waits and lands after), then each change is
 
-- *already there* when every item holds what the change wrote (a run killed after the store
-  committed): nothing is written, the bank's record catches up;
+- *already there* when every item holds what the change wrote, or the items only it creates do (a
+  run killed after the store committed; the app may have written the others since): nothing is
+  written, the bank's record catches up, and the next import brings the app's writes;
 - *clean* when every item holds what the change saw (and, for items the bank has seen, the very value
   it saw): its puts and deletes are written through LangGraph's own `batch`, in that transaction;
 - *in conflict* otherwise (the app changed, deleted or re-created one of them): nothing of it is
@@ -90,9 +91,13 @@ def pending_jobs(bank: MemoryStore) -> list[tuple[ChangeRecord, str]]:
     return sorted(jobs, key=lambda job: first[job[1]])
 
 
-def export_changes(bank: MemoryStore, *, url: str | None = None, before_commit: Callable[[], None] | None = None) -> LiveExport:
+def export_changes(
+    bank: MemoryStore, *, url: str | None = None, before_commit: Callable[[], None] | None = None,
+    after_commit: Callable[[], None] | None = None,
+) -> LiveExport:
     """Write the bank's pending live changes to its LangGraph store (see the module docstring).
-    `before_commit()` runs last inside the store's transaction (tests kill the run there)."""
+    `before_commit()` runs last inside the store's transaction, `after_commit()` after it commits and
+    before the bank records it (tests kill the run at both)."""
     report = LiveExport(bank.path)
     record = read_source(bank)
     jobs = pending_jobs(bank) if record is not None and record["kind"] == "langgraph" else []
@@ -115,6 +120,8 @@ def export_changes(bank: MemoryStore, *, url: str | None = None, before_commit: 
                 before_commit()
     finally:
         manager.__exit__(None, None, None)
+    if after_commit is not None:
+        after_commit()
     _record(bank, record, seen, source_of, steps, outcome, after, report)
     return report
 
@@ -182,7 +189,13 @@ def _state(logged, now, seen, source_of, written: set[str]) -> str:
             clean = False
             conflict = conflict or (f"item {source_key!r} was deleted by the app" if value is None and before
                                     else f"item {source_key!r} was written by the app")
-    return "already" if already else "clean" if clean else conflict
+    # Items only this change creates (a merge's or split's result, under a fresh key) hold its text: its
+    # transaction committed, and what differs elsewhere the app wrote after it (the next import reads it).
+    created = [(source_of.get(k, k), a) for k, _op, b, a in logged if b is None and a is not None]
+    committed = bool(created) and all(
+        (value := now.get(sk)) is not None and memory_text(value) == a["content"] and sk not in written for sk, a in created
+    )
+    return "already" if already or committed else "clean" if clean else conflict
 
 
 def _record(bank, record, seen, source_of, steps, outcome, after, report: LiveExport) -> None:
