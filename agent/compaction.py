@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -26,6 +27,7 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, ToolMessage
 
 from memupdate.agent.graph import EpisodeResult, run_episode
+from memupdate.agent.policies.batched import iter_together
 from memupdate.agent.tools import MEMORY_TOOLS
 from memupdate.bank.change_log import bank_vectors, bank_version, copy_keys, fold_into
 from memupdate.store import MemoryStore
@@ -153,12 +155,20 @@ def compact_bank(
         result.neighbourhoods = neighbourhoods(keys, vectors, size)
         if on_plan is not None:
             on_plan(len(result.neighbourhoods))
-        for index, group in enumerate(result.neighbourhoods):
-            episode = f"n{index:05d}"
-            try:
-                outcome = neighbourhood_episode(policy, fork, group, episode, max_turns=max_turns, max_operations=max_operations)
-            except Exception as exc:  # one failed episode (a bad model reply, a timeout) loses only its own edits
-                result.failed_episodes.append(f"{episode}: {type(exc).__name__}: {str(exc).strip()[:200]}")
+        labels = [f"n{index:05d}" for index in range(len(result.neighbourhoods))]
+        jobs = [partial(_blind_episode, fork, group, episode, max_turns, max_operations)
+                for group, episode in zip(result.neighbourhoods, labels, strict=True)]
+        # A local checkpoint's episodes run together (their turns decoded in batches); each folds into
+        # the fork in bank order as it and those before it are done. Other policies run one by one.
+        for episode, outcome in zip(labels, iter_together([policy] * len(jobs), jobs), strict=True):
+            if not isinstance(outcome, BaseException):
+                try:
+                    fold_into(_scratch(fork, episode), fork)
+                except Exception as exc:
+                    _scratch(fork, episode).drop()
+                    outcome = exc
+            if isinstance(outcome, BaseException):  # a failed episode (a bad reply, a timeout) loses only its edits
+                result.failed_episodes.append(f"{episode}: {type(outcome).__name__}: {str(outcome).strip()[:200]}")
             else:
                 result.calls += _calls(outcome.messages, episode, policy)
                 result.messages.append(outcome.messages)
@@ -189,16 +199,29 @@ def neighbourhood_episode(
     """One blind episode on the memories `keys` of `fork`: they are copied to a scratch namespace (a
     sibling of the fork), the policy edits them there, and the edits are folded into `fork`. On any
     exception the scratch is dropped and `fork` is unchanged."""
+    outcome = _blind_episode(fork, keys, episode, max_turns, max_operations, policy)
+    fold_into(_scratch(fork, episode), fork)
+    return outcome
+
+
+def _scratch(fork: MemoryStore, episode: str) -> MemoryStore:
     # A sibling of the fork, not a child: a bank may be up to six labels deep.
-    scratch = fork.scoped((*fork.namespace[:-1], f"{fork.namespace[-1]}-{episode}"), episode=episode)
+    return fork.scoped((*fork.namespace[:-1], f"{fork.namespace[-1]}-{episode}"), episode=episode)
+
+
+def _blind_episode(
+    fork: MemoryStore, keys: Sequence[str], episode: str, max_turns: int | None, max_operations: int | None,
+    policy: BaseChatModel,
+) -> EpisodeResult:
+    """The episode of `neighbourhood_episode` on its scratch namespace, not yet folded into `fork`; on any
+    exception the scratch is dropped."""
+    scratch = _scratch(fork, episode)
     copy_keys(fork, scratch, keys)
     try:
-        outcome = run_episode(policy, scratch, None, max_turns=max_turns, max_operations=max_operations)
+        return run_episode(policy, scratch, None, max_turns=max_turns, max_operations=max_operations)
     except BaseException:
         scratch.drop()
         raise
-    fold_into(scratch, fork)
-    return outcome
 
 
 def _calls(messages: Sequence[Any], episode: str, policy: BaseChatModel) -> list[dict[str, Any]]:

@@ -127,3 +127,21 @@ def test_run_episodes_through_the_graph_equal_run_episode(policy, store):
         assert (g.turns, g.stop_reason, g.operations) == (e.turns, e.stop_reason, e.operations)
     for fork in forks:
         fork.drop()
+
+
+def test_compact_bank_runs_neighbourhoods_together_with_the_replies_of_one_by_one(policy, store):
+    from memupdate.agent.compaction import compact_bank, neighbourhood_episode
+
+    for i, text in enumerate(["Ann moved to Berlin.", "Ann lives in Berlin.", "Bob likes tea.", "Bob drinks green tea.",
+                              "Cleo paints.", "Cleo paints landscapes."]):
+        store.create(text, key=f"f{i:04d}")
+    together = compact_bank(policy, store, (*store.namespace, "together"), size=2, max_turns=2)
+    alone_fork = store.fork((*store.namespace, "alone"))
+    lone = [neighbourhood_episode(policy, alone_fork, group, f"n{i:05d}", max_turns=2)
+            for i, group in enumerate(together.neighbourhoods)]
+    assert together.episodes == len(lone) == 3 and not together.failed_episodes
+    # From the first reply on (the task names its scratch bank, which differs):
+    assert [[(m.type, m.content) for m in t[2:]] for t in together.messages] == [[(m.type, m.content) for m in e.messages[2:]] for e in lone]
+    assert {k: m.content for k, m in together.fork.snapshot().items()} == {k: m.content for k, m in alone_fork.snapshot().items()}
+    together.fork.drop()
+    alone_fork.drop()

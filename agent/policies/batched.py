@@ -359,10 +359,19 @@ def decoder_for(policy: Any) -> BatchDecoder | None:
         return _DECODERS[policy.hf_model]
 
 
-def batched(policy: Any) -> Any:
-    """`policy` decoding through its model's batch decoder (itself when it cannot batch)."""
+def batched(policy: Any, *, own_seed: bool = False) -> Any:
+    """`policy` decoding through its model's batch decoder (itself when it cannot batch). `own_seed`: the
+    copy samples from its own generator, seeded by the next draw of `policy`'s (for episodes that share
+    one policy: threads drawing from one generator would draw in no fixed order)."""
     decoder = decoder_for(policy)
-    return policy if decoder is None else policy.model_copy(update={"batcher": decoder})
+    if decoder is None:
+        return policy
+    copy = policy.model_copy(update={"batcher": decoder})
+    if own_seed and policy._rng is not None:
+        import torch
+
+        copy._rng = torch.Generator().manual_seed(policy._next_seed())
+    return copy
 
 
 def advance_together(
@@ -384,25 +393,30 @@ def iter_together(
             yield _attempt(job, policy)
         return
     (decoder,) = decoders.values()
+    shared = {id(p) for p in policies if sum(q is p for q in policies) > 1}
     outcomes: list[Any] = [None] * len(jobs)
     finished = [threading.Event() for _ in jobs]
     room = threading.Semaphore(width)
 
-    def work(i: int) -> None:
+    def work(i: int, policy: Any) -> None:
         decoder.enter()
         try:
-            outcomes[i] = _attempt(jobs[i], batched(policies[i]))
+            outcomes[i] = _attempt(jobs[i], policy)
         finally:
             decoder.leave()
             room.release()
             finished[i].set()
 
+    members = [batched(p, own_seed=id(p) in shared) for p in policies]  # in order: seeds repeat
+
     def launch() -> None:
         for i in range(len(jobs)):
             room.acquire()
-            decoder.join()
-            threading.Thread(target=work, args=(i,), daemon=True, name=f"episode-{i}").start()
+            if i >= width:  # the first `width` joined at once, below: none decodes before all have joined
+                decoder.join()
+            threading.Thread(target=work, args=(i, members[i]), daemon=True, name=f"episode-{i}").start()
 
+    decoder.join(min(width, len(jobs)))
     threading.Thread(target=launch, daemon=True, name="episodes").start()
     for i in range(len(jobs)):
         finished[i].wait()
