@@ -145,3 +145,14 @@ def test_compact_bank_runs_neighbourhoods_together_with_the_replies_of_one_by_on
     assert {k: m.content for k, m in together.fork.snapshot().items()} == {k: m.content for k, m in alone_fork.snapshot().items()}
     together.fork.drop()
     alone_fork.drop()
+
+
+def test_a_participant_running_episodes_of_its_own_steps_aside(policy):
+    """A job that itself runs episodes together (an evaluation unit compacting a whole bank) must not keep
+    its own seat in the batch while it waits for them."""
+
+    def nested(model):
+        return advance_together([model, model], [episode(2), episode(1)])
+
+    got = advance_together([policy, policy], [nested, episode(2)])
+    assert [len(got[0][0]), len(got[0][1]), len(got[1])] == [2, 1, 2]

@@ -101,9 +101,13 @@ class BatchDecoder:
         """Mark the calling thread as one of the announced participants."""
         self._local.active = True
 
+    def participating(self) -> bool:
+        """Whether the calling thread is a participant that has not left."""
+        return getattr(self._local, "active", False)
+
     def leave(self) -> None:
         """The calling participant's episode ended (no-op for a thread that is not one, or left already)."""
-        if not getattr(self._local, "active", False):
+        if not self.participating():
             return
         self._local.active = False
         with self._state:
@@ -114,7 +118,7 @@ class BatchDecoder:
 
     def decode(self, request: DecodeRequest) -> DecodeReply:
         """The reply to `request`, decoded in one batch with every other participant's pending turn."""
-        if not getattr(self._local, "active", False):
+        if not self.participating():
             with self._compute:
                 return self._decode_batch([request])[0]
         slot: dict[str, Any] = {}
@@ -416,11 +420,19 @@ def iter_together(
                 decoder.join()
             threading.Thread(target=work, args=(i, members[i]), daemon=True, name=f"episode-{i}").start()
 
+    aside = decoder.participating()
+    if aside:  # a participant's job running episodes of its own (a whole bank): it waits, they decode
+        decoder.leave()
     decoder.join(min(width, len(jobs)))
     threading.Thread(target=launch, daemon=True, name="episodes").start()
-    for i in range(len(jobs)):
-        finished[i].wait()
-        yield outcomes[i]
+    try:
+        for i in range(len(jobs)):
+            finished[i].wait()
+            yield outcomes[i]
+    finally:
+        if aside:
+            decoder.join()
+            decoder.enter()
 
 
 def _attempt(job: Callable[[Any], T], policy: Any) -> T | BaseException:

@@ -26,6 +26,7 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, ToolMessage
 
 from memupdate.agent.policies import make_policy, with_seed
+from memupdate.agent.policies.batched import iter_together
 from memupdate.rl.data.ingest import ingest_conversation
 from memupdate.rl.data.locomo import Conversation
 from memupdate.rl.scoring.summaries import mean
@@ -119,36 +120,55 @@ def collect(
     progress: Progress | None = None,
     stage: str = "rollouts",
 ) -> list[dict[str, Any]]:
-    """`members` rollouts of `policy` per unit, keyed `{prefix}/{group}/g{member}`; logged ones are reused."""
+    """`members` rollouts of `policy` per unit, keyed `{prefix}/{group}/g{member}`; logged ones are reused.
+    A local checkpoint's rollouts of one conversation run together, their turns decoded in batches
+    (`agent.policies.batched`); each is logged in order as it and those before it are done."""
     records, done, total = [], 0, len(units) * members
     for conversation, group in _by_conversation(units):
         base = ingest_conversation(store, conversation)
         if base.count() == 0:
             raise MemupdateError(f"conversation {conversation.sample_id} has no facts to remember: leave it out of --conversations")
-        for unit in group:
-            for member in range(members):
-                key = f"{prefix}/{unit.group}/g{member}"
-                if key not in log:
-                    log.append(_rollout(task, policy, base, unit, key, member, member_seed(seed, key), log))
-                records.append(log.records[key])
-                done += 1
-                if progress:
-                    progress(stage, done, total)
+        todo = [(unit, member, f"{prefix}/{unit.group}/g{member}") for unit in group for member in range(members)]
+        pending = [(unit, key, member_seed(seed, key)) for unit, _, key in todo if key not in log]
+        chosen, failure = _members(policy, pending)
+        outcomes = iter_together(
+            chosen,
+            [lambda member_policy, unit=unit, base=base: task.rollout(member_policy, base, unit) for unit, _, _ in pending[: len(chosen)]],
+        )
+        seeds = {key: draw for _, key, draw in pending}
+        for _, member, key in todo:
+            if key in seeds:  # rolled out now, in order (the log keeps the order of an uninterrupted run)
+                outcome = failure[1] if failure and failure[0] == key else next(outcomes)
+                log.append(_record(policy, key, member, seeds[key], outcome, log))
+            records.append(log.records[key])
+            done += 1
+            if progress:
+                progress(stage, done, total)
     return records
 
 
-def _rollout(task: Task, policy: PolicyGroup, base: MemoryStore, unit: Unit, key: str, member: int, seed: int, log: TrajectoryLog) -> dict[str, Any]:
+def _members(policy: PolicyGroup, pending: Sequence[tuple[Any, str, int]]) -> tuple[list[Any], tuple[str, Exception] | None]:
+    """Each pending rollout's member, in order, up to the first that cannot be made: (members, (its key,
+    its error) or None)."""
+    members = []
+    for _, key, draw in pending:
+        try:
+            members.append(policy.member(draw))
+        except Exception as exc:
+            return members, (key, exc)
+    return members, None
+
+
+def _record(policy: PolicyGroup, key: str, member: int, seed: int, outcome: Any, log: TrajectoryLog) -> dict[str, Any]:
     """One rollout's log record; a failing policy (an endpoint, a checkpoint) is one clear error, the log kept."""
-    try:
-        record = task.rollout(policy.member(seed), base, unit)
-    except MemupdateError:
-        raise
-    except Exception as exc:
+    if isinstance(outcome, MemupdateError):
+        raise outcome
+    if isinstance(outcome, Exception):
         raise MemupdateError(
-            f"policy {policy.name} failed on {key}: {type(exc).__name__}: {exc}. The {len(log.records)} "
+            f"policy {policy.name} failed on {key}: {type(outcome).__name__}: {outcome}. The {len(log.records)} "
             f"trajectories so far are kept in {log.path}; fix it and rerun the same command to resume"
-        ) from exc
-    return {"key": key, "policy": policy.name, "member": member, "seed": seed, **record}
+        ) from outcome
+    return {"key": key, "policy": policy.name, "member": member, "seed": seed, **outcome}
 
 
 def _by_conversation(units: Sequence[Unit]) -> list[tuple[Conversation, list[Unit]]]:
