@@ -51,6 +51,13 @@ def task_prompt(namespace: str, question: str | None = None, memory_count: int |
     return "\n".join(lines)
 
 
+def without_bank_line(text: str) -> str:
+    """A task message without its `Memory bank:` line, as a local checkpoint reads it: the tools are
+    bound to the bank already, and a fork's name is random, so one checkpoint and seed make the same
+    calls on every fork of a bank."""
+    return _BANK.sub("", text).lstrip("\n")
+
+
 def parse_task(text: str) -> tuple[str | None, str | None]:
     """(namespace, question) from a `task_prompt` message; None where a line is absent."""
     bank, question = _BANK.search(text), _QUESTION.search(text)

@@ -29,8 +29,8 @@ from memupdate.store import MemoryStore, MemupdateError
 runner = CliRunner()
 # Small everything: two questions, group of two, two turns per episode, a one-layer tiny student, no RL
 # iteration (distillation alone: `rl learn --iterations 0`).
-SMALL = LearnConfig(
-    student="tiny", group_size=2, train_questions=2, eval_questions=1, iterations=0, sft_epochs=1, batch_size=2, max_turns=2,
+SMALL = LearnConfig(  # the targeted task: its held-out questions are the ones `memupdate eval` runs below
+    task="targeted", student="tiny", group_size=2, train_questions=2, eval_questions=1, iterations=0, sft_epochs=1, batch_size=2, max_turns=2,
     max_new_tokens=24, max_prose_tokens=12, tiny_vocab_size=600, tiny_hidden_size=32, tiny_layers=1, top_layers=0,
     learning_rate=1e-3, sweep=(), explore=0.5,
 )

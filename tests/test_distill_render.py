@@ -14,7 +14,7 @@ from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, Tool
 from memupdate.agent.policies import hermes
 from memupdate.agent.policies.hf import HuggingFaceChatModel, to_chat_dicts
 from memupdate.agent.tools import tool_schemas
-from memupdate.rl.distill.render import assistant_spans, render_transcript, tokenize_with_mask
+from memupdate.rl.distill.render import as_student_saw, assistant_spans, render_transcript, tokenize_with_mask
 from memupdate.rl.distill.tiny_student import train_tokenizer
 from memupdate.store import MemupdateError
 
@@ -62,7 +62,7 @@ def test_prompt_prefixes_are_what_the_hf_policy_sends(tokenizer) -> None:
     messages = episode()
     for i, message in enumerate(messages):
         if isinstance(message, AIMessage):
-            prompt = render_transcript(tokenizer, to_chat_dicts(messages[:i]), add_generation_prompt=True)
+            prompt = render_transcript(tokenizer, as_student_saw(to_chat_dicts(messages[:i]), {}), add_generation_prompt=True)
             assert prompt == policy.render_prompt(messages[:i])
 
 

@@ -36,9 +36,14 @@ def tiny_student(tmp_path):
     return path
 
 
-def test_every_stage_runs_writes_metrics_and_resumes(store: MemoryStore, sample, tiny_student, tmp_path) -> None:
+TARGETED_STAGES = ["teacher-groups", "eval-teacher", "eval-no-edits", "eval-zero-shot", "sft", "eval-sft", "rl-1", "eval-rl-1"]
+COMPACTION_STAGES = [*TARGETED_STAGES[:2], "eval-heuristic", *TARGETED_STAGES[2:]]
+
+
+@pytest.mark.parametrize("task", ["targeted", "compaction"])
+def test_every_stage_runs_writes_metrics_and_resumes(store: MemoryStore, sample, tiny_student, tmp_path, task) -> None:
     held_out = replace(sample, sample_id=sample.sample_id + "-heldout")
-    config = replace(SMALL, student=str(tiny_student))
+    config = replace(SMALL, student=str(tiny_student), task=task)
     out = tmp_path / "run"
     try:
         metrics = learn(store, [sample], [held_out], config, out)
@@ -46,9 +51,15 @@ def test_every_stage_runs_writes_metrics_and_resumes(store: MemoryStore, sample,
         for ns in store.list_namespaces(prefix=("locomo", held_out.sample_id)):
             store.scoped(ns).drop()
     stages = json.loads((out / STAGES).read_text())
-    assert list(stages) == ["teacher-groups", "eval-teacher", "eval-no-edits", "eval-zero-shot", "sft", "eval-sft", "rl-1", "eval-rl-1"]
+    assert list(stages) == (COMPACTION_STAGES if task == "compaction" else TARGETED_STAGES)
+    if task == "compaction":  # one held-out bank compacted whole, paired per question
+        table = metrics["evaluations"]
+        assert metrics["score"] == "qa_delta" and table["teacher"]["reward"]["n"] == 1
+        assert table["no-edits"]["qa_delta"]["n"] == metrics["held_out_questions"] > 1
+        assert table["no-edits"]["qa_delta"]["mean"] == 0.0 and table["no-edits"]["memories"][0] == table["no-edits"]["memories"][1]
+        assert table["heuristic"]["qa_delta"]["mean"] > 0, "the heuristic compaction lifts the sample's QA proxy"
     table = metrics["evaluations"]
-    assert table["no-edits"]["reward"]["mean"] == 0.0 and table["teacher"]["reward"]["n"] == 2
+    assert table["no-edits"]["reward"]["mean"] == 0.0 and table["teacher"]["reward"]["n"] == (1 if task == "compaction" else 2)
     assert {"zero-shot", "sft", "rl-1", "rl_minus_sft"} <= set(table)
     sft = stages["sft"]["result"]["training"]
     assert set(sft["sweep_held_out_loss"]) == {"0.0001", "0.001"} and sft["learning_rate"] in (1e-4, 1e-3)

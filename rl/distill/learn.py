@@ -5,8 +5,11 @@
     # CLI: memupdate rl learn --student smollm2 --locomo FILE --train-conversations a,b,c --eval-conversations d,e \
     #          --out runs/smollm2          (--iterations 0: distillation alone)
 
-What is learnt is a `task.Task`: the units rolled out on and how one is rolled out and scored (today
-`targeted.TargetedTask`: one question, visible). Stages, each written to `out/stages.json` when it
+What is learnt is a `task.Task` (`task`): the units rolled out on and how one is rolled out and scored.
+`compaction` (`compaction.CompactionTask`, what users run): a unit is one neighbourhood of a bank, edited
+blind and scored on every question of the bank; a held-out bank is evaluated whole, compacted as
+`memupdate compact` does, and paired per question. `targeted` (`targeted.TargetedTask`, the seed's and
+verl's setting): a unit is one question, visible to the policy. Stages, each written to `out/stages.json` when it
 finishes (a rerun of the same command skips the finished ones; rollouts inside a stage are logged one by
 one and are not redone either):
 1. `teacher-groups`: `group_size` rollouts of the teacher per training unit. The default teacher is the
@@ -43,6 +46,7 @@ from typing import Any
 
 from memupdate.rl.data.locomo import Conversation
 from memupdate.rl.distill.advantages import advantage_weights, assign_advantages, imitation_weights
+from memupdate.rl.distill.compaction import STUDENT_NEIGHBOURHOOD, CompactionTask
 from memupdate.rl.distill.finetune import TrainConfig, finetune
 from memupdate.rl.distill.rollouts import (
     PolicyGroup,
@@ -66,16 +70,18 @@ EVALUATIONS = "eval.jsonl"
 
 @dataclass(frozen=True)
 class LearnConfig:
+    task: str = "compaction"  # compaction | targeted (see the module docstring)
     student: str = "smollm2"  # a model name (agent/models.py), a checkpoint folder, or `tiny` (built here)
     teacher: str = "heuristic"  # a policy name (agent.policies.POLICIES)
     teacher_model: str | None = None  # what the teacher's --model names (openai: the served model; hf: a folder)
     base_url: str | None = None  # an openai teacher's endpoint
     api_key: str | None = None
-    train_questions: int = 10  # units per training conversation, spread over the conversation
-    eval_questions: int = 10  # per held-out conversation
+    train_questions: int = 10  # units per training conversation (questions, or neighbourhoods), spread over it
+    eval_questions: int = 10  # targeted: questions per held-out conversation (compaction evaluates whole banks)
+    neighbourhood: int = STUDENT_NEIGHBOURHOOD  # compaction: memories per neighbourhood
     group_size: int = 4  # teacher rollouts per training unit
     student_group_size: int = 3  # student rollouts per unit in an RL iteration
-    rl_questions: int = 16  # training units an RL iteration rolls out on (spread over all of them)
+    rl_questions: int = 16  # training units (questions, or neighbourhoods) an RL iteration rolls out on (spread over all of them)
     iterations: int = 2  # RL iterations after distillation (0: distillation alone)
     explore: float = 0.5  # the heuristic teacher's share of edits dropped or shuffled per rollout
     stepwise: int = 8  # the heuristic teacher's first search shows this many memories; it edits only those
@@ -143,10 +149,10 @@ def learn(
     task: Task | None = None,
 ) -> dict[str, Any]:
     """Run (or resume) every stage into `out`; returns the metrics also written to `out/metrics.json`.
-    `task` defaults to the targeted task with the config's budgets and reward."""
+    `task` defaults to the config's (`make_task`)."""
     from memupdate.agent.policies.hf import prompt_settings
 
-    task = task or TargetedTask(config.reward, config.max_turns, config.max_operations)
+    task = task or make_task(config, store)
     run = open_run(store, check_config(config, train, held_out), task, Path(out), train, held_out, progress)
 
     # 1-2. The teacher's groups; the student's start; the reference points on the held-out units.
@@ -156,6 +162,8 @@ def learn(
     start = student_start(run, teacher_records)
     run.settings = prompt_settings(start)
     run.stage("eval-teacher", lambda: evaluate(run, "teacher", teacher(run, 0.0, 0.0)))
+    if task.name == "compaction":  # the reference users have: `memupdate compact --policy heuristic`
+        run.stage("eval-heuristic", lambda: evaluate(run, "heuristic", policy_group("heuristic", store)))
     run.stage("eval-no-edits", lambda: evaluate(run, "no-edits", policy_group("none", store)))
     run.stage("eval-zero-shot", lambda: evaluate(run, "zero-shot", student(run, start, 0.0)))
 
@@ -178,6 +186,15 @@ def learn(
 
 
 # -- set-up ---------------------------------------------------------------------------------------------
+
+
+def make_task(config: LearnConfig, store: MemoryStore) -> Task:
+    """The config's task with its budgets and reward."""
+    if config.task == "compaction":
+        return CompactionTask(store, config.reward, config.neighbourhood, config.max_turns, config.max_operations)
+    if config.task == "targeted":
+        return TargetedTask(config.reward, config.max_turns, config.max_operations)
+    raise MemupdateError(f"--task {config.task!r}: choose compaction or targeted")
 
 
 def check_config(config: LearnConfig, train: Sequence[Conversation], held_out: Sequence[Conversation]) -> LearnConfig:
@@ -222,17 +239,25 @@ def open_run(
     done = json.loads((out / STAGES).read_text()) if (out / STAGES).is_file() else {}
     return Run(
         store, config, task, out, progress, TrajectoryLog(out / TRAJECTORIES), TrajectoryLog(out / EVALUATIONS), units,
-        task.evaluation_units(held_out, config.eval_questions), {u.group for i, u in enumerate(units) if i % 8 == 7}, done,
+        task.evaluation_units(held_out, config.eval_questions), kept_out(units), done,
     )
+
+
+def kept_out(units: Sequence[Unit]) -> set[str]:
+    """The units whose teacher trajectories give the held-out loss: every eighth, and one at least."""
+    groups = {u.group for i, u in enumerate(units) if i % 8 == 7}
+    return groups or ({units[-1].group} if len(units) > 1 else set())
 
 
 def teacher(run: Run, explore: float, temperature: float) -> PolicyGroup:
     """The teacher's group: the heuristic in its stepwise form (seeded `explore`), or any other policy."""
     config = run.config
     if config.teacher == "heuristic":
+        # Blind, its first look shows the whole neighbourhood; targeted, its search shows `stepwise` memories.
+        shown = config.neighbourhood if run.task.name == "compaction" else config.stepwise
         return policy_group(
-            "heuristic", run.store, label=f"heuristic(stepwise={config.stepwise}, explore={explore})",
-            max_operations=config.teacher_operations, explore=explore, stepwise=config.stepwise, look_first=True,
+            "heuristic", run.store, label=f"heuristic(stepwise={shown}, explore={explore})",
+            max_operations=config.teacher_operations, explore=explore, stepwise=shown, look_first=True,
         )
     return policy_group(
         config.teacher, run.store, label=f"{config.teacher}:{config.teacher_model}" if config.teacher_model else config.teacher,
@@ -294,8 +319,18 @@ def teacher_groups(run: Run) -> list[str]:
 def evaluate(run: Run, label: str, group: PolicyGroup) -> dict[str, Any]:
     """One greedy rollout of `group` per held-out unit, logged under `eval/{label}`; the summary and rewards."""
     records = collect(run.store, run.task, group, run.evals, 1, f"eval/{label}", run.eval_log, run.config.seed, run.progress, f"eval {label}")
-    return {**summarize(records), "rewards": [r["reward"] for r in records], "groups": [r["group"] for r in records],
-            "tokens_per_rollout": mean([_tokens(r) for r in records])}
+    result = {**summarize(records), "rewards": [r["reward"] for r in records], "groups": [r["group"] for r in records],
+              "tokens_per_rollout": mean([_tokens(r) for r in records])}
+    if all("question_deltas" in r for r in records):  # whole banks: paired per question, and what a compaction left
+        result |= {
+            "question_deltas": [d for r in records for d in r["question_deltas"]],
+            "qa_before": mean([q for r in records for q in r["qa_before"]]),
+            "memories_before": sum(r["memories_before"] for r in records),
+            "memories_after": sum(r["memories_after"] for r in records),
+            "lost_sources": sum(r["lost_sources"] for r in records),
+            "seconds": sum(r["seconds"] for r in records),
+        }
+    return result
 
 
 def sft(run: Run, start: Path, teacher_records: list[dict[str, Any]]) -> dict[str, Any]:
@@ -365,6 +400,7 @@ def interval(values: Sequence[float]) -> dict[str, Any]:
 def collect_metrics(done: dict[str, Any], config: LearnConfig, train: Sequence[Conversation], held_out: Sequence[Conversation], final: Path) -> dict[str, Any]:
     evals = {name.removeprefix("eval-"): stage["result"] for name, stage in done.items() if name.startswith("eval-")}
     teacher_mean = evals["teacher"]["reward_mean"]
+    reference = evals.get("heuristic")  # compaction: the heuristic compaction users have
     table = {}
     for name, result in evals.items():
         table[name] = {
@@ -376,19 +412,38 @@ def collect_metrics(done: dict[str, Any], config: LearnConfig, train: Sequence[C
             "tokens_per_rollout": result["tokens_per_rollout"],
             "tool_calls": result["tool_calls"],
         }
+        if "question_deltas" in result:
+            gain = mean(reference["question_deltas"]) if reference else 0.0
+            table[name] |= {
+                "qa_delta": interval(result["question_deltas"]),
+                "qa_before": result["qa_before"],
+                "share_of_heuristic": round(mean(result["question_deltas"]) / gain, 3) if gain > 0 else None,
+                "better_worse": [sum(d > 1e-9 for d in result["question_deltas"]), sum(d < -1e-9 for d in result["question_deltas"])],
+                "memories": [result["memories_before"], result["memories_after"]],
+                "lost_sources_per_100": round(100 * result["lost_sources"] / max(result["memories_before"], 1), 2),
+                "seconds": result["seconds"],
+            }
     rl = [n for n in evals if n.startswith("rl-")]
     if rl and "sft" in evals:  # paired per question: did the last RL iteration beat SFT alone?
-        last, sft = evals[rl[-1]], evals["sft"]
-        table["rl_minus_sft"] = interval([a - b for a, b in zip(last["rewards"], sft["rewards"], strict=True)])
+        last, sft = paired_values(evals[rl[-1]]), paired_values(evals["sft"])
+        table["rl_minus_sft"] = interval([a - b for a, b in zip(last, sft, strict=True)])
     return {
         "config": _plain(config),
         "train_conversations": [c.sample_id for c in train],
         "held_out_conversations": [c.sample_id for c in held_out],
-        "held_out_questions": len(evals["teacher"]["rewards"]),
+        "task": config.task,
+        "held_out_questions": len(paired_values(evals["teacher"])),
+        "score": "qa_delta" if "question_deltas" in evals["teacher"] else "reward",
         "final_checkpoint": str(final),
         "evaluations": table,
         "stages": {name: {"seconds": s["seconds"], "load": s["load"], **_stage_facts(s["result"])} for name, s in done.items()},
     }
+
+
+def paired_values(result: dict[str, Any]) -> list[float]:
+    """What a stage's evaluation is compared on, per question: each question's QA change on a compacted
+    bank, else each held-out question's reward."""
+    return result.get("question_deltas", result["rewards"])
 
 
 def _stage_facts(result: Any) -> dict[str, Any]:
@@ -405,8 +460,8 @@ def _stage_facts(result: Any) -> dict[str, Any]:
 
 
 def plot_learning_curve(metrics: dict[str, Any], path: Path) -> None:
-    """Held-out reward per stage (zero-shot, SFT, RL iterations) with 95% intervals, beside the teacher
-    and no edits; the student's call shares; the held-out loss per epoch."""
+    """Held-out score per stage (zero-shot, SFT, RL iterations) with 95% intervals, beside the teacher,
+    the heuristic compaction and no edits; the student's call shares; the held-out loss per epoch."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -417,16 +472,20 @@ def plot_learning_curve(metrics: dict[str, Any], path: Path) -> None:
     order = [n for n in order if n in table]
     xs = list(range(len(order)))
     fig, (reward_ax, calls_ax, loss_ax) = plt.subplots(1, 3, figsize=(14, 4))
-    means = [table[n]["reward"]["mean"] for n in order]
-    errors = [[m - table[n]["reward"]["low"] for n, m in zip(order, means, strict=True)], [table[n]["reward"]["high"] - m for n, m in zip(order, means, strict=True)]]
+    score = metrics.get("score", "reward")  # compaction: each question's QA proxy change on the compacted banks
+    means = [table[n][score]["mean"] for n in order]
+    errors = [[m - table[n][score]["low"] for n, m in zip(order, means, strict=True)], [table[n][score]["high"] - m for n, m in zip(order, means, strict=True)]]
     reward_ax.errorbar(xs, means, yerr=errors, fmt="o-", capsize=4, label="student")
-    teacher = table["teacher"]["reward"]
-    reward_ax.axhline(teacher["mean"], color="C1", linestyle="--", label="teacher")
-    reward_ax.axhspan(teacher["low"], teacher["high"], color="C1", alpha=0.12)
+    for name, colour in (("teacher", "C1"), ("heuristic", "C3")):
+        if name in table:
+            line = table[name][score]
+            reward_ax.axhline(line["mean"], color=colour, linestyle="--", label="heuristic compaction" if name == "heuristic" else name)
+            reward_ax.axhspan(line["low"], line["high"], color=colour, alpha=0.12)
     reward_ax.axhline(0.0, color="gray", linestyle=":", label="no edits")
     if "sft" in table:
-        reward_ax.axhline(table["sft"]["reward"]["mean"], color="C2", linestyle="-.", alpha=0.6, label="SFT alone")
-    reward_ax.set(title=f"held-out reward ({metrics['held_out_questions']} questions, 95% CI)", xticks=xs, xticklabels=order)
+        reward_ax.axhline(table["sft"][score]["mean"], color="C2", linestyle="-.", alpha=0.6, label="SFT alone")
+    title = "QA proxy change per question" if score == "qa_delta" else "reward"
+    reward_ax.set(title=f"held-out {title} ({metrics['held_out_questions']} questions, 95% CI)", xticks=xs, xticklabels=order)
     reward_ax.legend(fontsize=8)
     calls_ax.plot(xs, [table[n]["well_formed_calls"] or 0.0 for n in order], "o-", label="well-formed")
     calls_ax.plot(xs, [table[n]["calls_ran"] or 0.0 for n in order], "s-", label="ran without error")

@@ -31,18 +31,10 @@ def student_tools() -> list[dict[str, Any]]:
 
 def as_student_saw(messages: Sequence[dict[str, str]], settings: dict[str, Any]) -> list[dict[str, str]]:
     """A logged trajectory as a student with these prompt settings (`hf.prompt_settings`) saw it in its
-    rollouts: its system prompt, tool results cut the same way. Training renders exactly this."""
-    from memupdate.agent.policies.hf import trim_tool_result
+    rollouts (`hf.student_view`): training renders exactly this."""
+    from memupdate.agent.policies.hf import student_view
 
-    system, limit = settings.get("system_prompt"), settings.get("tool_result_chars")
-    out = []
-    for m in messages:
-        if m["role"] == "system" and system:
-            m = {**m, "content": system}
-        elif m["role"] == "tool":
-            m = {**m, "content": trim_tool_result(m["content"], limit)}
-        out.append(m)
-    return out
+    return student_view(messages, settings.get("system_prompt"), settings.get("tool_result_chars"))
 
 
 def render_transcript(

@@ -23,7 +23,18 @@ by key, and nothing was written. The base is never written by an episode.
     breakdown.reward, breakdown.performance_delta, breakdown.efficiency.value, breakdown.as_dict()
     breakdown.fork_scores[0].context            # what the target question read on the fork
 
-`compute_reward` is the one entry point. It reads what the fork changed in SQL (`store/fork_diff.py`),
+A compaction episode (one neighbourhood of a bank, blind: `compute_compaction_reward`) is scored by the
+same formula on every question of the bank, with two differences:
+- performance_delta = Σ over every question of (fork − base) / reach, where reach counts the questions
+  the neighbourhood can affect: those whose base context holds one of its memories, or whose evidence
+  is in its provenance (at least 1). A question no edit reaches changes by exactly 0; one it reaches by
+  accident (a new memory crowding its context) still counts in full. Weighted by reach / questions, the
+  deltas of a bank's disjoint neighbourhoods add up to the whole bank's QA change.
+- efficiency is measured against the neighbourhood (its size is `before`), and lost information is
+  charged: coverage_penalty = coverage_cost × sources whose words no result keeps (the review's coverage
+  flags, `agent/review.py`).
+
+`compute_reward` is the entry point of a targeted episode, `compute_compaction_reward` of a compaction. It reads what the fork changed in SQL (`store/fork_diff.py`),
 merges that into the base's hits, and keeps the base's hits, scores and snapshot while the base's
 version holds (`base_cache.py`). `reward_spec.py` computes the same reward the plain way (a search per
 question, two snapshots compared in Python): the specification the tests and `bench/reward.py` hold
@@ -48,7 +59,7 @@ from memupdate.rl.scoring.qa_proxy import (
     score_fork,
     score_questions,
 )
-from memupdate.store import MemoryStore, NamespaceChanges
+from memupdate.store import MemoryRecord, MemoryStore, NamespaceChanges
 
 
 @dataclass(frozen=True)
@@ -68,6 +79,8 @@ class RewardConfig:
     free_edits: int = 10
     unsupported_token_cost: float = 0.02
     max_unsupported_penalty: float = 1.0
+    # Compaction episodes: each bank memory whose words no result of its change keeps (a coverage flag).
+    coverage_cost: float = 0.05
     # "proxy" (no LLM) or "answerer": a frozen LLM answers from the same context and LoCoMo's F1 of its
     # answer is the QA score (Memory-R1's reward); answers are cached in PostgreSQL.
     qa: str = "proxy"
@@ -125,6 +138,9 @@ class RewardBreakdown:
     # Every scored question's QAScore on each side, in the order given (left out of `as_dict`: they hold text).
     base_scores: tuple[QAScore, ...] = field(default=(), repr=False)
     fork_scores: tuple[QAScore, ...] = field(default=(), repr=False)
+    reach: int | None = None  # compaction: the questions the neighbourhood can affect (None: targeted)
+    lost_sources: int = 0  # compaction: bank memories whose words no result keeps
+    coverage_penalty: float = 0.0
 
     def as_dict(self) -> dict[str, Any]:
         """The numbers (and faithfulness's examples), flat enough for logs and verl's extra info."""
@@ -213,6 +229,21 @@ def _answerer(config: RewardConfig, store: MemoryStore) -> Any:
     return _answerers[key]
 
 
+def scored_sides(
+    base: MemoryStore, fork: MemoryStore, questions: Sequence[Question], config: RewardConfig
+) -> tuple[list[QAScore], list[QAScore], NamespaceChanges, dict[str, MemoryRecord]]:
+    """(base scores, fork scores, what the fork changed, the base's snapshot): the base's side is kept
+    while its version holds (`base_cache`)."""
+    # One read of what the fork changed serves its search, its efficiency and the base's version.
+    fork_scores, changes = score_fork(base, fork, questions, context_tokens=config.context_tokens, candidates=config.candidates)
+    fork_scores = _answered(fork, questions, fork_scores, config)
+    version = changes.base_version
+    keys = [("qa", config.scoring_key, q.question, q.answer, q.category, tuple(q.evidence)) for q in questions]
+    base_scores = base_cache.lookup(base, version, keys, lambda missing: score(base, [questions[i] for i in missing], config))
+    base_snapshot = base_cache.lookup(base, version, [("snapshot",)], lambda _: [base.snapshot()])[0]
+    return base_scores, fork_scores, changes, base_snapshot
+
+
 def compute_reward(
     base: MemoryStore, fork: MemoryStore, questions: Sequence[Question], config: RewardConfig = RewardConfig()
 ) -> RewardBreakdown:
@@ -220,17 +251,7 @@ def compute_reward(
     collateral (`memupdate.rl.data.questions.collateral_sample`). A fork equal to its base (or the base itself) scores exactly 0."""
     if not questions:
         raise ValueError("compute_reward needs at least one question with an answer")
-    # One read of what the fork changed serves its search, its efficiency and the base's version.
-    fork_scores, changes = score_fork(
-        base, fork, questions, context_tokens=config.context_tokens, candidates=config.candidates
-    )
-    fork_scores = _answered(fork, questions, fork_scores, config)
-    version = changes.base_version
-    keys = [("qa", config.scoring_key, q.question, q.answer, q.category, tuple(q.evidence)) for q in questions]
-    base_scores = base_cache.lookup(
-        base, version, keys, lambda missing: score(base, [questions[i] for i in missing], config)
-    )
-    base_snapshot = base_cache.lookup(base, version, [("snapshot",)], lambda _: [base.snapshot()])[0]
+    base_scores, fork_scores, changes, base_snapshot = scored_sides(base, fork, questions, config)
     delta, target_delta, collateral_delta = performance_delta(base_scores, fork_scores, config)
     efficiency = efficiency_of_changes(changes, config)
     faithfulness = faithfulness_of_writes(base, base_snapshot, changes.written, changes.nearest_keys)
@@ -250,6 +271,69 @@ def compute_reward(
         base_scores=tuple(base_scores),
         fork_scores=tuple(fork_scores),
     )
+
+
+def compute_compaction_reward(
+    base: MemoryStore,
+    fork: MemoryStore,
+    questions: Sequence[Question],
+    neighbourhood: Sequence[str] | None = None,
+    config: RewardConfig = RewardConfig(),
+) -> RewardBreakdown:
+    """Score a compaction of `neighbourhood` (the bank keys its episode was given; None: the whole bank)
+    on every question of the bank (see the module docstring). A fork equal to its base scores exactly 0."""
+    if not questions:
+        raise ValueError("compute_compaction_reward needs at least one question with an answer")
+    base_scores, fork_scores, changes, base_snapshot = scored_sides(base, fork, questions, config)
+    members = list(base_snapshot) if neighbourhood is None else list(neighbourhood)
+    reach = max(1, reachable(questions, base_scores, [base_snapshot[k] for k in members if k in base_snapshot]))
+    delta = sum(a.qa_score - b.qa_score for b, a in zip(base_scores, fork_scores, strict=True)) / reach
+    size = len(members)
+    efficiency = efficiency_of_changes(
+        replace(changes, memories_before=size, memories_after=size + changes.memories_after - changes.memories_before), config
+    )
+    faithfulness = faithfulness_of_writes(base, base_snapshot, changes.written, changes.nearest_keys)
+    penalty = unsupported_penalty(faithfulness, config)
+    lost = lost_sources(base, fork) if changes.edited else 0
+    coverage = min(config.max_unsupported_penalty, config.coverage_cost * lost)
+    before = mean_score(base_scores)
+    return RewardBreakdown(
+        reward=combine(delta, efficiency.value) - penalty - coverage,
+        performance_delta=delta,
+        target_delta=delta,
+        collateral_delta=None,
+        qa_before=before,
+        qa_after=mean_score(fork_scores),
+        context_tokens_before=round(sum(s.context_tokens for s in base_scores) / len(base_scores)),
+        context_tokens_after=round(sum(s.context_tokens for s in fork_scores) / len(fork_scores)),
+        efficiency=efficiency,
+        faithfulness=faithfulness,
+        unsupported_penalty=penalty,
+        reach=reach,
+        lost_sources=lost,
+        coverage_penalty=coverage,
+        base_scores=tuple(base_scores),
+        fork_scores=tuple(fork_scores),
+    )
+
+
+def reachable(questions: Sequence[Question], base_scores: Sequence[QAScore], memories: Sequence[MemoryRecord]) -> int:
+    """How many questions `memories` can affect: their base context holds one, or their evidence is in
+    the memories' provenance (`dia_ids`)."""
+    keys = {m.key for m in memories}
+    turns = {turn for m in memories for turn in m.metadata.get("dia_ids") or ()}
+    return sum(bool(keys.intersection(s.retrieved) or turns.intersection(q.evidence)) for q, s in zip(questions, base_scores, strict=True))
+
+
+def lost_sources(bank: MemoryStore, fork: MemoryStore) -> int:
+    """Bank memories whose words no result of their change keeps: the review's coverage flags."""
+    from memupdate.agent.review import build_review
+
+    return sum(len(change["coverage"]["missing"]) for change in build_review(bank, fork)["changes"])
+
+
+def mean_score(scores: Sequence[QAScore]) -> float:
+    return sum(s.qa_score for s in scores) / len(scores) if scores else 0.0
 
 
 def questions_from_extra_info(extra_info: Mapping[str, Any]) -> list[Question]:
