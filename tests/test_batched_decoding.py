@@ -108,6 +108,9 @@ def test_a_failing_episode_returns_its_error_and_the_others_finish(policy):
 def test_a_lone_policy_is_untouched_and_others_run_in_turn(policy):
     assert policy.batcher is None and batched(policy).batcher is decoder_for(policy)
     assert decoder_for(None) is None and advance_together([None, None], [lambda p: 1, lambda p: 2]) == [1, 2]
+    alone_only = policy.model_copy(update={"batch_episodes": False})
+    assert decoder_for(alone_only) is None
+    assert advance_together([alone_only] * 2, [lambda p: p.batcher, lambda p: p.batcher]) == [None, None]
 
 
 def test_run_episodes_through_the_graph_equal_run_episode(policy, store):

@@ -355,7 +355,7 @@ def decoder_for(policy: Any) -> BatchDecoder | None:
     of it), or None for a policy that cannot batch (the heuristic, an endpoint, no policy)."""
     from .hf import HuggingFaceChatModel
 
-    if not isinstance(policy, HuggingFaceChatModel):
+    if not isinstance(policy, HuggingFaceChatModel) or not policy.batch_episodes:
         return None
     with _DECODERS_LOCK:
         if policy.hf_model not in _DECODERS:

@@ -153,6 +153,7 @@ class HuggingFaceChatModel(BaseChatModel):
     # A `.batched.BatchDecoder`: set (by `.batched.batched`) on the copies that run episodes together, whose
     # turns are then decoded in one batch; None decodes alone with `generate`, as a single episode does.
     batcher: Any = None
+    batch_episodes: bool = True  # False: episodes run together (`.batched`) still decode one by one, alone
     _rng: Any = PrivateAttr(default=None)
     _cache: Any = PrivateAttr(default=None)  # (token ids the cache holds, the cache)
 
