@@ -52,6 +52,9 @@ def test_every_stage_runs_writes_metrics_and_resumes(store: MemoryStore, sample,
             store.scoped(ns).drop()
     stages = json.loads((out / STAGES).read_text())
     assert list(stages) == (COMPACTION_STAGES if task == "compaction" else TARGETED_STAGES)
+    if task == "targeted":  # held-out questions with headroom, the rest counted with the reason
+        skipped = metrics["held_out_skipped"][held_out.sample_id]
+        assert skipped["kept"] >= 2 and sum(v for k, v in skipped.items() if k != "questions") == skipped["questions"]
     if task == "compaction":  # one held-out bank compacted whole, paired per question
         table = metrics["evaluations"]
         assert metrics["score"] == "qa_delta" and table["teacher"]["reward"]["n"] == 1

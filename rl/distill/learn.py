@@ -44,6 +44,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from memupdate.agent.compaction import DEFAULT_NEIGHBOURHOOD
 from memupdate.rl.data.locomo import Conversation
 from memupdate.rl.distill.advantages import advantage_weights, assign_advantages, imitation_weights
 from memupdate.rl.distill.compaction import STUDENT_NEIGHBOURHOOD, CompactionTask
@@ -162,8 +163,9 @@ def learn(
     start = student_start(run, teacher_records)
     run.settings = prompt_settings(start)
     run.stage("eval-teacher", lambda: evaluate(run, "teacher", teacher(run, 0.0, 0.0)))
-    if task.name == "compaction":  # the reference users have: `memupdate compact --policy heuristic`
-        run.stage("eval-heuristic", lambda: evaluate(run, "heuristic", policy_group("heuristic", store)))
+    if isinstance(task, CompactionTask):  # the reference users have: `memupdate compact --policy heuristic`, as it runs
+        as_users_run = replace(task, size=DEFAULT_NEIGHBOURHOOD, max_turns=None, max_operations=None)
+        run.stage("eval-heuristic", lambda: evaluate(run, "heuristic", policy_group("heuristic", store), as_users_run))
     run.stage("eval-no-edits", lambda: evaluate(run, "no-edits", policy_group("none", store)))
     run.stage("eval-zero-shot", lambda: evaluate(run, "zero-shot", student(run, start, 0.0)))
 
@@ -179,7 +181,7 @@ def learn(
         run.stage(f"eval-rl-{k}", lambda k=k, target=target: evaluate(run, f"rl-{k}", student(run, target, 0.0)))
         current = target
 
-    metrics = collect_metrics(run.done, config, train, held_out, current)
+    metrics = collect_metrics(run.done, config, train, held_out, current) | {"held_out_skipped": getattr(task, "skipped", {})}
     (run.out / "metrics.json").write_text(json.dumps(metrics, indent=2))
     plot_learning_curve(metrics, run.out / "learning_curve.png")
     return metrics
@@ -193,7 +195,7 @@ def make_task(config: LearnConfig, store: MemoryStore) -> Task:
     if config.task == "compaction":
         return CompactionTask(store, config.reward, config.neighbourhood, config.max_turns, config.max_operations)
     if config.task == "targeted":
-        return TargetedTask(config.reward, config.max_turns, config.max_operations)
+        return TargetedTask(config.reward, config.max_turns, config.max_operations, store=store)
     raise MemupdateError(f"--task {config.task!r}: choose compaction or targeted")
 
 
@@ -316,9 +318,10 @@ def teacher_groups(run: Run) -> list[str]:
     return [r["key"] for r in records]
 
 
-def evaluate(run: Run, label: str, group: PolicyGroup) -> dict[str, Any]:
-    """One greedy rollout of `group` per held-out unit, logged under `eval/{label}`; the summary and rewards."""
-    records = collect(run.store, run.task, group, run.evals, 1, f"eval/{label}", run.eval_log, run.config.seed, run.progress, f"eval {label}")
+def evaluate(run: Run, label: str, group: PolicyGroup, task: Task | None = None) -> dict[str, Any]:
+    """One greedy rollout of `group` per held-out unit (of the run's task, or `task`), logged under
+    `eval/{label}`; the summary and rewards."""
+    records = collect(run.store, task or run.task, group, run.evals, 1, f"eval/{label}", run.eval_log, run.config.seed, run.progress, f"eval {label}")
     result = {**summarize(records), "rewards": [r["reward"] for r in records], "groups": [r["group"] for r in records],
               "tokens_per_rollout": mean([_tokens(r) for r in records])}
     if all("question_deltas" in r for r in records):  # whole banks: paired per question, and what a compaction left

@@ -13,20 +13,22 @@ from __future__ import annotations
 
 import math
 import time
+from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from langchain_core.language_models import BaseChatModel
 
 from memupdate.agent.policies.hf import to_chat_dicts
+from memupdate.rl.data.ingest import ingest_conversation
 from memupdate.rl.data.locomo import Conversation, QAItem
 from memupdate.rl.data.namespaces import trajectory_id
 from memupdate.rl.data.questions import collateral_sample
 from memupdate.rl.distill.rollouts import call_summary
 from memupdate.rl.episode import scored_episode
 from memupdate.rl.evaluate import EvalConfig, eval_questions
-from memupdate.rl.scoring.reward import RewardConfig, compute_reward
+from memupdate.rl.scoring.reward import RewardConfig, compute_reward, score
 from memupdate.store import MemoryStore
 
 
@@ -56,6 +58,8 @@ class TargetedTask:
     max_turns: int | None = None
     max_operations: int | None = None
     name: str = "targeted"
+    store: MemoryStore | None = None  # where held-out banks are scored to draw questions with headroom
+    skipped: dict[str, dict[str, int]] = field(default_factory=dict, compare=False)  # per held-out conversation
 
     def training_units(self, conversations: Sequence[Conversation], per_conversation: int) -> list[Prompt]:
         """`per_conversation` answerable questions spread over each conversation, each with its collateral sample."""
@@ -67,8 +71,32 @@ class TargetedTask:
         return prompts
 
     def evaluation_units(self, conversations: Sequence[Conversation], per_conversation: int) -> list[Prompt]:
-        """Held-out questions are chosen as training's are: spread over each conversation."""
-        return self.training_units(conversations, per_conversation)
+        """Held-out questions spread over each conversation, drawn (with `store`) from those with headroom:
+        not answered yet (QA proxy below 1 on the bank) and reachable (some memory of the bank comes from
+        the question's evidence). How many were left out, and why, is in `skipped`."""
+        if self.store is None:
+            return self.training_units(conversations, per_conversation)
+        prompts = []
+        for conversation in conversations:
+            questions, _ = eval_questions(conversation, EvalConfig())
+            headroom = self._with_headroom(conversation, questions)
+            for qa in spread(headroom, per_conversation):
+                prompts.append(Prompt(conversation, qa, [qa, *collateral_sample(questions, qa.index, self.reward.collateral_questions)]))
+        return prompts
+
+    def _with_headroom(self, conversation: Conversation, questions: list[QAItem]) -> list[QAItem]:
+        base = ingest_conversation(self.store, conversation)
+        in_bank = {turn for memory in base.list() for turn in memory.metadata.get("dia_ids") or ()}
+        kept, skipped = [], Counter()
+        for qa, scored in zip(questions, score(base, questions, self.reward), strict=True):
+            if scored.qa_score >= 1.0:
+                skipped["answered already"] += 1
+            elif not in_bank.intersection(qa.evidence):
+                skipped["evidence not in the bank"] += 1
+            else:
+                kept.append(qa)
+        self.skipped[conversation.sample_id] = {"questions": len(questions), "kept": len(kept), **skipped}
+        return kept
 
     def rollout(self, policy: BaseChatModel | None, base: MemoryStore, unit: Prompt) -> dict[str, Any]:
         """Fork the base, let `policy` edit the fork for the question, score it with the reward, drop it."""
