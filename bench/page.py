@@ -289,7 +289,41 @@ def rollouts_section(rollouts: dict[str, Any]) -> list[str]:
     ]
 
 
-SECTIONS = {"store": store_section, "tools": tools_section, "reward": reward_section, "rollouts": rollouts_section}
+def student_section(student: dict[str, Any]) -> list[str]:
+    if "skipped" in student:
+        return ["## Student rollouts", "", f"Student rollouts: not run ({student['skipped']})."]
+    columns = ["path", "temperature", "rollouts", "wall s", "rollouts/min", "new tokens each", "prefill tokens each",
+               "reward", "load (1 min)"]
+    rows = [
+        [r["path"], f"{r['temperature']:g}", str(r["rollouts"]), f"{r['wall_s']:.0f}", f"{r['rollouts_per_min']:.1f}",
+         f"{r['new_tokens_per_rollout']:.0f}", f"{r['prefill_tokens_per_rollout']:.0f}", f"{r['reward_mean']:+.4f}",
+         f"{r['load_before'][0]:.1f}–{r['load_after'][0]:.1f}"]
+        for r in student["results"]
+    ]
+    lines = [
+        "## Student rollouts",
+        "",
+        "`bench/student.py`: the learning run's rollouts (`collect` of the compaction task, "
+        f"{student['units']} units × {student['members']} members) by {student['model']} on {student['threads']} "
+        "torch threads, each rollout alone (`generate`, today's path) and the episodes advancing together "
+        "(`agent/policies/batched.py`: one batched decode per turn, the system turn prefilled once).",
+        "",
+        *table(columns, rows),
+        "",
+        f"Speedup together / alone: **{student['speedup']:.2f}×** (greedy: {student['greedy_speedup']:.2f}×). "
+        f"Greedy rollouts with the same calls on both paths: {student['greedy_same_calls']}/{student['greedy_rollouts']}.",
+    ]
+    if student.get("compaction"):
+        c = student["compaction"]
+        lines.append(f"`compact_bank` of {c['memories']} memories with the student, together: {c['episodes']} episodes in "
+                     f"{c['wall_s']:.0f} s (load {c['load_before'][0]:.1f}–{c['load_after'][0]:.1f}).")
+    return lines
+
+
+SECTIONS = {
+    "store": store_section, "tools": tools_section, "reward": reward_section, "rollouts": rollouts_section,
+    "student": student_section,
+}
 
 
 def render(summary: dict[str, Any], plot: str | None = None) -> str:

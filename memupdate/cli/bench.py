@@ -1,6 +1,6 @@
 """`memupdate bench`: every benchmark figure from one command.
 
-    memupdate bench all --json bench.json --plot cost.png     # store, tools, reward, rollouts (~10 min)
+    memupdate bench all --json bench.json --plot cost.png     # store, tools, reward, rollouts, student (~20 min)
     memupdate bench store --sizes 200,5000                    # one benchmark, smaller
     memupdate bench reward
 
@@ -34,10 +34,11 @@ class Benchmark(StrEnum):
     tools = "tools"
     reward = "reward"
     rollouts = "rollouts"
+    student = "student"
     all = "all"
 
 
-ORDER = ["store", "tools", "reward", "rollouts"]
+ORDER = ["store", "tools", "reward", "rollouts", "student"]
 
 
 def load_benchmark(name: str):
