@@ -79,3 +79,20 @@ def test_every_stage_runs_writes_metrics_and_resumes(store: MemoryStore, sample,
 def test_a_conversation_both_trained_on_and_held_out_is_refused(store: MemoryStore, sample, tmp_path) -> None:
     with pytest.raises(MemupdateError, match="both trained on and held out"):
         learn(store, [sample], [sample], SMALL, tmp_path / "run")
+
+
+def test_an_evaluation_is_reproducible(store: MemoryStore, sample, tiny_student) -> None:
+    """One checkpoint, one seed: the same calls twice on a held-out bank, though each compaction forks under
+    a new random name (the student reads its task without the bank line)."""
+    from memupdate.agent.policies import make_policy
+    from memupdate.rl.data.ingest import ingest_conversation
+    from memupdate.rl.distill.compaction import CompactionTask, WholeBank
+    from memupdate.rl.scoring.reward import RewardConfig
+
+    task = CompactionTask(store, RewardConfig(), max_turns=2, max_operations=3)
+    base = ingest_conversation(store, sample)
+    policy = make_policy("hf", store, model=str(tiny_student), max_new_tokens=24, max_prose_tokens=12, seed=0)
+    first, second = (task.rollout(policy, base, WholeBank(sample)) for _ in range(2))
+    replies = [[m["content"] for m in record["messages"] if m["role"] in ("assistant", "tool")] for record in (first, second)]
+    assert replies[0] and replies[0] == replies[1]
+    assert first["question_deltas"] == second["question_deltas"]
