@@ -16,6 +16,12 @@ ones the policy recorded for the calls that made it.
 Coverage: a source is flagged when some of its content words appear in no result of its change
 (relative time counts as kept where the results hold the date it resolves to). A deleted source is flagged unless
 some memory of the fork holds all its content words (then it names that memory).
+
+Coverage alone is not safety (a merge of unrelated memories keeps every word), so each change also
+says whether its sources are alike (`alike`: their least pairwise cosine similarity, the content
+words they all share, `unrelated` under UNRELATED_BELOW or with none shared) and which words of its
+results no source holds (`unsupported`). `render_queue_html` draws the review queue (pending changes
+across banks, `memupdate review`) with the same cards.
 """
 
 from __future__ import annotations

@@ -119,7 +119,8 @@ def history(bank: MemoryStore) -> list[ChangeRecord]:
 
 
 def latest_proposal(bank: MemoryStore) -> ChangeRecord | None:
-    proposed = [c for c in history(bank) if c.status == "proposed"]
+    """The bank's latest proposed compaction as a whole (the review queue's one-change parts are not)."""
+    proposed = [c for c in history(bank) if c.status == "proposed" and "keys" not in c.details]
     return proposed[-1] if proposed else None
 
 

@@ -81,7 +81,7 @@ def propose_parts(
         why = "; ".join(change["reasons"]) or f"{change['kind']} by the policy"
         replaced = {s["key"]: {"by": [r["key"] for r in change["results"]], "reason": why, "change": change["id"]}
                     for s in change["sources"]}
-        counts = {"memories_before": None, "memories_after": None} | {change["kind"]: 1}
+        counts = {change["kind"]: 1}
         rows.append({
             "namespace": bank.path, "fork": fork.path, "status": "proposed", "policy": policy,
             "summary": {"counts": counts, "compaction": compaction},

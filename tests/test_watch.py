@@ -88,8 +88,13 @@ def test_live_store_safe_changes_apply_in_place_and_undo_restores_the_store(fres
         again = compactor.run_once()[0]
         assert again.reason is None and "Alice started learning Portuguese" in bank_texts(bank)
 
+        merge = next(c for c in history(bank) if c.status == "applied" and c.details["review_change"]["kind"] == "merge")
+        output = invoke("undo", bank.path, "--change", merge.id, "--url", database_url)  # one change, not the latest
+        assert "1 changes written to the store" in output
+        lisbon = held(lg)
+        assert lisbon[keys[FACTS[0]]] == FACTS[0] and lisbon[keys[FACTS[1]]] == FACTS[1] and len(lisbon) == 6
         output = invoke("undo", bank.path, "--to", "0", "--url", database_url)
-        assert "changes written to the store" in output
+        assert "1 changes written to the store" in output
         restored = held(lg)
         assert sorted(restored.values()) == sorted([*FACTS, "Alice started learning Portuguese"])
         assert all(restored[k] == fact for fact, k in keys.items())  # same keys, same texts
@@ -148,3 +153,36 @@ def test_bad_sources_and_ids_give_one_line(database_url, store: MemoryStore) -> 
     assert "there is no change 987654321" in output
     output = invoke("watch", "x", "--auto-kinds", "merge,squash", "--once", "--url", database_url, code=2)
     assert "squash" in output and "choose from" in output
+
+
+def test_the_safety_rule_names_each_reason_a_change_waits() -> None:
+    import pytest
+
+    from memupdate.agent.safety import QAGuard, SafetyRule
+
+    merge = {"kind": "merge", "sources": [{"key": "a"}, {"key": "b"}], "results": [{"key": "m"}],
+             "coverage": {"flagged": False, "missing": {}}, "unsupported": [],
+             "alike": {"min_similarity": 0.93, "shared_words": ["lisbon"], "unrelated": False}}
+    rule = SafetyRule()
+    assert rule.holds(merge) == []
+    assert rule.holds({**merge, "unsupported": ["porto"]}) == ["words no source holds: porto"]
+    assert rule.holds({**merge, "coverage": {"flagged": True, "missing": {"a": ["dog"]}}}) == ["coverage flag: a loses dog"]
+    assert rule.holds({**merge, "alike": {"min_similarity": 0.8, "shared_words": [], "unrelated": True}}) == ["sources share no content word"]
+    assert rule.holds(merge, frozenset({"b"})) == ["a question it touches scores lower on the QA proxy"]
+    assert SafetyRule(min_similarity=0.95).holds(merge) == ["sources not alike: least similarity 0.93 < 0.95"]
+    assert SafetyRule.review_everything().holds(merge) == ["a merge never applies itself under this rule"]
+    with pytest.raises(ValueError, match="choose from"):
+        SafetyRule(kinds=("squash",))
+
+    class Score:
+        def __init__(self, qa_score, retrieved):
+            self.qa_score, self.retrieved = qa_score, retrieved
+
+    class Question:
+        answer = "Lisbon"
+
+    def score(store, questions):  # bank: both answered; fork: the second one lost
+        return [Score(1.0, ("a",)), Score(1.0 if store == "bank" else 0.0, ("b",) if store == "bank" else ("m",))]
+
+    effect = QAGuard(score, [Question(), Question()])("bank", "fork")
+    assert effect.summary["worse"] == 1 and effect.worse_keys == {"b", "m"}

@@ -3,6 +3,7 @@
     memupdate bench all --json bench.json --plot cost.png     # store, tools, reward, rollouts, student (~20 min)
     memupdate bench store --sizes 200,5000                    # one benchmark, smaller
     memupdate bench reward
+    memupdate bench compactor                                 # memupdate watch: memories/s, the app's write latency
 
 The benchmarks live in the top-level `bench/` folder, importable as `memupdate.bench`; each also runs
 alone as `python -m memupdate.bench.<name>`. `all` runs them on one embedded server (or `--url`), and its JSON records
@@ -35,9 +36,11 @@ class Benchmark(StrEnum):
     reward = "reward"
     rollouts = "rollouts"
     student = "student"
+    compactor = "compactor"
     all = "all"
 
 
+# `compactor` (memupdate watch; about 7 min on a shared 2-core machine) runs only when named.
 ORDER = ["store", "tools", "reward", "rollouts", "student"]
 
 

@@ -8,6 +8,7 @@ import typer
 from rich.table import Table
 
 from memupdate.cli.common import URL_OPTION, console, open_store, require_bank, user_errors
+from memupdate.store.errors import MemupdateError
 
 
 @user_errors
@@ -50,19 +51,24 @@ def undo_command(
     to: int | None = typer.Option(
         None, "--to", help="Undo every applied change after this one (0: all); default: the latest applied change."
     ),
+    change: int | None = typer.Option(
+        None, "--change", help="Undo only this applied change (e.g. one `memupdate watch` applied), if nothing changed its memories since."
+    ),
     source_url: str | None = typer.Option(None, "--source-url", help="A live LangGraph store's URL, if the recorded one lacks its password."),
     url: str | None = URL_OPTION,
 ) -> None:
     """Restore the bank as it was before its latest applied change (or after change --to), exactly:
     the rows an apply replaced come back with their ids, order, timestamps and embeddings. For a bank
     `memupdate watch` keeps in step with a LangGraph store, the store gets its items back too."""
-    from memupdate.bank.change_log import undo
+    from memupdate.bank.change_log import undo, undo_change
     from memupdate.cli.watch import export_live
     from memupdate.store import to_namespace
 
     bank = open_store(url).scoped(to_namespace(namespace))
     require_bank(bank, namespace)
-    undone = undo(bank, to)
+    if change is not None and to is not None:
+        raise MemupdateError("give --to or --change, not both")
+    undone = [undo_change(bank, change)] if change is not None else undo(bank, to)
     console.print(
         f"undid change{'s' if len(undone) > 1 else ''} {', '.join(str(c.id) for c in undone)} of {bank.path}: "
         f"{bank.count()} memories",

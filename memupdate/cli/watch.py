@@ -80,12 +80,13 @@ def watch_command(
         policy=policy, model=model, base_url=base_url, api_key=api_key, rule=rule, grow_by=grow_by, size=size,
         qa=_qa_guard(questions, locomo), skip_labels=(COMPACTION_LABEL, TRAJ_LABEL),
     )
-    while True:
-        passes = compactor.run_once()
-        _print_pass(passes, as_json)
-        if once:
-            return
+    _print_pass(compactor.run_once(), as_json)  # the first pass: a bad source or policy stops here, in one line
+    while not once:
         time.sleep(interval)
+        try:
+            _print_pass(compactor.run_once(), as_json)
+        except MemupdateError as exc:  # the store down for a while: say so, and try again next time
+            err_console.print(f"[bold red]pass failed:[/] {exc}; trying again in {interval:g} s", highlight=False)
 
 
 def _require_banks(root, source: str) -> None:
@@ -197,4 +198,5 @@ def export_live(bank, source_url: str | None) -> None:
     except SourceError as exc:
         err_console.print(f"{exc}; the store gets the change at `memupdate watch`'s next pass", highlight=False)
         return
-    console.print(report.summary(), highlight=False, soft_wrap=True)
+    if report.written or report.already or report.conflicts:
+        console.print(report.summary(), highlight=False, soft_wrap=True)
