@@ -121,37 +121,38 @@ def collect(
     stage: str = "rollouts",
 ) -> list[dict[str, Any]]:
     """`members` rollouts of `policy` per unit, keyed `{prefix}/{group}/g{member}`; logged ones are reused.
-    A local checkpoint's rollouts of one conversation run together, their turns decoded in batches
-    (`agent.policies.batched`); each is logged in order as it and those before it are done."""
-    records, done, total = [], 0, len(units) * members
+    A local checkpoint's rollouts run together (up to 16 at once, across units and conversations), their
+    turns decoded in batches (`agent.policies.batched`); each is logged in order as it and those before
+    it are done."""
+    todo = []  # (base, unit, member, key) in the order an uninterrupted run logs them
     for conversation, group in _by_conversation(units):
         base = ingest_conversation(store, conversation)
         if base.count() == 0:
             raise MemupdateError(f"conversation {conversation.sample_id} has no facts to remember: leave it out of --conversations")
-        todo = [(unit, member, f"{prefix}/{unit.group}/g{member}") for unit in group for member in range(members)]
-        pending = [(unit, key, member_seed(seed, key)) for unit, _, key in todo if key not in log]
-        chosen, failure = _members(policy, pending)
-        outcomes = iter_together(
-            chosen,
-            [lambda member_policy, unit=unit, base=base: task.rollout(member_policy, base, unit) for unit, _, _ in pending[: len(chosen)]],
-        )
-        seeds = {key: draw for _, key, draw in pending}
-        for _, member, key in todo:
-            if key in seeds:  # rolled out now, in order (the log keeps the order of an uninterrupted run)
-                outcome = failure[1] if failure and failure[0] == key else next(outcomes)
-                log.append(_record(policy, key, member, seeds[key], outcome, log))
-            records.append(log.records[key])
-            done += 1
-            if progress:
-                progress(stage, done, total)
+        todo += [(base, unit, member, f"{prefix}/{unit.group}/g{member}") for unit in group for member in range(members)]
+    pending = [(base, unit, key, member_seed(seed, key)) for base, unit, _, key in todo if key not in log]
+    chosen, failure = _members(policy, [(key, draw) for _, _, key, draw in pending])
+    outcomes = iter_together(
+        chosen,
+        [lambda member_policy, unit=unit, base=base: task.rollout(member_policy, base, unit) for base, unit, _, _ in pending[: len(chosen)]],
+    )
+    seeds = {key: draw for _, _, key, draw in pending}
+    records: list[dict[str, Any]] = []
+    for done, (_, _, member, key) in enumerate(todo, 1):
+        if key in seeds:  # rolled out now, in order (the log keeps the order of an uninterrupted run)
+            outcome = failure[1] if failure and failure[0] == key else next(outcomes)
+            log.append(_record(policy, key, member, seeds[key], outcome, log))
+        records.append(log.records[key])
+        if progress:
+            progress(stage, done, len(todo))
     return records
 
 
-def _members(policy: PolicyGroup, pending: Sequence[tuple[Any, str, int]]) -> tuple[list[Any], tuple[str, Exception] | None]:
-    """Each pending rollout's member, in order, up to the first that cannot be made: (members, (its key,
-    its error) or None)."""
+def _members(policy: PolicyGroup, pending: Sequence[tuple[str, int]]) -> tuple[list[Any], tuple[str, Exception] | None]:
+    """Each pending rollout's member (key, seed), in order, up to the first that cannot be made: (members,
+    (its key, its error) or None)."""
     members = []
-    for _, key, draw in pending:
+    for key, draw in pending:
         try:
             members.append(policy.member(draw))
         except Exception as exc:
