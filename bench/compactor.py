@@ -6,7 +6,8 @@ it costs the app writing beside it.
    near-duplicates to merge): memories compacted per second (N / the pass's wall time), the changes
    applied and queued, and the process's peak RSS after the pass.
 2. The app's write latency: a process of its own puts `{"content": ...}` items into LangGraph's
-   `PostgresStore` (a database `app` on the same server), one at a time, as an app would; p50/p95/max
+   `PostgresStore` (a database `app` on the same server), one at a time, every other one a
+   near-duplicate of the one before (so the passes have merges to write back); p50/p95/max
    milliseconds with nothing else running, then while `BackgroundCompactor` passes (import, compaction,
    apply, per-change export under row locks) run back to back on that store.
 
@@ -50,7 +51,8 @@ with PostgresStore.from_conn_string(url) as store:
     times = []
     for i in range(n):
         start = time.perf_counter()
-        store.put(("memories", "user0"), f"{tag}-{i}", {"content": f"User zero noted thing {i} during run {tag}"})
+        text = f"User zero noted thing {i // 2} during run {tag}" + ("." if i % 2 else "")  # every other one a near-duplicate
+        store.put(("memories", "user0"), f"{tag}-{i}", {"content": text})
         times.append(time.perf_counter() - start)
         time.sleep(0.01)
 print(json.dumps(times))
