@@ -83,6 +83,11 @@ EDITING_POLICY_OPTION = typer.Option("heuristic", "--policy", help=policy_help(e
 MODEL_OPTION = typer.Option(None, "--model", help=model_help())
 BASE_URL_OPTION = typer.Option(None, "--base-url", help="openai: the endpoint, e.g. http://localhost:30000/v1.")
 API_KEY_OPTION = typer.Option(None, "--api-key", help="openai: the key (default $OPENAI_API_KEY, else EMPTY).")
+MAX_NEW_TOKENS_OPTION = typer.Option(512, "--max-new-tokens", min=1, help="hf: tokens per turn at most.")
+MAX_PROSE_TOKENS_OPTION = typer.Option(
+    None, "--max-prose-tokens", min=1,
+    help="hf: cut a turn that wrote this many tokens without a tool call (as `rl learn` rolls its student out).",
+)
 
 
 def load_conversations(locomo, conversations: str | None):

@@ -16,6 +16,8 @@ from memupdate.cli.common import (
     BASE_URL_OPTION,
     EDITING_POLICY_OPTION,
     LOCOMO_OPTION,
+    MAX_NEW_TOKENS_OPTION,
+    MAX_PROSE_TOKENS_OPTION,
     MODEL_OPTION,
     SEED_OPTION,
     URL_OPTION,
@@ -57,6 +59,8 @@ def compact_command(
     change: int | None = typer.Option(None, "--change", help="With --apply: the proposed change to apply."),
     discard: bool = typer.Option(False, "--discard", help="Discard the pending compaction (drop its fork)."),
     seed: int = SEED_OPTION,
+    max_new_tokens: int = MAX_NEW_TOKENS_OPTION,
+    max_prose_tokens: int | None = MAX_PROSE_TOKENS_OPTION,
     url: str | None = URL_OPTION,
 ) -> None:
     """Compact a bank: one blind episode per neighbourhood of related memories, all into one fork, then
@@ -91,21 +95,23 @@ def compact_command(
     if pending is not None:
         discard_change(bank, pending.id)
         err_console.print(f"the pending compaction (change {pending.id}) was discarded for this one", highlight=False)
-    proposal, report = _compact(root, bank, policy, model, base_url, api_key, seed, size, probe, review, review_json)
+    options = {"model": model, "base_url": base_url, "api_key": api_key, "seed": seed, "max_new_tokens": max_new_tokens,
+               "max_prose_tokens": max_prose_tokens}
+    proposal, report = _compact(root, bank, policy, options, size, probe, review, review_json)
     if apply:
         _print_applied(apply_change(bank, proposal.id), bank)
     else:
         console.print(f"apply with `memupdate compact {bank.path} --apply`, or drop it with --discard", highlight=False)
 
 
-def _compact(root, bank, policy, model, base_url, api_key, seed, size, probe, review, review_json):
+def _compact(root, bank, policy, options, size, probe, review, review_json):
     from memupdate.agent.compaction import BankMoved, compact_bank
     from memupdate.agent.policies import make_policy
     from memupdate.agent.review import build_review, render_html, replaced_by
     from memupdate.bank.change_log import next_change_id, propose_change_with_id
     from memupdate.bank.namespaces import compaction_namespace
 
-    chat_model = make_policy(policy, root, model=model, base_url=base_url, api_key=api_key, seed=seed)
+    chat_model = make_policy(policy, root, **options)
     change_id = next_change_id(bank)
     started = time.perf_counter()
     with progress_bar("compacting") as bar:
@@ -120,7 +126,7 @@ def _compact(root, bank, policy, model, base_url, api_key, seed, size, probe, re
     seconds = time.perf_counter() - started
     qa = _qa(bank, result.fork, probe)
     page = build_review(bank, result.fork, result.calls, qa=qa)
-    page |= {"change_id": change_id, "policy": policy if policy == "heuristic" else f"{policy}:{model}"}
+    page |= {"change_id": change_id, "policy": policy if policy == "heuristic" else f"{policy}:{options['model']}"}
     summary = {
         "counts": page["counts"], "qa": qa, "episodes": result.episodes, "failed_episodes": result.failed_episodes,
         "stop_reasons": result.stop_reasons, "seconds": round(seconds, 1), "neighbourhood_size": size,

@@ -15,6 +15,8 @@ from memupdate.cli.common import (
     CONVERSATIONS_OPTION,
     EXIT_FAILED_RUN,
     LOCOMO_OPTION,
+    MAX_NEW_TOKENS_OPTION,
+    MAX_PROSE_TOKENS_OPTION,
     MODEL_OPTION,
     POLICY_OPTION,
     SEED_OPTION,
@@ -48,10 +50,6 @@ JUDGE_OPTION = typer.Option(
     "or hf:DIR.",
 )
 
-MAX_PROSE_TOKENS_OPTION = typer.Option(
-    None, "--max-prose-tokens", min=1,
-    help="hf: cut a turn that wrote this many tokens without a tool call (as `rl learn` rolls its student out).",
-)
 COLLATERAL_OPTION = typer.Option(
     COLLATERAL_QUESTIONS, "--collateral", min=0,
     help="Targeted: also score N other questions of the conversation (collateral damage).",
@@ -78,7 +76,7 @@ def eval_command(
     max_operations: int | None = typer.Option(
         None, "--max-operations", min=1, help="Tool calls per episode (default 30)."
     ),
-    max_new_tokens: int = typer.Option(512, "--max-new-tokens", min=1, help="hf: tokens per turn at most."),
+    max_new_tokens: int = MAX_NEW_TOKENS_OPTION,
     max_prose_tokens: int | None = MAX_PROSE_TOKENS_OPTION,
     include_adversarial: bool = typer.Option(False, "--include-adversarial", help="Score category 5 too."),
     collateral: int = COLLATERAL_OPTION,
