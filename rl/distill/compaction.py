@@ -120,7 +120,6 @@ class CompactionTask:
             "group": unit.group,
             "messages": to_chat_dicts(messages),  # a whole bank's: every episode's transcript, one after another
             **call_summary(messages),
-            "stop_reason": None,
             "turns": sum(1 for m in messages if m.type == "ai"),
             "reward": reward.reward,
             "reward_parts": reward.as_dict(),
@@ -142,7 +141,7 @@ class CompactionTask:
                 reward = compute_compaction_reward(base, result.fork, questions, None, self.reward)
             finally:
                 result.fork.drop()
-        facts = bank_facts(reward, questions)
+        facts = bank_facts(reward, questions) | {"stop_reason": None}  # a whole bank's are in `stop_reasons`
         if result is None:
             return [], reward, facts
         facts |= {"episodes": result.episodes, "failed_episodes": result.failed_episodes, "stop_reasons": result.stop_reasons}
