@@ -256,7 +256,7 @@ def teacher(run: Run, explore: float, temperature: float) -> PolicyGroup:
     config = run.config
     if config.teacher == "heuristic":
         # Blind, its first look shows the whole neighbourhood; targeted, its search shows `stepwise` memories.
-        shown = config.neighbourhood if run.task.name == "compaction" else config.stepwise
+        shown = config.neighbourhood if isinstance(run.task, CompactionTask) else config.stepwise
         return policy_group(
             "heuristic", run.store, label=f"heuristic(stepwise={shown}, explore={explore})",
             max_operations=config.teacher_operations, explore=explore, stepwise=shown, look_first=True,
