@@ -200,7 +200,11 @@ def neighbourhood_episode(
     sibling of the fork), the policy edits them there, and the edits are folded into `fork`. On any
     exception the scratch is dropped and `fork` is unchanged."""
     outcome = _blind_episode(fork, keys, episode, max_turns, max_operations, policy)
-    fold_into(_scratch(fork, episode), fork)
+    try:
+        fold_into(_scratch(fork, episode), fork)
+    except BaseException:
+        _scratch(fork, episode).drop()
+        raise
     return outcome
 
 
