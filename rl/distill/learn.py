@@ -487,8 +487,8 @@ def plot_learning_curve(metrics: dict[str, Any], path: Path) -> None:
     reward_ax.axhline(0.0, color="gray", linestyle=":", label="no edits")
     if "sft" in table:
         reward_ax.axhline(table["sft"][score]["mean"], color="C2", linestyle="-.", alpha=0.6, label="SFT alone")
-    title = "QA proxy change per question" if score == "qa_delta" else "reward"
-    reward_ax.set(title=f"held-out {title} ({metrics['held_out_questions']} questions, 95% CI)", xticks=xs, xticklabels=order)
+    title = "QA change per question" if score == "qa_delta" else "reward"
+    reward_ax.set(title=f"held-out {title}\n({metrics['held_out_questions']} questions, 95% CI)", xticks=xs, xticklabels=order)
     reward_ax.legend(fontsize=8)
     calls_ax.plot(xs, [table[n]["well_formed_calls"] or 0.0 for n in order], "o-", label="well-formed")
     calls_ax.plot(xs, [table[n]["calls_ran"] or 0.0 for n in order], "s-", label="ran without error")
