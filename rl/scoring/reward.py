@@ -59,6 +59,7 @@ from memupdate.rl.scoring.qa_proxy import (
     score_fork,
     score_questions,
 )
+from memupdate.rl.scoring.summaries import mean
 from memupdate.store import MemoryRecord, MemoryStore, NamespaceChanges
 
 
@@ -296,16 +297,15 @@ def compute_compaction_reward(
     penalty = unsupported_penalty(faithfulness, config)
     lost = lost_sources(base, fork) if changes.edited else 0
     coverage = min(config.max_unsupported_penalty, config.coverage_cost * lost)
-    before = mean_score(base_scores)
     return RewardBreakdown(
         reward=combine(delta, efficiency.value) - penalty - coverage,
         performance_delta=delta,
         target_delta=delta,
         collateral_delta=None,
-        qa_before=before,
-        qa_after=mean_score(fork_scores),
-        context_tokens_before=round(sum(s.context_tokens for s in base_scores) / len(base_scores)),
-        context_tokens_after=round(sum(s.context_tokens for s in fork_scores) / len(fork_scores)),
+        qa_before=mean([s.qa_score for s in base_scores]),
+        qa_after=mean([s.qa_score for s in fork_scores]),
+        context_tokens_before=round(mean([s.context_tokens for s in base_scores])),
+        context_tokens_after=round(mean([s.context_tokens for s in fork_scores])),
         efficiency=efficiency,
         faithfulness=faithfulness,
         unsupported_penalty=penalty,
@@ -330,10 +330,6 @@ def lost_sources(bank: MemoryStore, fork: MemoryStore) -> int:
     from memupdate.agent.review import build_review
 
     return sum(len(change["coverage"]["missing"]) for change in build_review(bank, fork)["changes"])
-
-
-def mean_score(scores: Sequence[QAScore]) -> float:
-    return sum(s.qa_score for s in scores) / len(scores) if scores else 0.0
 
 
 def questions_from_extra_info(extra_info: Mapping[str, Any]) -> list[Question]:
