@@ -16,7 +16,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from memupdate.agent import models
 from memupdate.agent.models import STUDENT_CHAT_TEMPLATE, get_model, resolve_model
-from memupdate.agent.policies.hf import HuggingFaceChatModel, to_chat_dicts, trim_tool_result
+from memupdate.agent.policies.hf import HuggingFaceChatModel, student_view, to_chat_dicts, trim_tool_result
 from memupdate.agent.prompts import COMPACT_SYSTEM_PROMPT, system_prompt
 from memupdate.rl.distill.finetune import TrainConfig, finetune
 from memupdate.rl.distill.learn import interval, spread
@@ -64,7 +64,7 @@ def test_student_sees_short_system_prompt_and_trimmed_results():
     assert len(trimmed) <= 304 and trimmed.endswith(" ...") and "\n[f0003]" in trimmed
     assert trim_tool_result("short", 300) == "short" and trim_tool_result(long, None) == long
     messages = [SystemMessage(system_prompt()), HumanMessage("task"), AIMessage("x"), ToolMessage(long, tool_call_id="c")]
-    seen = to_chat_dicts(messages, system_prompt=COMPACT_SYSTEM_PROMPT, tool_result_chars=300)
+    seen = student_view(to_chat_dicts(messages), COMPACT_SYSTEM_PROMPT, 300)
     assert seen[0]["content"] == COMPACT_SYSTEM_PROMPT and seen[3]["content"] == trimmed
     # Training renders a logged (full) trajectory exactly as the rollout showed it.
     settings = {"system_prompt": COMPACT_SYSTEM_PROMPT, "tool_result_chars": 300}

@@ -54,16 +54,13 @@ def trim_tool_result(text: str, limit: int | None) -> str:
     return (cut[: cut.rfind("\n")] if "\n" in cut else cut).rstrip() + " ..."
 
 
-def to_chat_dicts(
-    messages: Sequence[BaseMessage], *, system_prompt: str | None = None, tool_result_chars: int | None = None
-) -> list[dict[str, str]]:
-    """Convert LangChain messages to chat-template dicts, writing past tool calls in Hermes format;
-    `system_prompt` replaces the system message and tool results are cut to `tool_result_chars`
-    (a small student's prompt, see `prompt_settings`)."""
+def to_chat_dicts(messages: Sequence[BaseMessage]) -> list[dict[str, str]]:
+    """Convert LangChain messages to chat-template dicts, writing past tool calls in Hermes format (what a
+    trajectory log keeps; `student_view` is how a local checkpoint reads them)."""
     out = []
     for m in messages:
         if isinstance(m, SystemMessage):
-            out.append({"role": "system", "content": system_prompt or _text(m.content)})
+            out.append({"role": "system", "content": _text(m.content)})
         elif isinstance(m, HumanMessage):
             out.append({"role": "user", "content": _text(m.content)})
         elif isinstance(m, AIMessage):
@@ -73,7 +70,7 @@ def to_chat_dicts(
             content = "\n".join(part for part in [_text(m.content).strip(), *blocks] if part)
             out.append({"role": "assistant", "content": content})
         elif isinstance(m, ToolMessage):
-            out.append({"role": "tool", "content": trim_tool_result(_text(m.content), tool_result_chars)})
+            out.append({"role": "tool", "content": _text(m.content)})
         else:
             raise TypeError(f"cannot render {type(m).__name__} for a chat template")
     return out
@@ -316,7 +313,7 @@ class HuggingFaceChatModel(BaseChatModel):
         if not messages or not isinstance(messages[0], SystemMessage):
             return None
         text = self.tokenizer.apply_chat_template(
-            to_chat_dicts(messages[:1], system_prompt=self.system_prompt), tools=self.tools or None, tokenize=False
+            student_view(to_chat_dicts(messages[:1]), self.system_prompt), tools=self.tools or None, tokenize=False
         )
         return self.tokenizer(text, add_special_tokens=False)["input_ids"]
 
