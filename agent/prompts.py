@@ -20,7 +20,8 @@ similarity up to a fixed length (about {context_tokens} words in all). Edit the 
 - fix or delete memories that are wrong or useless; keep each memory short and self-contained, naming who it is about;
 - write only what the memories you edit (and their dates) support: invented words cost, and so does losing what other questions need.
 Tools: search_memory, manage_memory (create/update), delete_memory, sample_memory, merge_memory, split_memory. \
-Memories are shown as [handle] (date) text; refer to them by handle.
+Memories are shown as [handle] (date) text; refer to them by handle. \
+(date; relative time) marks a memory whose relative time an update with no content dates.
 Budget: at most {max_turns} turns and {max_operations} tool calls. Stop calling tools when the bank is good."""
 
 _BANK = re.compile(r"^Memory bank: (?P<namespace>\S+)$", re.M)

@@ -127,16 +127,21 @@ class SplitMemoryArgs(BaseModel):
 # -- rendering -------------------------------------------------------------------------------------
 
 
+RELATIVE_MARK = "; relative time"
+
+
 def show(memory: MemoryRecord, score: float | None = None) -> str:
     """One memory as the model sees it: `[handle] score (date) content`; a merge of several days shows
-    its range, `(first..last)`."""
+    its range, `(first..last)`. A memory whose relative time an update without content would date shows
+    `(date; relative time)`: a policy chooses which memories to date, and need not spot "last Friday"
+    in the text itself."""
     dates = memory.metadata.get("dates") or []
     date = memory.metadata.get("date") or (f"{dates[0]}..{dates[-1]}" if dates else None)
     parts = [f"[{memory.key}]"]
     if score is not None:
         parts.append(f"{score:.2f}")
     if date:
-        parts.append(f"({date})")
+        parts.append(f"({date}{RELATIVE_MARK if anchored(memory) != memory.content else ''})")
     parts.append(memory.content)
     return " ".join(parts)
 

@@ -123,6 +123,16 @@ def test_update_without_content_dates_the_memory(bank: MemoryStore) -> None:
     assert content == "Nadia ran a half marathon last week (the week before 17 March 2024). Yesterday (16 March 2024) Owen sailed to the island."
 
 
+def test_memories_the_update_would_date_are_marked(bank: MemoryStore) -> None:
+    """`(date; relative time)` marks exactly the memories an update without content dates: the mark goes
+    once the memory is dated, and a memory without relative time never has it."""
+    lines = {line[1:6]: line for line in ok(bank, "sample_memory", strategy="recent", k=4).splitlines()}
+    assert "(2024-03-17; relative time) Nadia ran" in lines["f0003"]
+    assert all("relative time" not in lines[key] for key in ("f0000", "f0001", "f0002"))
+    assert "relative time)" not in ok(bank, "manage_memory", action="update", memory_id="f0003")
+    assert "relative time)" not in ok(bank, "search_memory", query="half marathon", top_k=4)
+
+
 def test_merge_keep_fullest_keeps_the_longer_words_dated(bank: MemoryStore) -> None:
     ok(bank, "merge_memory", memory_ids=["f0001", "f0000"], strategy="keep_fullest")
     merged = [m for m in bank.list() if m.key not in ("f0002", "f0003")]
