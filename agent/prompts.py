@@ -69,5 +69,5 @@ def parse_task(text: str) -> tuple[str | None, str | None]:
 COMPACT_SYSTEM_PROMPT = f"""Edit this memory bank so questions answered later from the ~{DEFAULT_CONTEXT_TOKENS} words of memories most \
 similar to them are answered better: anchor relative dates ("yesterday") to absolute ones (update a memory without content: the tool dates it); \
 merge duplicates; fix or delete wrong memories; keep each memory short and self-contained, naming who it is about; \
-write only what the memories support. Memories show as [handle] (date) text; refer to them by handle. \
-Stop calling tools when done."""
+write only what the memories support. Memories show as [handle] (date) text; refer to them by handle; \
+(date; relative time) marks one an update without content dates. Stop calling tools when done."""

@@ -235,3 +235,29 @@ def test_compacting_a_locomo_bank_keeps_every_word_and_does_not_lower_the_qa_pro
     finally:
         for ns in store.list_namespaces(prefix=bank.namespace):
             store.scoped(ns).drop()
+
+
+def test_compact_with_a_reader_reports_its_f1_beside_the_proxy(store: MemoryStore, sample, tiny_model, tmp_path, database_url) -> None:
+    """`--answerer hf:DIR` answers every question from the context the proxy read, before and after. The
+    reader is conftest's tiny Qwen2 (random weights: its answers are noise), so this checks the plumbing
+    and the figures' shape; the real reader's figures are in docs/student.md."""
+    bank = ingest(store, sample).base
+    questions = tmp_path / "questions.jsonl"
+    asked = [q for q in sample.qa if q.answer and q.category != 5]
+    questions.write_text("".join(json.dumps({"question": q.question, "answer": q.answer, "category": q.category}) + "\n" for q in asked))
+    data = tmp_path / "review.json"
+    args = ["compact", bank.path, "--questions", str(questions), "--answerer", f"hf:{tiny_model}", "--json", str(data),
+            "--review", str(tmp_path / "r.html"), "--url", database_url]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    reader = json.loads(data.read_text())["qa"]["reader"]
+    assert "reader F1" in result.output and reader["model"] == f"hf:{tiny_model}"
+    assert 0 <= reader["before"] <= 1 and 0 <= reader["after"] <= 1 and reader["change"]["n"] == len(asked)
+    assert reader["better"] + reader["worse"] <= len(asked) and "proxy_f1_pearson" in reader
+
+    unknown = runner.invoke(app, [*args[:4], "--answerer", f"hf:{tmp_path / 'no-model'}", "--url", database_url])
+    assert unknown.exit_code == 2 and "--answerer hf:" in unknown.output and "Traceback" not in unknown.output
+    bare = store.scoped("bare/bank")
+    bare.create("Nadia runs.")
+    without = runner.invoke(app, ["compact", bare.path, "--answerer", f"hf:{tiny_model}", "--url", database_url])
+    assert without.exit_code == 2 and "--questions FILE" in without.output

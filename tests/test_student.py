@@ -19,9 +19,10 @@ from memupdate.agent.models import STUDENT_CHAT_TEMPLATE, get_model, resolve_mod
 from memupdate.agent.policies.hf import HuggingFaceChatModel, student_view, to_chat_dicts, trim_tool_result
 from memupdate.agent.prompts import COMPACT_SYSTEM_PROMPT, system_prompt
 from memupdate.rl.distill.finetune import TrainConfig, finetune
-from memupdate.rl.distill.learn import interval, spread
+from memupdate.rl.distill.learn import spread
 from memupdate.rl.distill.render import as_student_saw, render_transcript, student_tools, tokenize_with_mask
 from memupdate.rl.distill.tiny_student import build_tiny_checkpoint
+from memupdate.rl.scoring.summaries import interval
 from memupdate.store import MemupdateError
 
 TRANSCRIPT = [
@@ -79,6 +80,33 @@ def test_missing_wheel_names_the_make_target(monkeypatch, tmp_path):
     with pytest.raises(MemupdateError, match="unknown model 'gpt5'.*smollm2"):
         get_model("gpt5")
     assert resolve_model(str(tmp_path)) == str(tmp_path)  # a folder is used as it is
+
+
+def test_a_reader_split_over_wheels_is_joined_in_order_and_its_hash_checked(monkeypatch, tmp_path):
+    """The reader's GGUF comes in six wheels: the parts are joined in order, and a part that is not the
+    pinned one stops the build with the make target, leaving no joined file behind."""
+    import hashlib
+    from importlib.machinery import ModuleSpec
+
+    for i, chunk in enumerate((b"GGUF-head-", b"middle-", b"tail"), 1):
+        (tmp_path / f"part{i}" / "data").mkdir(parents=True)
+        (tmp_path / f"part{i}" / "data" / f"p{i}.bin").write_bytes(chunk)
+        (tmp_path / f"part{i}" / "__init__.py").write_text("")
+    monkeypatch.setattr(models.importlib.util, "find_spec", lambda name: ModuleSpec(name, None, origin=str(tmp_path / name / "__init__.py")))
+    good = hashlib.sha256(b"GGUF-head-middle-tail").hexdigest()
+    model = models.WheelModel("r", "Reader", ("w1==1", "w2==1", "w3==1"), tuple((f"part{i}", f"data/p{i}.bin") for i in (1, 2, 3)),
+                              "Apache-2.0", "run `make reader`", sha256=good, student=False)
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    folder, name = models._joined_gguf(model, models._part_files(model), scratch)
+    assert (folder / name).read_bytes() == b"GGUF-head-middle-tail"
+    (tmp_path / "part2" / "data" / "p2.bin").write_bytes(b"other-")
+    with pytest.raises(MemupdateError, match=f"SHA-256 is .*, not {good[:12]}.*make reader"):
+        models._joined_gguf(model, models._part_files(model), scratch)
+    assert not (scratch / name).exists()
+    (tmp_path / "part3" / "data" / "p3.bin").unlink()
+    with pytest.raises(MemupdateError, match="missing from the installed wheel w3==1.*make reader"):
+        models._part_files(model)
 
 
 def test_top_layer_finetune_moves_the_loss_and_freezes_the_bottom(tiny, tmp_path):

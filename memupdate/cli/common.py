@@ -88,6 +88,17 @@ MAX_PROSE_TOKENS_OPTION = typer.Option(
     None, "--max-prose-tokens", min=1,
     help="hf: cut a turn that wrote this many tokens without a tool call (as `rl learn` rolls its student out).",
 )
+ANSWERER_OPTION = typer.Option(
+    None, "--answerer", help="Also answer each question with this model, from the context the proxy read, and "
+    "report LoCoMo F1 and BLEU-1: a model on an OpenAI-compatible endpoint, or hf:DIR, a local checkpoint on the CPU "
+    "(hf:qwen2.5-coder-0.5b: the packaged reader, make reader; hf:smollm2). Answers are cached in the database.",
+)
+ANSWERER_BASE_URL_OPTION = typer.Option(
+    None, "--answerer-base-url", help="The answerer's endpoint, e.g. http://localhost:30000/v1 (default: OpenAI)."
+)
+ANSWERER_API_KEY_OPTION = typer.Option(
+    None, "--answerer-api-key", help="The answerer's key (default $OPENAI_API_KEY if not blank, else EMPTY)."
+)
 
 
 def load_conversations(locomo, conversations: str | None):
@@ -149,6 +160,23 @@ def check_output(path: Path | None, option: str, suffixes: tuple[str, ...] | Non
         raise MemupdateError(f"{option} {str(path)!r}: cannot create its folder ({exc.strerror})") from None
     if not os.access(path.parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
         raise MemupdateError(f"{option} {str(path)!r} is not writable: choose another path")
+
+
+def checked_answerer(model: str | None, base_url: str | None, api_key: str | None, judge: str | None = None, engine=None):
+    """The LLM answerer (and judge), checked with one cheap request (a checkpoint: its folder); None
+    without --answerer. With `engine`, replies are cached in its database."""
+    if model is None:
+        if judge is not None or base_url is not None:
+            raise MemupdateError("--judge and --answerer-base-url need --answerer MODEL (the model that answers)")
+        return None
+    from memupdate.rl.scoring.answerer import make_answerer
+    from memupdate.rl.scoring.readers import HF_PREFIX
+
+    if base_url is not None and model.startswith(HF_PREFIX) and (judge is None or judge.startswith(HF_PREFIX)):
+        raise MemupdateError(f"--answerer {model} runs on this machine: drop --answerer-base-url {base_url}")
+    reader = make_answerer(model, base_url, api_key, judge=judge, engine=engine)
+    reader.check()
+    return reader
 
 
 def check_policy_endpoint(policy: str, model: str | None, base_url: str | None, api_key: str | None) -> None:

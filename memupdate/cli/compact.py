@@ -12,6 +12,9 @@ from typing import Any
 import typer
 
 from memupdate.cli.common import (
+    ANSWERER_API_KEY_OPTION,
+    ANSWERER_BASE_URL_OPTION,
+    ANSWERER_OPTION,
     API_KEY_OPTION,
     BASE_URL_OPTION,
     EDITING_POLICY_OPTION,
@@ -23,6 +26,7 @@ from memupdate.cli.common import (
     URL_OPTION,
     check_output,
     check_policy_endpoint,
+    checked_answerer,
     console,
     err_console,
     open_store,
@@ -30,6 +34,8 @@ from memupdate.cli.common import (
     require_bank,
     user_errors,
 )
+from memupdate.rl.scoring.answer_report import pearson
+from memupdate.rl.scoring.summaries import interval
 from memupdate.store.errors import MemupdateError
 
 
@@ -55,6 +61,9 @@ def compact_command(
     review_json: Path | None = typer.Option(None, "--json", help="Also write the review as JSON here."),
     questions: Path | None = typer.Option(None, "--questions", help="JSON/JSONL of {question, answer} for the QA proxy."),
     locomo: Path | None = LOCOMO_OPTION,
+    answerer: str | None = ANSWERER_OPTION,
+    answerer_base_url: str | None = ANSWERER_BASE_URL_OPTION,
+    answerer_api_key: str | None = ANSWERER_API_KEY_OPTION,
     apply: bool = typer.Option(False, "--apply", help="Apply the pending compaction (or, if none, compact and apply)."),
     change: int | None = typer.Option(None, "--change", help="With --apply: the proposed change to apply."),
     discard: bool = typer.Option(False, "--discard", help="Discard the pending compaction (drop its fork)."),
@@ -91,13 +100,16 @@ def compact_command(
     for path, option, suffixes in ((review, "--review", (".html", ".htm")), (review_json, "--json", (".json",))):
         check_output(path, option, suffixes)
     probe = _questions(bank, questions, locomo)
+    if answerer and not probe:
+        raise MemupdateError(f"--answerer reads the bank's questions: give --questions FILE (bank {bank.path!r} has none)")
+    reader = checked_answerer(answerer, answerer_base_url, answerer_api_key, engine=root.engine)  # before any work
     check_policy_endpoint(policy, model, base_url, api_key)
     if pending is not None:
         discard_change(bank, pending.id)
         err_console.print(f"the pending compaction (change {pending.id}) was discarded for this one", highlight=False)
     options = {"model": model, "base_url": base_url, "api_key": api_key, "seed": seed, "max_new_tokens": max_new_tokens,
                "max_prose_tokens": max_prose_tokens}
-    proposal, report = _compact(root, bank, policy, options, size, probe, review, review_json)
+    proposal, report = _compact(root, bank, policy, options, size, (probe, reader), review, review_json)
     if apply:
         _print_applied(apply_change(bank, proposal.id), bank)
     else:
@@ -105,6 +117,7 @@ def compact_command(
 
 
 def _compact(root, bank, policy, options, size, probe, review, review_json):
+    """Compact `bank` into a proposed change; `probe` is (questions, reader or None) for the QA figures."""
     from memupdate.agent.compaction import BankMoved, compact_bank
     from memupdate.agent.policies import make_policy
     from memupdate.agent.review import build_review, render_html, replaced_by
@@ -124,7 +137,7 @@ def _compact(root, bank, policy, options, size, probe, review, review_json):
         except BankMoved as exc:
             raise MemupdateError(str(exc)) from None
     seconds = time.perf_counter() - started
-    qa = _qa(bank, result.fork, probe)
+    qa = _qa(bank, result.fork, *probe)
     page = build_review(bank, result.fork, result.calls, qa=qa)
     page |= {"change_id": change_id, "policy": policy if policy == "heuristic" else f"{policy}:{options['model']}"}
     summary = {
@@ -144,7 +157,8 @@ def _compact(root, bank, policy, options, size, probe, review, review_json):
     console.print(
         f"change {change_id}: {result.episodes} episodes in {seconds:.1f} s; memories {counts['memories_before']} -> "
         f"{counts['memories_after']}; {kinds or 'no changes'}; {counts['flagged']} coverage flags"
-        + (f"; QA proxy {qa['before']:.3f} -> {qa['after']:.3f} on {qa['questions']} questions" if qa else ""),
+        + (f"; QA proxy {qa['before']:.3f} -> {qa['after']:.3f} on {qa['questions']} questions" if qa else "")
+        + (_reader_line(qa["reader"]) if qa and "reader" in qa else ""),
         highlight=False, soft_wrap=True,
     )
     if result.failed_episodes:
@@ -201,20 +215,51 @@ def read_questions(path: Path) -> list[UserQuestion]:
     return questions
 
 
-def _qa(bank, fork, questions: list[Any]) -> dict[str, Any] | None:
-    """The QA proxy before -> after over the answerable (non-adversarial) questions."""
+def _qa(bank, fork, questions: list[Any], reader=None) -> dict[str, Any] | None:
+    """The QA proxy before -> after over the answerable (non-adversarial) questions; with a reader, also
+    its LoCoMo F1 on the contexts the proxy read, and how the two agree."""
     from memupdate.rl.data.categories import ADVERSARIAL
     from memupdate.rl.scoring.qa_proxy import score_questions
 
     answerable = [q for q in questions if q.category != ADVERSARIAL and q.answer]
     if not answerable:
         return None
-    before = [s.qa_score for s in score_questions(bank, answerable)]
-    after = [s.qa_score for s in score_questions(fork, answerable)]
-    return {
+    scored = {"before": score_questions(bank, answerable), "after": score_questions(fork, answerable)}
+    before, after = ([s.qa_score for s in scored[side]] for side in ("before", "after"))
+    qa = {
         "questions": len(answerable),
         "before": sum(before) / len(before),
         "after": sum(after) / len(after),
         "better": sum(a > b + 1e-9 for a, b in zip(after, before, strict=True)),
         "worse": sum(a < b - 1e-9 for a, b in zip(after, before, strict=True)),
+        "change": interval([a - b for a, b in zip(after, before, strict=True)]),
     }
+    if reader is not None:
+        qa["reader"] = _reader_f1(reader, answerable, scored)
+    return qa
+
+
+def _reader_f1(reader, questions: list[Any], scored: dict[str, list]) -> dict[str, Any]:
+    """The reader's F1 per side, its paired change per question, and its Pearson r with the proxy."""
+    from memupdate.rl.scoring.answer_report import answerer_report
+
+    contexts = {side: [s.context for s in rows] for side, rows in scored.items()}
+    proxy = {side: [s.qa_score for s in rows] for side, rows in scored.items()}
+    with progress_bar("answering") as bar:
+        task = bar.add_task("answer", total=None)
+        section, rows = answerer_report(reader, questions, contexts, proxy, lambda done, total: bar.update(task, completed=done, total=total))
+    changes = [row["after"]["f1"] - row["before"]["f1"] for row in rows]
+    return {
+        "model": section["model"], "before": section["before"]["f1"], "after": section["after"]["f1"],
+        "change": interval(changes), "better": sum(c > 1e-9 for c in changes), "worse": sum(c < -1e-9 for c in changes),
+        "proxy_f1_pearson": section["proxy_f1_pearson"]["all"],
+        "proxy_change_f1_change_pearson": pearson([a - b for a, b in zip(proxy["after"], proxy["before"], strict=True)], changes),
+    }
+
+
+def _reader_line(reader: dict[str, Any]) -> str:
+    r = reader["proxy_f1_pearson"]
+    return (
+        f"; reader F1 {reader['before']:.3f} -> {reader['after']:.3f} ({reader['better']} better, {reader['worse']} worse"
+        + (f"; Pearson r with the proxy {r:.2f}" if r is not None else "") + ")"
+    )

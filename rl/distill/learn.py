@@ -36,8 +36,6 @@ that `--policy hf --model DIR` and verl load unchanged.
 from __future__ import annotations
 
 import json
-import math
-import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
@@ -60,7 +58,7 @@ from memupdate.rl.distill.rollouts import (
 from memupdate.rl.distill.targeted import TargetedTask, spread
 from memupdate.rl.distill.task import Task, Unit
 from memupdate.rl.scoring.reward import RewardConfig
-from memupdate.rl.scoring.summaries import mean
+from memupdate.rl.scoring.summaries import interval, mean
 from memupdate.store import MemoryStore, MemupdateError
 
 __all__ = ["LearnConfig", "learn", "spread"]
@@ -390,14 +388,6 @@ def held_out_trajectories(run: Run) -> list[list[dict[str, str]]]:
 
 
 # -- metrics --------------------------------------------------------------------------------------------
-
-
-def interval(values: Sequence[float]) -> dict[str, Any]:
-    """Mean and its 95% interval (normal approximation over the per-question values)."""
-    n = len(values)
-    centre = mean(values)
-    half = 1.96 * statistics.stdev(values) / math.sqrt(n) if n > 1 else 0.0
-    return {"n": n, "mean": round(centre, 5), "low": round(centre - half, 5), "high": round(centre + half, 5)}
 
 
 def collect_metrics(done: dict[str, Any], config: LearnConfig, train: Sequence[Conversation], held_out: Sequence[Conversation], final: Path) -> dict[str, Any]:

@@ -3,6 +3,7 @@
     from memupdate.rl.scoring.summaries import by_category, mean
     mean([1.0, 0.0, 0.5])      # 0.5
     mean([])                   # 0.0: an empty report reads 0, not a ZeroDivisionError
+    interval([0.1, -0.05, 0.2])  # {"n": 3, "mean": ..., "low": ..., "high": ...}: the 95% interval of the mean
     by_category(rows, lambda row: row["category"], summarise)
     # {"multi-hop": summarise(its rows), "temporal": summarise(its rows), ...}, in category order
 
@@ -12,6 +13,8 @@ distillation's summaries average with `mean`, so they agree on what an average a
 
 from __future__ import annotations
 
+import math
+import statistics
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
@@ -24,6 +27,14 @@ Item = TypeVar("Item")
 def mean(values: Sequence[float]) -> float:
     """The arithmetic mean of `values`, 0.0 when there are none."""
     return float(sum(values) / len(values)) if values else 0.0
+
+
+def interval(values: Sequence[float]) -> dict[str, Any]:
+    """Mean and its 95% interval (normal approximation over the per-question values)."""
+    n = len(values)
+    centre = mean(values)
+    half = 1.96 * statistics.stdev(values) / math.sqrt(n) if n > 1 else 0.0
+    return {"n": n, "mean": round(centre, 5), "low": round(centre - half, 5), "high": round(centre + half, 5)}
 
 
 def by_category(
