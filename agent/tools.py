@@ -128,6 +128,12 @@ class SplitMemoryArgs(BaseModel):
 
 
 RELATIVE_MARK = "; relative time"
+TO_DATE = "to date (relative time): "
+
+
+def datable(memory: MemoryRecord) -> bool:
+    """Whether an update without content would date this memory's relative time (it has some, and a day)."""
+    return anchored(memory) != memory.content
 
 
 def show(memory: MemoryRecord, score: float | None = None) -> str:
@@ -141,7 +147,7 @@ def show(memory: MemoryRecord, score: float | None = None) -> str:
     if score is not None:
         parts.append(f"{score:.2f}")
     if date:
-        parts.append(f"({date}{RELATIVE_MARK if anchored(memory) != memory.content else ''})")
+        parts.append(f"({date}{RELATIVE_MARK if datable(memory) else ''})")
     parts.append(memory.content)
     return " ".join(parts)
 
@@ -155,11 +161,19 @@ def cap(text: str) -> str:
 # -- the tools ---------------------------------------------------------------------------------------
 
 
+def listing(memories: Sequence[MemoryRecord], scores: Sequence[float | None] | None = None) -> str:
+    """Memories as a look shows them, one a line; when some hold relative time an update without content
+    would date, a first line names them (`to date: f0240, f0164`), in the order shown."""
+    lines = [show(m, s) for m, s in zip(memories, scores or [None] * len(memories), strict=True)]
+    dated = [m.key for m in memories if datable(m)]
+    return "\n".join(([f"{TO_DATE}{', '.join(dated)}"] if dated else []) + lines)
+
+
 def search_memory(store: MemoryStore, args: SearchMemoryArgs) -> str:
     hits = store.search(args.query, args.top_k)
     if not hits:
         return "no memories in this bank"
-    return "\n".join(show(hit.memory, hit.score) for hit in hits)
+    return listing([hit.memory for hit in hits], [hit.score for hit in hits])
 
 
 def manage_memory(store: MemoryStore, args: ManageMemoryArgs) -> str:
@@ -198,7 +212,7 @@ def sample_memory(store: MemoryStore, args: SampleMemoryArgs) -> str:
     memories = store.sample(args.strategy, args.k)
     if not memories:
         return "no memories in this bank"
-    return "\n".join(show(m) for m in memories)
+    return listing(memories)
 
 
 def merge_memory(store: MemoryStore, args: MergeMemoryArgs) -> str:

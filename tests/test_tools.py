@@ -49,10 +49,10 @@ def ok(store: MemoryStore, name: str, **args) -> str:
 
 
 def test_search_shows_handles_scores_and_dates(bank: MemoryStore) -> None:
-    text = ok(bank, "search_memory", query="sailboat", top_k=2)
+    text = ok(bank, "search_memory", query="sailboat", top_k=1)
     first = text.splitlines()[0]
     assert first.startswith("[f0002] ") and "(2024-03-17)" in first and "sailboat" in first
-    assert len(text.splitlines()) == 2
+    assert len(text.splitlines()) == 1
 
 
 def test_manage_create_and_update(bank: MemoryStore) -> None:
@@ -72,7 +72,7 @@ def test_delete_logs_the_event(bank: MemoryStore) -> None:
 
 @pytest.mark.parametrize("strategy", ["random", "diverse", "recent"])
 def test_sample_strategies(bank: MemoryStore, strategy: str) -> None:
-    lines = ok(bank, "sample_memory", strategy=strategy, k=3).splitlines()
+    lines = [line for line in ok(bank, "sample_memory", strategy=strategy, k=3).splitlines() if not line.startswith("to date")]
     assert len(lines) == 3 and all(line.startswith("[f") for line in lines)
     if strategy == "recent":
         assert "(2024-03-30)" in lines[0]
@@ -124,13 +124,17 @@ def test_update_without_content_dates_the_memory(bank: MemoryStore) -> None:
 
 
 def test_memories_the_update_would_date_are_marked(bank: MemoryStore) -> None:
-    """`(date; relative time)` marks exactly the memories an update without content dates: the mark goes
-    once the memory is dated, and a memory without relative time never has it."""
-    lines = {line[1:6]: line for line in ok(bank, "sample_memory", strategy="recent", k=4).splitlines()}
+    """`(date; relative time)` marks exactly the memories an update without content dates, and a first
+    `to date` line names them: the mark goes once the memory is dated, and a look without such memories
+    has no such line."""
+    text = ok(bank, "sample_memory", strategy="recent", k=4)
+    first, *rest = text.splitlines()
+    assert first == "to date (relative time): f0003" and len(rest) == 4
+    lines = {line[1:6]: line for line in rest}
     assert "(2024-03-17; relative time) Nadia ran" in lines["f0003"]
     assert all("relative time" not in lines[key] for key in ("f0000", "f0001", "f0002"))
-    assert "relative time)" not in ok(bank, "manage_memory", action="update", memory_id="f0003")
-    assert "relative time)" not in ok(bank, "search_memory", query="half marathon", top_k=4)
+    assert "relative time" not in ok(bank, "manage_memory", action="update", memory_id="f0003")
+    assert "relative time" not in ok(bank, "search_memory", query="half marathon", top_k=4)
 
 
 def test_merge_keep_fullest_keeps_the_longer_words_dated(bank: MemoryStore) -> None:

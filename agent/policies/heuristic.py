@@ -104,14 +104,13 @@ class HeuristicPolicy(PlanningPolicy):
             relevant = set(nearest) | set(_lexical_top(memories, question, 10))
             order = [m for m in memories if m.key in relevant]
         else:
-            if self.stepwise:  # only what the look showed (`recent`: the same memories the tool shows)
+            if self.stepwise:  # only what the look showed, in the order it lists them (its `to date` line)
                 calls.append(("sample_memory", {"strategy": "recent", "k": self.stepwise}))
-                shown = {m.key for m in bank.sample("recent", self.stepwise)}
-                memories = [m for m in memories if m.key in shown]
+                order = bank.sample("recent", self.stepwise)
             else:
                 calls.append(("sample_memory", {"strategy": "diverse", "k": 10}))
-            order = list(memories)
-            random.Random(self.seed).shuffle(order)  # seedable: which memories a small budget reaches
+                order = list(memories)
+                random.Random(self.seed).shuffle(order)  # seedable: which memories a small budget reaches
             order.sort(key=lambda m: not has_relative_time(m.content))
         calls += self._noted(self._anchors(order, touched), REASONS["anchor"])
         calls += self._noted(self._merges(order, touched), REASONS["duplicate"])
