@@ -4,6 +4,7 @@ history and undo, on the real database and embedding model."""
 from __future__ import annotations
 
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -241,17 +242,18 @@ def test_compact_with_a_reader_reports_its_f1_beside_the_proxy(store: MemoryStor
     """`--answerer hf:DIR` answers every question from the context the proxy read, before and after. The
     reader is conftest's tiny Qwen2 (random weights: its answers are noise), so this checks the plumbing
     and the figures' shape; the real reader's figures are in docs/student.md."""
+    reader_model = shutil.copytree(tiny_model, tmp_path / "reader")  # answers cached under its own name
     bank = ingest(store, sample).base
     questions = tmp_path / "questions.jsonl"
     asked = [q for q in sample.qa if q.answer and q.category != 5]
     questions.write_text("".join(json.dumps({"question": q.question, "answer": q.answer, "category": q.category}) + "\n" for q in asked))
     data = tmp_path / "review.json"
-    args = ["compact", bank.path, "--questions", str(questions), "--answerer", f"hf:{tiny_model}", "--json", str(data),
+    args = ["compact", bank.path, "--questions", str(questions), "--answerer", f"hf:{reader_model}", "--json", str(data),
             "--review", str(tmp_path / "r.html"), "--url", database_url]
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
     reader = json.loads(data.read_text())["qa"]["reader"]
-    assert "reader F1" in result.output and reader["model"] == f"hf:{tiny_model}"
+    assert "reader F1" in result.output and reader["model"] == f"hf:{reader_model}"
     assert 0 <= reader["before"] <= 1 and 0 <= reader["after"] <= 1 and reader["change"]["n"] == len(asked)
     assert reader["better"] + reader["worse"] <= len(asked) and "proxy_f1_pearson" in reader
 
@@ -259,5 +261,5 @@ def test_compact_with_a_reader_reports_its_f1_beside_the_proxy(store: MemoryStor
     assert unknown.exit_code == 2 and "--answerer hf:" in unknown.output and "Traceback" not in unknown.output
     bare = store.scoped("bare/bank")
     bare.create("Nadia runs.")
-    without = runner.invoke(app, ["compact", bare.path, "--answerer", f"hf:{tiny_model}", "--url", database_url])
+    without = runner.invoke(app, ["compact", bare.path, "--answerer", f"hf:{reader_model}", "--url", database_url])
     assert without.exit_code == 2 and "--questions FILE" in without.output
