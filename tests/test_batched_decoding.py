@@ -159,3 +159,18 @@ def test_a_participant_running_episodes_of_its_own_steps_aside(policy):
 
     got = advance_together([policy, policy], [nested, episode(2)])
     assert [len(got[0][0]), len(got[0][1]), len(got[1])] == [2, 1, 2]
+
+
+def test_a_decoder_keeps_no_model_alive(tiny_model):
+    """The registry of decoders is weak both ways: once no policy uses a checkpoint, its model (and the
+    decoder's prefix caches) can go. It kept every checkpoint an `rl learn` loaded, stage after stage."""
+    import gc
+    import weakref
+
+    model = HuggingFaceChatModel.from_pretrained(tiny_model, max_new_tokens=4, dtype=torch.float64)
+    assert advance_together([model, model], [episode(1), episode(1)])[0]
+    alive = weakref.ref(model.hf_model)
+    assert decoder_for(model).model is model.hf_model
+    del model
+    gc.collect()
+    assert alive() is None

@@ -80,7 +80,7 @@ class BatchDecoder:
     def __init__(self, model: Any, tokenizer: Any):
         from .hf import stop_and_pad_ids
 
-        self.model, self.tokenizer = model, tokenizer
+        self._model, self.tokenizer = weakref.ref(model), tokenizer
         self.stop_ids = set(stop_and_pad_ids(model, tokenizer)["eos_token_id"])
         self._prefixes: dict[tuple[int, ...], Any] = {}
         self._state = threading.Condition()
@@ -96,6 +96,11 @@ class BatchDecoder:
         """Announce `n` participants (before their threads start, so none decodes without the others)."""
         with self._state:
             self._live += n
+
+    @property
+    def model(self) -> Any:
+        """The loaded model (alive while any policy on it is)."""
+        return self._model()
 
     def enter(self) -> None:
         """Mark the calling thread as one of the announced participants."""
@@ -390,6 +395,8 @@ def _crop_front(cache: Any, n: int) -> None:
 
 # -- running episodes together --------------------------------------------------------------------
 
+# Keyed weakly by the model; a decoder refers to its model only weakly too (`BatchDecoder.model`), or
+# the entry would keep its key alive and every checkpoint a run loads would stay in memory.
 _DECODERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _DECODERS_LOCK = threading.Lock()
 
