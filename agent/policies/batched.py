@@ -183,6 +183,7 @@ class BatchDecoder:
             position_ids=torch.arange(held, len(request.ids))[None],
             past_key_values=cache,
             use_cache=True,
+            logits_to_keep=1,  # only the last position's: a prompt's all would be (tokens x vocabulary) floats
         )
         generator = None
         if request.temperature > 0:
@@ -216,7 +217,7 @@ class BatchDecoder:
 
         key = tuple(prefix)
         if key not in self._prefixes:
-            self._prefixes[key] = self.model(input_ids=torch.tensor([prefix]), use_cache=True).past_key_values
+            self._prefixes[key] = self.model(input_ids=torch.tensor([prefix]), use_cache=True, logits_to_keep=1).past_key_values
         return self._prefixes[key]
 
     def _advance(self, rows: list[_Row]) -> None:
