@@ -163,10 +163,11 @@ def cap(text: str) -> str:
 
 def listing(memories: Sequence[MemoryRecord], scores: Sequence[float | None] | None = None) -> str:
     """Memories as a look shows them, one a line; when some hold relative time an update without content
-    would date, a first line names them (`to date: f0240, f0164`), in the order shown."""
+    would date, a first line names them (`to date (relative time): [f0240] [f0164]`), in the order shown:
+    a handle written as in the lines below it is one a small model copies."""
     lines = [show(m, s) for m, s in zip(memories, scores or [None] * len(memories), strict=True)]
     dated = [m.key for m in memories if datable(m)]
-    return "\n".join(([f"{TO_DATE}{', '.join(dated)}"] if dated else []) + lines)
+    return "\n".join(([TO_DATE + " ".join(f"[{key}]" for key in dated)] if dated else []) + lines)
 
 
 def search_memory(store: MemoryStore, args: SearchMemoryArgs) -> str:

@@ -129,7 +129,7 @@ def test_memories_the_update_would_date_are_marked(bank: MemoryStore) -> None:
     has no such line."""
     text = ok(bank, "sample_memory", strategy="recent", k=4)
     first, *rest = text.splitlines()
-    assert first == "to date (relative time): f0003" and len(rest) == 4
+    assert first == "to date (relative time): [f0003]" and len(rest) == 4
     lines = {line[1:6]: line for line in rest}
     assert "(2024-03-17; relative time) Nadia ran" in lines["f0003"]
     assert all("relative time" not in lines[key] for key in ("f0000", "f0001", "f0002"))
