@@ -34,8 +34,6 @@ from memupdate.cli.common import (
     require_bank,
     user_errors,
 )
-from memupdate.rl.scoring.answer_report import pearson
-from memupdate.rl.scoring.summaries import interval
 from memupdate.store.errors import MemupdateError
 
 
@@ -220,6 +218,7 @@ def _qa(bank, fork, questions: list[Any], reader=None) -> dict[str, Any] | None:
     its LoCoMo F1 on the contexts the proxy read, and how the two agree."""
     from memupdate.rl.data.categories import ADVERSARIAL
     from memupdate.rl.scoring.qa_proxy import score_questions
+    from memupdate.rl.scoring.summaries import interval
 
     answerable = [q for q in questions if q.category != ADVERSARIAL and q.answer]
     if not answerable:
@@ -241,7 +240,8 @@ def _qa(bank, fork, questions: list[Any], reader=None) -> dict[str, Any] | None:
 
 def _reader_f1(reader, questions: list[Any], scored: dict[str, list]) -> dict[str, Any]:
     """The reader's F1 per side, its paired change per question, and its Pearson r with the proxy."""
-    from memupdate.rl.scoring.answer_report import answerer_report
+    from memupdate.rl.scoring.answer_report import answerer_report, pearson
+    from memupdate.rl.scoring.summaries import interval
 
     contexts = {side: [s.context for s in rows] for side, rows in scored.items()}
     proxy = {side: [s.qa_score for s in rows] for side, rows in scored.items()}
