@@ -33,6 +33,7 @@ __all__ = [
     "TIME_EXPRESSION",
     "anchor_relative_dates",
     "anchored",
+    "datable",
     "format_day",
     "has_relative_time",
     "memory_day",
@@ -110,6 +111,12 @@ def anchored(memory: MemoryRecord) -> str:
     """The memory's text with relative time anchored to its day (unchanged when it has no date)."""
     day = memory_day(memory)
     return anchor_relative_dates(memory.content, day) if day else memory.content
+
+
+def datable(memory: MemoryRecord) -> bool:
+    """Whether anchoring would change the memory (it has relative time, and a day): what an update without
+    content does, what the tools mark and what the heuristic dates."""
+    return anchored(memory) != memory.content
 
 
 def format_day(day: date) -> str:

@@ -24,7 +24,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, ValidationError, field_validator
 
 from memupdate.agent import text_strategies
-from memupdate.agent.dates import anchored
+from memupdate.agent.dates import anchored, datable
 from memupdate.store import MemoryNotFound, MemoryRecord, MemoryStore, MemupdateError, NewMemory
 from memupdate.store.memory_store import SampleStrategy
 from memupdate.store.models import MAX_CONTENT_CHARS, MemoryKind
@@ -129,11 +129,6 @@ class SplitMemoryArgs(BaseModel):
 
 RELATIVE_MARK = "; relative time"
 TO_DATE = "to date (relative time): "
-
-
-def datable(memory: MemoryRecord) -> bool:
-    """Whether an update without content would date this memory's relative time (it has some, and a day)."""
-    return anchored(memory) != memory.content
 
 
 def show(memory: MemoryRecord, score: float | None = None) -> str:

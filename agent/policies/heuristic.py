@@ -29,7 +29,7 @@ from collections.abc import Sequence
 
 from pydantic import Field, PrivateAttr
 
-from memupdate.agent.dates import anchor_relative_dates, anchored, has_relative_time, memory_day
+from memupdate.agent.dates import anchor_relative_dates, anchored, datable, has_relative_time, memory_day
 from memupdate.agent.policies.planning import PlanningPolicy, ToolCall
 from memupdate.agent.text_strategies import content_words, jaccard, split_thematic
 from memupdate.settings import DEFAULT_MAX_OPERATIONS
@@ -147,7 +147,7 @@ class HeuristicPolicy(PlanningPolicy):
         for memory in memories:
             if memory.key in touched:
                 continue
-            if anchored(memory) != memory.content:
+            if datable(memory):
                 # No content: the tool dates the memory itself (`manage_memory`), as a student would ask it to.
                 calls.append(("manage_memory", {"action": "update", "memory_id": memory.key}))
                 touched.add(memory.key)
