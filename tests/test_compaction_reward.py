@@ -1,7 +1,8 @@
 """The compaction reward (`compute_compaction_reward`): one neighbourhood of a bank edited blind, scored on
 every question of the bank. A no-op scores exactly 0; the neighbourhoods' changes add up to the whole bank's
 where they do not meet; cheap blind tricks earn at most 10% of the heuristic compaction's reward; a merge of
-unrelated memories that keeps every word still costs.
+unrelated memories that keeps every word still costs; calls the tools refuse cost, so repeating them earns
+less than stopping and spraying updates over every memory earns less than choosing.
 
 Real database, embedding model, graph and tools; the bank is the first conversation of LoCoMo's dev file
 (skipped where it is absent) or the shipped sample.
@@ -15,7 +16,7 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from exploit_policies import BLIND_EXPLOITS, UnrelatedMerges
+from exploit_policies import BLIND_EXPLOITS, RefusedUpdates, SprayedUpdates, UnrelatedMerges
 from locomo_fixtures import locomo_dev_file_fixture  # noqa: F401  (fixture `locomo_dev_file`)
 
 from memupdate.agent.compaction import compact_bank, neighbourhood_episode
@@ -69,6 +70,34 @@ def test_a_no_op_scores_exactly_zero(root: MemoryStore) -> None:
         assert set(task.rollout(None, base, WholeBank(conversation))["question_deltas"]) == {0.0}
     finally:
         base.drop()
+
+
+def test_refused_calls_earn_less_than_no_edits(root: MemoryStore) -> None:
+    """A policy whose every call the tools refuse leaves the bank as it was and is charged for each call."""
+    conversation, base = own_bank(root, load_sample()[0])
+    try:
+        task = CompactionTask(root, RewardConfig())
+        records = [task.rollout(RefusedUpdates(store=root), base, unit) for unit in task.training_units([conversation], 2)]
+        assert all(r["failed_calls"] > 0 and r["ok_calls"] == 0 for r in records)
+        for record in records:
+            assert record["reward_parts"]["performance_delta"] == 0.0
+            assert record["reward"] == pytest.approx(-RewardConfig().failed_call_cost * record["failed_calls"])
+    finally:
+        base.drop()
+
+
+@pytest.mark.locomo
+def test_spraying_updates_over_every_memory_earns_less_than_choosing(root: MemoryStore, dev_bank) -> None:
+    """Updating every memory without content dates the same memories the heuristic dates, and is charged for
+    each memory the tools refuse to date. Measured on LoCoMo's conv-26 (8 neighbourhoods): sprayed -0.021
+    (10 calls ran, 70 refused), heuristic +0.066; without the charge the two would be equal."""
+    conversation, base = dev_bank
+    task = CompactionTask(root, RewardConfig())
+    units = spread(task.training_units([conversation], 0), NEIGHBOURHOODS)
+    records = [task.rollout(SprayedUpdates(store=root), base, unit) for unit in units]
+    assert sum(r["ok_calls"] for r in records) > 0 and sum(r["failed_calls"] for r in records) > 0
+    sprayed = statistics.mean(r["reward"] for r in records)
+    assert sprayed < mean_reward(task, HeuristicPolicy(store=root), base, units)
 
 
 @pytest.mark.locomo

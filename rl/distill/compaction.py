@@ -10,7 +10,8 @@ on every question of the bank; a held-out bank is evaluated whole, the way `memu
 A neighbourhood is the cut `memupdate compact` makes (`agent.compaction.neighbourhoods`, at most `size`
 memories that lie close together). Its episode sees only those memories (`neighbourhood_episode`) and
 its reward is `compute_compaction_reward`: the QA proxy change over every question per question the
-neighbourhood can reach, times efficiency, minus unsupported text and lost information.
+neighbourhood can reach, times efficiency, minus unsupported text, lost information and calls that did
+not run.
 
 An evaluation unit is a whole held-out bank: `compact_bank` (what `memupdate compact` calls) runs one
 episode per neighbourhood into one fork, and the record holds every question's QA proxy before -> after
@@ -109,17 +110,17 @@ class CompactionTask:
                 episode = neighbourhood_episode(
                     policy, fork, unit.keys, "e", max_turns=self.max_turns, max_operations=self.max_operations
                 ) if policy is not None else None
-                reward = compute_compaction_reward(base, fork, questions, unit.keys, self.reward)
-            transcripts = [episode.messages] if episode else []
+                calls = call_summary(episode.messages if episode else [])
+                reward = compute_compaction_reward(base, fork, questions, unit.keys, self.reward, calls["failed_calls"])
+            messages = episode.messages if episode else []
             facts = {"neighbourhood": list(unit.keys), "stop_reason": episode.stop_reason if episode else None}
         else:
-            transcripts, reward, facts = self._compact_whole(policy, base, namespace, questions)
-        messages = [m for transcript in transcripts for m in transcript]
+            messages, calls, reward, facts = self._compact_whole(policy, base, namespace, questions)
         return {
             "sample_id": sample_id,
             "group": unit.group,
             "messages": to_chat_dicts(messages),  # a whole bank's: every episode's transcript, one after another
-            **call_summary(messages),
+            **calls,
             "turns": sum(1 for m in messages if m.type == "ai"),
             "reward": reward.reward,
             "reward_parts": reward.as_dict(),
@@ -129,23 +130,25 @@ class CompactionTask:
 
     def _compact_whole(
         self, policy: BaseChatModel | None, base: MemoryStore, namespace: Sequence[str], questions: list[QAItem]
-    ) -> tuple[list[list[Any]], RewardBreakdown, dict[str, Any]]:
-        """`compact_bank` of the whole bank (no edits for `policy=None`), scored on every question."""
+    ) -> tuple[list[Any], dict[str, Any], RewardBreakdown, dict[str, Any]]:
+        """`compact_bank` of the whole bank (no edits for `policy=None`), scored on every question: every
+        episode's messages one after another, their calls, the reward and the bank's facts."""
         if policy is None:
             with base.forked(namespace) as fork:
                 reward = compute_compaction_reward(base, fork, questions, None, self.reward)
-            result = None
-        else:
-            result = compact_bank(policy, base, namespace, size=self.size, max_turns=self.max_turns, max_operations=self.max_operations)
-            try:
-                reward = compute_compaction_reward(base, result.fork, questions, None, self.reward)
-            finally:
-                result.fork.drop()
-        facts = bank_facts(reward, questions) | {"stop_reason": None}  # a whole bank's are in `stop_reasons`
-        if result is None:
-            return [], reward, facts
-        facts |= {"episodes": result.episodes, "failed_episodes": result.failed_episodes, "stop_reasons": result.stop_reasons}
-        return result.messages, reward, facts
+            return [], call_summary([]), reward, bank_facts(reward, questions) | {"stop_reason": None}
+        result = compact_bank(policy, base, namespace, size=self.size, max_turns=self.max_turns, max_operations=self.max_operations)
+        messages = [m for transcript in result.messages for m in transcript]
+        calls = call_summary(messages)
+        try:
+            reward = compute_compaction_reward(base, result.fork, questions, None, self.reward, calls["failed_calls"])
+        finally:
+            result.fork.drop()
+        facts = bank_facts(reward, questions) | {
+            "stop_reason": None,  # a whole bank's are in `stop_reasons`
+            "episodes": result.episodes, "failed_episodes": result.failed_episodes, "stop_reasons": result.stop_reasons,
+        }
+        return messages, calls, reward, facts
 
 
 def bank_facts(reward: RewardBreakdown, questions: Sequence[QAItem]) -> dict[str, Any]:

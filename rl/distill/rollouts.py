@@ -71,11 +71,13 @@ def call_summary(messages: Sequence) -> dict[str, Any]:
             result = results.get(call["id"])
             ok = result is not None and result.status == "success"
             calls.append({"name": call["name"], "args": call["args"], "ok": ok, "result": result.content if result else None})
+    ok = sum(c["ok"] for c in calls)
     return {
         "calls": calls,
         "valid_calls": len(calls),
         "invalid_calls": invalid,
-        "ok_calls": sum(c["ok"] for c in calls),
+        "ok_calls": ok,
+        "failed_calls": len(calls) - ok + invalid,  # refused by a tool, or not parsed
     }
 
 

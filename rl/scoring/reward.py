@@ -33,6 +33,10 @@ same formula on every question of the bank, with two differences:
 - efficiency is measured against the neighbourhood (its size is `before`), and lost information is
   charged: coverage_penalty = coverage_cost × sources whose words no result keeps (the review's coverage
   flags, `agent/review.py`).
+- each call the episode made that did not run (a tool refused it, or it could not be parsed) costs
+  failed_call_cost: a refused call changes nothing, so without it a policy that repeats a refused call
+  until its turns run out scores the same as one that stops, and spraying updates over every memory
+  scores the same as choosing the ones the tools can date.
 
 `compute_reward` is the entry point of a targeted episode, `compute_compaction_reward` of a compaction. It reads what the fork changed in SQL (`store/fork_diff.py`),
 merges that into the base's hits, and keeps the base's hits, scores and snapshot while the base's
@@ -82,6 +86,8 @@ class RewardConfig:
     max_unsupported_penalty: float = 1.0
     # Compaction episodes: each bank memory whose words no result of its change keeps (a coverage flag).
     coverage_cost: float = 0.05
+    # Compaction episodes: each tool call that did not run (refused by a tool, or not parsed).
+    failed_call_cost: float = 0.01
     # "proxy" (no LLM) or "answerer": a frozen LLM answers from the same context and LoCoMo's F1 of its
     # answer is the QA score (Memory-R1's reward); answers are cached in PostgreSQL.
     qa: str = "proxy"
@@ -142,6 +148,8 @@ class RewardBreakdown:
     reach: int | None = None  # compaction: the questions the neighbourhood can affect (None: targeted)
     lost_sources: int = 0  # compaction: bank memories whose words no result keeps
     coverage_penalty: float = 0.0
+    failed_calls: int = 0  # compaction: the episode's calls that did not run
+    failed_call_penalty: float = 0.0
 
     def as_dict(self) -> dict[str, Any]:
         """The numbers (and faithfulness's examples), flat enough for logs and verl's extra info."""
@@ -280,9 +288,11 @@ def compute_compaction_reward(
     questions: Sequence[Question],
     neighbourhood: Sequence[str] | None = None,
     config: RewardConfig = RewardConfig(),
+    failed_calls: int = 0,
 ) -> RewardBreakdown:
     """Score a compaction of `neighbourhood` (the bank keys its episode was given; None: the whole bank)
-    on every question of the bank (see the module docstring). A fork equal to its base scores exactly 0."""
+    on every question of the bank (see the module docstring); `failed_calls` are the episode's calls that
+    did not run. A fork equal to its base, after no failed call, scores exactly 0."""
     if not questions:
         raise ValueError("compute_compaction_reward needs at least one question with an answer")
     base_scores, fork_scores, changes, base_snapshot = scored_sides(base, fork, questions, config)
@@ -297,8 +307,9 @@ def compute_compaction_reward(
     penalty = unsupported_penalty(faithfulness, config)
     lost = lost_sources(base, fork) if changes.edited else 0
     coverage = min(config.max_unsupported_penalty, config.coverage_cost * lost)
+    failed = config.failed_call_cost * failed_calls
     return RewardBreakdown(
-        reward=combine(delta, efficiency.value) - penalty - coverage,
+        reward=combine(delta, efficiency.value) - penalty - coverage - failed,
         performance_delta=delta,
         target_delta=delta,
         collateral_delta=None,
@@ -312,6 +323,8 @@ def compute_compaction_reward(
         reach=reach,
         lost_sources=lost,
         coverage_penalty=coverage,
+        failed_calls=failed_calls,
+        failed_call_penalty=failed,
         base_scores=tuple(base_scores),
         fork_scores=tuple(fork_scores),
     )
