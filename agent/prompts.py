@@ -21,8 +21,8 @@ similarity up to a fixed length (about {context_tokens} words in all). Edit the 
 - write only what the memories you edit (and their dates) support: invented words cost, and so does losing what other questions need.
 Tools: search_memory, manage_memory (create/update), delete_memory, sample_memory, merge_memory, split_memory. \
 Memories are shown as [handle] (date) text; refer to them by handle. \
-(date; relative time) marks a memory whose relative time an update with no content dates, and a first \
-"to date" line lists them.
+(date; relative time) marks a memory whose relative time an update with no content dates, and a \
+"to date" line lists them (first in a look, and after each dating update the ones left).
 Budget: at most {max_turns} turns and {max_operations} tool calls. Stop calling tools when the bank is good."""
 
 _BANK = re.compile(r"^Memory bank: (?P<namespace>\S+)$", re.M)
@@ -71,4 +71,5 @@ COMPACT_SYSTEM_PROMPT = f"""Edit this memory bank so questions answered later fr
 similar to them are answered better: anchor relative dates ("yesterday") to absolute ones (update a memory without content: the tool dates it); \
 merge duplicates; fix or delete wrong memories; keep each memory short and self-contained, naming who it is about; \
 write only what the memories support. Memories show as [handle] (date) text; refer to them by handle; \
-a first "to date" line lists those an update without content dates. Stop calling tools when done."""
+a "to date" line (first in a look; after each dating update, those left) lists those an update without content dates. \
+Stop calling tools when done."""

@@ -162,7 +162,11 @@ def listing(memories: Sequence[MemoryRecord], scores: Sequence[float | None] | N
     a handle written as in the lines below it is one a small model copies."""
     lines = [show(m, s) for m, s in zip(memories, scores or [None] * len(memories), strict=True)]
     dated = [m.key for m in memories if datable(m)]
-    return "\n".join(([TO_DATE + " ".join(f"[{key}]" for key in dated)] if dated else []) + lines)
+    return "\n".join(([to_date_line(dated)] if dated else []) + lines)
+
+
+def to_date_line(keys: Sequence[str]) -> str:
+    return TO_DATE + " ".join(f"[{key}]" for key in keys)
 
 
 def search_memory(store: MemoryStore, args: SearchMemoryArgs) -> str:
@@ -185,7 +189,17 @@ def manage_memory(store: MemoryStore, args: ManageMemoryArgs) -> str:
     content = args.content if args.content is not None else _dated(store, args.memory_id)
     with _unknown_ids():  # the write itself finds the memory: no read before it
         memory = store.update(args.memory_id, content=content, kind=args.kind)
-    return f"updated {show(memory)}"
+    return f"updated {show(memory)}" + (still_to_date(store) if args.content is None else "")
+
+
+def still_to_date(store: MemoryStore) -> str:
+    """After a dating update, in a bank a look shows whole (a compaction episode's neighbourhood): a line
+    naming the memories still to date, newest first as `sample_memory(recent)` lists them, so the next
+    handle to date is in the last result a policy read. Empty when none is left, or the bank is larger."""
+    if store.count() > MAX_TOP_K:
+        return ""
+    dated = [m.key for m in store.sample("recent", MAX_TOP_K) if datable(m)]
+    return "\n" + to_date_line(dated) if dated else ""
 
 
 def _dated(store: MemoryStore, key: str) -> str:

@@ -11,14 +11,19 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from types import SimpleNamespace
 
 import pytest
+from langchain_core.messages import AIMessage, ToolMessage
 from transformers import AutoTokenizer
 
+from memupdate.agent.compaction import neighbourhood_episode
 from memupdate.agent.models import STUDENT_CHAT_TEMPLATE
-from memupdate.rl.distill.learn import STAGES, LearnConfig, learn
+from memupdate.rl.distill.compaction import CompactionTask
+from memupdate.rl.distill.learn import STAGES, LearnConfig, learn, teacher
 from memupdate.rl.distill.tiny_student import build_tiny_checkpoint
-from memupdate.store import MemoryStore, MemupdateError
+from memupdate.rl.scoring.reward import RewardConfig
+from memupdate.store import MemoryStore, MemupdateError, NewMemory
 
 SMALL = LearnConfig(
     train_questions=8, eval_questions=2, group_size=2, student_group_size=2, rl_questions=2, iterations=1,
@@ -43,7 +48,8 @@ COMPACTION_STAGES = [*TARGETED_STAGES[:2], "eval-heuristic", *TARGETED_STAGES[2:
 @pytest.mark.parametrize("task", ["targeted", "compaction"])
 def test_every_stage_runs_writes_metrics_and_resumes(store: MemoryStore, sample, tiny_student, tmp_path, task) -> None:
     held_out = replace(sample, sample_id=sample.sample_id + "-heldout")
-    config = replace(SMALL, student=str(tiny_student), task=task)
+    # Targeted RL goes on at the rate SFT chose; compaction's at the one given.
+    config = replace(SMALL, student=str(tiny_student), task=task, rl_learning_rate=5e-5 if task == "compaction" else None)
     out = tmp_path / "run"
     try:
         metrics = learn(store, [sample], [held_out], config, out)
@@ -66,7 +72,7 @@ def test_every_stage_runs_writes_metrics_and_resumes(store: MemoryStore, sample,
     assert {"zero-shot", "sft", "rl-1", "rl_minus_sft"} <= set(table)
     sft = stages["sft"]["result"]["training"]
     assert set(sft["sweep_held_out_loss"]) == {"0.0001", "0.001"} and sft["learning_rate"] in (1e-4, 1e-3)
-    assert stages["rl-1"]["result"]["training"]["learning_rate"] == sft["learning_rate"]  # RL goes on at SFT's rate
+    assert stages["rl-1"]["result"]["training"]["learning_rate"] == (5e-5 if task == "compaction" else sft["learning_rate"])
     for name in ("metrics.json", "learning_curve.png", "sft/config.json", "rl-1/model.safetensors"):
         assert (out / name).is_file(), name
 
@@ -74,6 +80,24 @@ def test_every_stage_runs_writes_metrics_and_resumes(store: MemoryStore, sample,
     lines = (out / "trajectories.jsonl").read_text()
     again = learn(store, [sample], [held_out], config, out)
     assert again["evaluations"] == metrics["evaluations"] and (out / "trajectories.jsonl").read_text() == lines
+
+
+def test_the_compaction_teacher_dates_one_memory_a_turn(store: MemoryStore) -> None:
+    """Each of its edits follows the tool result that names what is left to date, the pattern a student
+    imitates: look, date the first handle of the last `to date` line, again, stop."""
+    day = {"date": "2024-03-17"}
+    store.create_many([
+        NewMemory("Ann moved to Lisbon last week.", metadata=day, key="f0000"),
+        NewMemory("Ann likes green tea.", metadata=day, key="f0001"),
+        NewMemory("Ann adopted a cat yesterday.", metadata=day, key="f0002"),
+    ])
+    run = SimpleNamespace(config=LearnConfig(), task=CompactionTask(store, RewardConfig()), store=store)
+    episode = neighbourhood_episode(teacher(run, 0.0, 0.0).member(0), store, ["f0000", "f0001", "f0002"], "e")
+    assert [len(m.tool_calls) for m in episode.messages if isinstance(m, AIMessage)] == [1, 1, 1, 0]
+    look, first, second = [m.content for m in episode.messages if isinstance(m, ToolMessage)]
+    line = look.splitlines()[0]
+    assert line.startswith("to date (relative time): ") and sorted(line.split()[4:]) == ["[f0000]", "[f0002]"]
+    assert first.splitlines()[-1] == f"to date (relative time): {line.split()[-1]}" and "to date" not in second
 
 
 def test_a_conversation_both_trained_on_and_held_out_is_refused(store: MemoryStore, sample, tmp_path) -> None:

@@ -137,6 +137,18 @@ def test_memories_the_update_would_date_are_marked(bank: MemoryStore) -> None:
     assert "relative time" not in ok(bank, "search_memory", query="half marathon", top_k=4)
 
 
+def test_a_dating_update_names_the_memories_left_to_date(bank: MemoryStore) -> None:
+    """After an update without content, a bank a look shows whole gets the `to date` line of what is left
+    (newest first); none once all are dated, none after an update with content, none in a larger bank."""
+    owen = {"dia_ids": ["D3:5"], "session": 3, "date": "2024-03-30", "speaker": "Owen"}
+    bank.create_many([NewMemory("Owen went fishing last Sunday.", metadata=owen, key="f0004")])
+    assert ok(bank, "manage_memory", action="update", memory_id="f0004").splitlines()[1:] == ["to date (relative time): [f0003]"]
+    assert "to date" not in ok(bank, "manage_memory", action="update", memory_id="f0000", content="Nadia works nights.")
+    assert len(ok(bank, "manage_memory", action="update", memory_id="f0003").splitlines()) == 1
+    bank.create_many([NewMemory(f"Owen sailed last week, trip {i}.", metadata=owen, key=f"f01{i:02d}") for i in range(20)])
+    assert len(ok(bank, "manage_memory", action="update", memory_id="f0100").splitlines()) == 1
+
+
 def test_merge_keep_fullest_keeps_the_longer_words_dated(bank: MemoryStore) -> None:
     ok(bank, "merge_memory", memory_ids=["f0001", "f0000"], strategy="keep_fullest")
     merged = [m for m in bank.list() if m.key not in ("f0002", "f0003")]

@@ -48,6 +48,7 @@ def learn_command(
     explore: float = typer.Option(0.5, "--explore", help="Heuristic teacher: share of its edits dropped/shuffled per rollout."),
     learning_rate: float = typer.Option(3e-4, "--learning-rate", help="Used when --sweep is empty."),
     sweep: str = typer.Option("1e-5,1e-4,3e-4,1e-3", "--sweep", help="Learning rates SFT tries (one pass each); the lowest held-out loss wins."),
+    rl_learning_rate: float | None = typer.Option(None, "--rl-learning-rate", help="RL iterations' learning rate (default: the one SFT chose)."),
     top_layers: int = typer.Option(6, "--top-layers", help="Train only the last N transformer layers (0: all)."),
     lora_rank: int = typer.Option(0, "--lora-rank", help="> 0 with --top-layers 0: LoRA adapters (GPU, large students)."),
     sft_epochs: int = typer.Option(4, "--sft-epochs"),

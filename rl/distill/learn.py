@@ -97,6 +97,7 @@ class LearnConfig:
     rl_epochs: int = 2
     learning_rate: float = 3e-4  # used when `sweep` is empty
     sweep: tuple[float, ...] = (1e-5, 1e-4, 3e-4, 1e-3)  # SFT tries each for one pass; the best held-out loss wins
+    rl_learning_rate: float | None = None  # RL iterations' rate (None: the rate SFT chose)
     top_layers: int = 6
     lora_rank: int = 0  # > 0 (with top_layers 0): LoRA adapters instead, e.g. for Qwen2.5-3B on a GPU
     batch_size: int = 8
@@ -256,11 +257,14 @@ def teacher(run: Run, explore: float, temperature: float) -> PolicyGroup:
     """The teacher's group: the heuristic in its stepwise form (seeded `explore`), or any other policy."""
     config = run.config
     if config.teacher == "heuristic":
-        # Blind, its first look shows the whole neighbourhood; targeted, its search shows `stepwise` memories.
-        shown = config.neighbourhood if isinstance(run.task, CompactionTask) else config.stepwise
+        # Blind, its first look shows the whole neighbourhood and it makes one edit a turn, so each edit
+        # follows the result that names what is left to date; targeted, its search shows `stepwise` memories.
+        blind = isinstance(run.task, CompactionTask)
+        shown = config.neighbourhood if blind else config.stepwise
         return policy_group(
             "heuristic", run.store, label=f"heuristic(stepwise={shown}, explore={explore})",
             max_operations=config.teacher_operations, explore=explore, stepwise=shown, look_first=True,
+            **({"calls_per_turn": 1} if blind else {}),
         )
     return policy_group(
         config.teacher, run.store, label=f"{config.teacher}:{config.teacher_model}" if config.teacher_model else config.teacher,
@@ -341,7 +345,9 @@ def sft(run: Run, start: Path, teacher_records: list[dict[str, Any]]) -> dict[st
     """Fine-tune `start` into `out/sft` on the teacher's trajectories that beat their group."""
     advantages, stats = assign_advantages(teacher_records)
     weights = imitation_weights(teacher_records, advantages)
-    return {**stats, "training": train_stage(run, start, run.out / "sft", teacher_records, weights, run.config.sft_epochs, run.config.sweep)}
+    config = run.config
+    training = train_stage(run, start, run.out / "sft", teacher_records, weights, config.sft_epochs, config.learning_rate, config.sweep)
+    return {**stats, "training": training}
 
 
 def rl_iteration(run: Run, k: int, start: Path, target: Path, teacher_records: list[dict[str, Any]]) -> dict[str, Any]:
@@ -363,24 +369,30 @@ def rl_iteration(run: Run, k: int, start: Path, target: Path, teacher_records: l
         "tokens_per_rollout": mean([_tokens(r) for r in own]),
         "student_trajectories_trained": sum(w > 0 for w in students),
         "student_trajectories_pushed_down": sum(w < 0 for w in students),
-        "training": train_stage(run, start, target, records, weights, config.rl_epochs),
+        "training": train_stage(run, start, target, records, weights, config.rl_epochs, rl_learning_rate(run)),
     }
 
 
 def train_stage(
-    run: Run, start: Path, target: Path, records: list[dict[str, Any]], weights: list[float], epochs: int, sweep: tuple = ()
+    run: Run, start: Path, target: Path, records: list[dict[str, Any]], weights: list[float], epochs: int,
+    learning_rate: float, sweep: tuple = (),
 ) -> dict[str, Any]:
     """Fine-tune `start` into `target` on the weighted records, as the student saw them; the kept-out units'
-    teacher trajectories give the held-out loss. RL iterations go on at the rate the SFT sweep chose."""
+    teacher trajectories give the held-out loss."""
     config = run.config
     examples = [(_seen(r, run.settings), w) for r, w in zip(records, weights, strict=True) if r["group"] not in run.kept_out and r["messages"]]
-    chosen = run.done.get("sft", {}).get("result", {}).get("training", {}).get("learning_rate")
     train_config = TrainConfig(
-        learning_rate=chosen or config.learning_rate, epochs=epochs, batch_size=config.batch_size, top_layers=config.top_layers,
+        learning_rate=learning_rate, epochs=epochs, batch_size=config.batch_size, top_layers=config.top_layers,
         max_length=config.max_length, seed=config.seed, sweep=sweep, lora_rank=config.lora_rank,
         gradient_checkpointing=config.gradient_checkpointing,
     )
     return finetune(start, target, examples, held_out_trajectories(run), train_config, progress=run.progress)
+
+
+def rl_learning_rate(run: Run) -> float:
+    """`rl_learning_rate`, else the rate the SFT sweep chose (else `learning_rate`)."""
+    chosen = run.done.get("sft", {}).get("result", {}).get("training", {}).get("learning_rate")
+    return run.config.rl_learning_rate or chosen or run.config.learning_rate
 
 
 def held_out_trajectories(run: Run) -> list[list[dict[str, str]]]:
