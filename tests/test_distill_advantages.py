@@ -71,12 +71,17 @@ def test_mismatched_lengths_are_a_clear_error() -> None:
 
 
 def test_imitation_and_advantage_weights() -> None:
+    look = {"name": "sample_memory", "ok": True}
+    date = {"name": "manage_memory", "ok": True}
     records = [{"group": "a", "reward": 0.4}, {"group": "a", "reward": 0.0}, {"group": "b", "reward": 0.2},
-               {"group": "b", "reward": 0.2}, {"group": "c", "reward": 0.0}, {"group": "c", "reward": 0.0}]
+               {"group": "b", "reward": 0.2}, {"group": "c", "reward": 0.0, "calls": [look]},
+               {"group": "c", "reward": 0.0, "calls": [look, date]}, {"group": "d", "reward": 0.3}, {"group": "d", "reward": 0.1},
+               {"group": "d", "reward": 0.0}]
     advantages, stats = assign_advantages(records)
-    assert (stats["groups"], stats["zero_variance_groups"], stats["positive"]) == (3, 2, 1)
-    # Distillation imitates what beat its group, or a whole group of equal rewards above 0; never pushes down.
-    assert imitation_weights(records, advantages) == [1.0, 0.0, 1.0, 1.0, 0.0, 0.0]
+    assert (stats["groups"], stats["zero_variance_groups"], stats["positive"]) == (4, 2, 2)
+    # Distillation imitates each group's best: above 0, or a look and no edit where nothing gained (not an
+    # edit that gained nothing); not d's 0.1, though it beat its group's mean. It never pushes down.
+    assert imitation_weights(records) == [1.0, 0.0, 1.0, 1.0, 1.0, 0.0, 1.0, 0.0, 0.0]
     # An RL iteration keeps the sign of each advantage; the trained ones average |weight| 1.
     weights = advantage_weights([0.7, -0.7, 0.0, 0.1])
     assert weights[0] > weights[3] > 0 > weights[1] and weights[2] == 0.0

@@ -13,6 +13,7 @@ see the same signal: the std is the unbiased one (n - 1), and a group of one has
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Hashable, Sequence
 
@@ -21,6 +22,7 @@ import numpy as np
 from memupdate.rl.scoring.summaries import mean
 
 EPSILON = 1e-6
+LOOKS = ("search_memory", "sample_memory")
 
 
 def group_advantages(
@@ -65,14 +67,26 @@ def assign_advantages(records: Sequence[dict]) -> tuple[list[float], dict]:
     }
 
 
-def imitation_weights(records: Sequence[dict], advantages: Sequence[float]) -> list[float]:
-    """Distillation's weights: 1 for a trajectory that earned a reward above 0 and beat its group (or is in a
-    group of equal rewards above 0), else 0. Never negative: the teacher is far from the student."""
-    values: dict[str, set[float]] = defaultdict(set)
+def imitation_weights(records: Sequence[dict]) -> list[float]:
+    """Distillation's weights: 1 for a trajectory with its group's best reward (ties included) when that
+    reward is above 0, or is 0 and the trajectory only looked (where the teacher found nothing to edit,
+    stopping is what to learn); else 0. Never negative: the teacher is far from the student. Not every
+    trajectory that beat its group's mean: one that stopped early beats a group whose others stopped
+    earlier, and teaches stopping early."""
+    best: dict[str, float] = defaultdict(lambda: -math.inf)
     for r in records:
-        values[r["group"]].add(round(r["reward"], 9))
-    flat = {g for g, v in values.items() if len(v) == 1}
-    return [1.0 if r["reward"] > 0 and (a > 0 or r["group"] in flat) else 0.0 for r, a in zip(records, advantages, strict=True)]
+        best[r["group"]] = max(best[r["group"]], round(r["reward"], 9))
+
+    def imitated(r: dict) -> bool:
+        reward = round(r["reward"], 9)
+        return reward == best[r["group"]] and (reward > 0 or (reward == 0 and not edited(r)))
+
+    return [1.0 if imitated(r) else 0.0 for r in records]
+
+
+def edited(record: dict) -> bool:
+    """Whether a trajectory made a call that ran other than a look (`search_memory`, `sample_memory`)."""
+    return any(c["ok"] and c["name"] not in LOOKS for c in record.get("calls", ()))
 
 
 def advantage_weights(advantages: Sequence[float]) -> list[float]:

@@ -20,8 +20,8 @@ one and are not redone either):
 2. `eval-teacher`, `eval-no-edits`, `eval-zero-shot`: the held-out units (conversations training never
    touches), one greedy rollout each: the teacher, no edits (reward 0 by construction), the untrained
    student.
-3. `sft`: fine-tune on the teacher's trajectories that beat their group (or all of a group with equal
-   rewards above 0); `eval-sft`.
+3. `sft`: fine-tune on the best of each teacher group (`imitation_weights`: its best reward above 0, or
+   a look and no edit where none gained); `eval-sft`.
 4. `rl-K` for K = 1..iterations: the current student samples `student_group_size` rollouts per unit
    at `temperature`, joined by the teacher's trajectories of the same units; GRPO advantages over the
    joined group; an advantage-weighted update from the current student: trajectories above their
@@ -284,10 +284,10 @@ def student(run: Run, path: str | Path, temperature: float) -> PolicyGroup:
 
 def check_teacher_signal(run: Run, teacher_records: list[dict[str, Any]]) -> None:
     """Before any evaluation: the teacher's groups hold something to imitate, else one clear error."""
-    advantages, stats = assign_advantages(teacher_records)
-    if not any(w > 0 for w in imitation_weights(teacher_records, advantages)):
+    _, stats = assign_advantages(teacher_records)
+    if not any(r["reward"] > 0 for r in teacher_records):
         raise MemupdateError(
-            f"no teacher trajectory earned a reward above 0 and beat its group ({stats['zero_variance_groups']} of "
+            f"no teacher trajectory earned a reward above 0 ({stats['zero_variance_groups']} of "
             f"{stats['groups']} groups have equal rewards within the group): nothing to imitate; raise --explore "
             f"(heuristic) or --temperature, or --group-size. Trajectories are kept in {run.log.path}"
         )
@@ -342,9 +342,9 @@ def evaluate(run: Run, label: str, group: PolicyGroup, task: Task | None = None)
 
 
 def sft(run: Run, start: Path, teacher_records: list[dict[str, Any]]) -> dict[str, Any]:
-    """Fine-tune `start` into `out/sft` on the teacher's trajectories that beat their group."""
-    advantages, stats = assign_advantages(teacher_records)
-    weights = imitation_weights(teacher_records, advantages)
+    """Fine-tune `start` into `out/sft` on the best of each teacher group (`imitation_weights`)."""
+    _, stats = assign_advantages(teacher_records)
+    weights = imitation_weights(teacher_records)
     config = run.config
     training = train_stage(run, start, run.out / "sft", teacher_records, weights, config.sft_epochs, config.learning_rate, config.sweep)
     return {**stats, "training": training}
