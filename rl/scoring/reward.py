@@ -24,7 +24,7 @@ by key, and nothing was written. The base is never written by an episode.
     breakdown.fork_scores[0].context            # what the target question read on the fork
 
 A compaction episode (one neighbourhood of a bank, blind: `compute_compaction_reward`) is scored by the
-same formula on every question of the bank, with two differences:
+same formula on every question of the bank, with three differences:
 - performance_delta = Σ over every question of (fork − base) / reach, where reach counts the questions
   the neighbourhood can affect: those whose base context holds one of its memories, or whose evidence
   is in its provenance (at least 1). A question no edit reaches changes by exactly 0; one it reaches by
