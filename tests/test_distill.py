@@ -14,6 +14,7 @@ import shutil
 from dataclasses import replace
 
 import pytest
+from langchain_core.messages import AIMessage, ToolMessage
 from typer.testing import CliRunner
 
 from memupdate.agent.policies import make_policy
@@ -21,7 +22,7 @@ from memupdate.agent.policies.heuristic import HeuristicPolicy
 from memupdate.cli import app
 from memupdate.rl.data.ingest import ingest_conversation
 from memupdate.rl.distill.learn import STAGES, TRAJECTORIES, LearnConfig, learn
-from memupdate.rl.distill.rollouts import PolicyGroup, TrajectoryLog, collect, policy_group
+from memupdate.rl.distill.rollouts import PolicyGroup, TrajectoryLog, call_summary, collect, policy_group
 from memupdate.rl.distill.targeted import TargetedTask
 from memupdate.rl.scoring.reward import RewardConfig
 from memupdate.store import MemoryStore, MemupdateError
@@ -206,3 +207,17 @@ def test_rl_learn_options_are_the_configs_fields_with_its_defaults() -> None:
             default = tuple(float(v) for v in default.split(","))
         assert default == expected, name
     assert set(options) - set(shared) == {"locomo", "train_conversations", "eval_conversations", "out", "url"}
+
+
+def test_a_repeated_call_and_its_first_result_are_counted_apart() -> None:
+    """A student repeats a call it made (same text, so the same id): the first ran, the repeat was refused.
+    Each result answers the latest call with its id, as in a whole bank's episodes one after another."""
+    def turn(text: str, status: str) -> list:
+        call = {"name": "manage_memory", "args": {"action": "update", "memory_id": "f0001"}, "id": "call_0_ab12"}
+        return [AIMessage("", tool_calls=[call]), ToolMessage(text, tool_call_id="call_0_ab12", status=status)]
+
+    messages = turn("updated [f0001] ...", "success") + turn("error: [f0001] has no relative time to date", "error")
+    summary = call_summary(messages * 2)  # and again in a second episode
+    assert [c["ok"] for c in summary["calls"]] == [True, False, True, False]
+    assert (summary["ok_calls"], summary["failed_calls"]) == (2, 2)
+

@@ -60,17 +60,20 @@ def member_seed(seed: int, key: str) -> int:
 
 
 def call_summary(messages: Sequence) -> dict[str, Any]:
-    """Each tool call with its result, and the counts behind the share of valid calls."""
-    results = {m.tool_call_id: m for m in messages if isinstance(m, ToolMessage)}
-    calls, invalid = [], 0
+    """Each tool call with its result, and the counts behind the share of valid calls. A result answers
+    the latest call with its id: a repeated call has the id of the first (`agent/policies/hermes.py` makes
+    it from the call's text), and a whole bank's messages are many episodes one after another."""
+    calls: list[dict[str, Any]] = []
+    invalid, waiting = 0, {}
     for message in messages:
-        if not isinstance(message, AIMessage):
-            continue
-        invalid += len(message.invalid_tool_calls)
-        for call in message.tool_calls:
-            result = results.get(call["id"])
-            ok = result is not None and result.status == "success"
-            calls.append({"name": call["name"], "args": call["args"], "ok": ok, "result": result.content if result else None})
+        if isinstance(message, AIMessage):
+            invalid += len(message.invalid_tool_calls)
+            for call in message.tool_calls:
+                waiting[call["id"]] = {"name": call["name"], "args": call["args"], "ok": False, "result": None}
+                calls.append(waiting[call["id"]])
+        elif isinstance(message, ToolMessage) and message.tool_call_id in waiting:
+            call = waiting.pop(message.tool_call_id)
+            call["ok"], call["result"] = message.status == "success", message.content
     ok = sum(c["ok"] for c in calls)
     return {
         "calls": calls,
