@@ -196,9 +196,8 @@ def still_to_date(store: MemoryStore) -> str:
     """After a dating update, in a bank a look shows whole (a compaction episode's neighbourhood): a line
     naming the memories still to date, newest first as `sample_memory(recent)` lists them, so the next
     handle to date is in the last result a policy read. Empty when none is left, or the bank is larger."""
-    if store.count() > MAX_TOP_K:
-        return ""
-    dated = [m.key for m in store.sample("recent", MAX_TOP_K) if datable(m)]
+    recent = store.sample("recent", MAX_TOP_K + 1)  # one more than a look shows: is the bank larger?
+    dated = [m.key for m in recent if datable(m)] if len(recent) <= MAX_TOP_K else []
     return "\n" + to_date_line(dated) if dated else ""
 
 

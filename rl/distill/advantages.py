@@ -19,10 +19,10 @@ from collections.abc import Hashable, Sequence
 
 import numpy as np
 
+from memupdate.agent.tools import MEMORY_TOOLS
 from memupdate.rl.scoring.summaries import mean
 
 EPSILON = 1e-6
-LOOKS = ("search_memory", "sample_memory")
 
 
 def group_advantages(
@@ -85,8 +85,8 @@ def imitation_weights(records: Sequence[dict]) -> list[float]:
 
 
 def edited(record: dict) -> bool:
-    """Whether a trajectory made a call that ran other than a look (`search_memory`, `sample_memory`)."""
-    return any(c["ok"] and c["name"] not in LOOKS for c in record.get("calls", ()))
+    """Whether a trajectory made a call to a writing tool that ran (not only looks)."""
+    return any(c["ok"] and MEMORY_TOOLS[c["name"]].writes for c in record.get("calls", ()))
 
 
 def advantage_weights(advantages: Sequence[float]) -> list[float]:

@@ -110,9 +110,9 @@ class CompactionTask:
                 episode = neighbourhood_episode(
                     policy, fork, unit.keys, "e", max_turns=self.max_turns, max_operations=self.max_operations
                 ) if policy is not None else None
-                calls = call_summary(episode.messages if episode else [])
+                messages = episode.messages if episode else []
+                calls = call_summary(messages)
                 reward = compute_compaction_reward(base, fork, questions, unit.keys, self.reward, calls["failed_calls"])
-            messages = episode.messages if episode else []
             facts = {"neighbourhood": list(unit.keys), "stop_reason": episode.stop_reason if episode else None}
         else:
             messages, calls, reward, facts = self._compact_whole(policy, base, namespace, questions)
