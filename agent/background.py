@@ -43,9 +43,8 @@ from typing import Any
 from langchain_core.language_models import BaseChatModel
 from sqlalchemy import func, select
 
-from memupdate.agent.compaction import DEFAULT_NEIGHBOURHOOD, TIGHT, compact_bank
-from memupdate.agent.review import build_review
-from memupdate.agent.safety import QAGuard, SafetyRule
+from memupdate.agent.compaction import DEFAULT_NEIGHBOURHOOD, TIGHT, compact
+from memupdate.agent.safety import SafetyRule
 from memupdate.bank.change_log import (
     ChangeConflict,
     ChangeRecord,
@@ -101,14 +100,15 @@ class BankPass:
 class BackgroundCompactor:
     """Keeps the banks of `source` compact (see the module docstring). `policy`: a name
     (`heuristic`, `openai`, `hf`, with `model`/`base_url`/`api_key`) or a chat model; `rule`: which changes
-    apply themselves; `qa`: a `QAGuard` for banks that have questions; `on_step(step, bank)` is called
+    apply themselves; `questions(bank)`: a bank's questions for the QA check (none by default); `on_step(step, bank)` is called
     before each step (tests kill the process there)."""
 
     def __init__(
         self, root: MemoryStore, source: str, *, prefix: Sequence[str] = (), into: Namespace | None = None,
         policy: str | BaseChatModel = "heuristic", model: str | None = None, base_url: str | None = None,
         api_key: str | None = None, rule: SafetyRule | None = None, grow_by: int = DEFAULT_GROW_BY,
-        size: int = DEFAULT_NEIGHBOURHOOD, interval: float = 60.0, qa: QAGuard | None = None,
+        size: int = DEFAULT_NEIGHBOURHOOD, interval: float = 60.0,
+        questions: Callable[[MemoryStore], Sequence[Any]] | None = None,
         skip_labels: Sequence[str] = (COMPACTION_LABEL,), on_step: Callable[[str, str], None] | None = None,
     ):
         if grow_by < 1:
@@ -116,7 +116,8 @@ class BackgroundCompactor:
         self.root, self.source, self.prefix, self.into = root, source, tuple(prefix), into
         self.live = "://" in source
         self.path = None if self.live else to_namespace(source)
-        self.rule, self.grow_by, self.size, self.interval, self.qa = rule or SafetyRule(), grow_by, size, interval, qa
+        self.rule, self.grow_by, self.size, self.interval = rule or SafetyRule(), grow_by, size, interval
+        self.questions = questions
         self.skip_labels, self.on_step = set(skip_labels), on_step
         self._policy_spec = (policy, model, base_url, api_key)
         self._policy: BaseChatModel | None = policy if isinstance(policy, BaseChatModel) else None
@@ -219,16 +220,15 @@ class BackgroundCompactor:
     def _compact(self, bank: MemoryStore, done: BankPass) -> None:
         self._step("compact", bank.path)
         change_id = next_change_id(bank)
-        result = compact_bank(self.policy(), bank, compaction_namespace(bank.namespace, change_id), size=self.size, check_moved=False)
-        fork = result.fork
+        compacted = compact(self.policy(), bank, compaction_namespace(bank.namespace, change_id),
+                               self.questions(bank) if self.questions else (), size=self.size, check_moved=False)
+        result, fork, review = compacted.result, compacted.fork, compacted.review
         touched = {e.memory_key for e in fork.events() if e.op in ("create", "update", "delete")}
-        effect = self.qa(bank, fork) if self.qa is not None else None
-        review = build_review(bank, fork, result.calls, qa=effect.summary if effect else None)
         seen = known_signatures(bank)
         ours = [c for c in review["changes"] if {m["key"] for m in (*c["sources"], *c["results"])} <= touched]
         fresh = [c for c in ours if signature(c) not in seen]
         done.known = len(ours) - len(fresh)
-        worse = effect.worse_keys if effect else frozenset()
+        worse = compacted.qa.worse_keys if compacted.qa else frozenset()
         held = {c["id"]: self.rule.holds(c, worse) for c in fresh}
         self._step("propose", bank.path)
         compaction = {"fork_change": change_id, "episodes": result.episodes, "failed_episodes": len(result.failed_episodes)}

@@ -1,7 +1,9 @@
 """Compact a whole bank: one blind episode per neighbourhood of related memories, all into one fork.
 
-    from memupdate.agent.compaction import compact_bank
-    result = compact_bank(policy, bank, fork_namespace, on_episode=bar_advance)
+    from memupdate.agent.compaction import compact, compact_bank
+    done = compact(policy, bank, fork_namespace, questions)   # the one compaction `memupdate compact`,
+    done.review, done.qa.summary(), done.fork                  # the watcher and the learning run call
+    result = compact_bank(policy, bank, fork_namespace, on_episode=bar_advance)   # the episodes alone
     result.fork                 # the fork holding every episode's edits (the bank is never written)
     result.calls                # each tool call: episode, name, arguments, result, ok, reason
     result.neighbourhoods       # the memory keys each episode saw
@@ -11,12 +13,18 @@ embedding space (`neighbourhoods`): near-duplicates (cosine >= 0.85) always shar
 each episode is a seed and the memories nearest to it. Each episode runs the policy in blind mode (no target question) within the agent's budgets
 on a scratch namespace holding only its neighbourhood, so a search or a sample sees the memories it
 is meant to edit; its edits and event rows are then folded into the fork in one transaction
-(`memupdate.store.change_log.fold_into`) and the scratch namespace is dropped.
+(`memupdate.bank.change_log.fold_into`) and the scratch namespace is dropped.
+
+`compact` is `compact_bank` followed by what every caller needs of it: the review of every change
+(`bank.review.build_review`) and the QA proxy before -> after on the bank's questions
+(`scoring.qa_change`), with a reader's F1 beside it when one is given. Proposing, applying and
+rewarding stay with the caller.
 """
 
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
@@ -30,6 +38,8 @@ from memupdate.agent.graph import EpisodeResult, run_episode
 from memupdate.agent.policies.batched import iter_together
 from memupdate.agent.tools import MEMORY_TOOLS
 from memupdate.bank.change_log import bank_vectors, bank_version, copy_keys, fold_into
+from memupdate.bank.review import build_review
+from memupdate.scoring.qa_change import QAChange, qa_change
 from memupdate.store import MemoryStore
 
 DEFAULT_NEIGHBOURHOOD = 20
@@ -48,6 +58,21 @@ class CompactionResult:
     episodes: int = 0
     failed_episodes: list[str] = field(default_factory=list)
     stop_reasons: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class Compaction:
+    """A compacted bank, not yet proposed: the fork and its episodes, the review of every change, and
+    the QA proxy before -> after (None without questions)."""
+
+    result: CompactionResult
+    review: dict[str, Any]
+    qa: QAChange | None
+    seconds: float
+
+    @property
+    def fork(self) -> MemoryStore:
+        return self.result.fork
 
 
 class BankMoved(Exception):
@@ -185,6 +210,37 @@ def compact_bank(
         fork.drop()
         raise
     return result
+
+
+def compact(
+    policy: BaseChatModel,
+    bank: MemoryStore,
+    fork_namespace: Sequence[str],
+    questions: Sequence[Any] = (),
+    *,
+    reader: Any = None,
+    size: int = DEFAULT_NEIGHBOURHOOD,
+    max_turns: int | None = None,
+    max_operations: int | None = None,
+    check_moved: bool = True,
+    review: bool = True,
+    on_plan: Callable[[int], None] | None = None,
+    on_episode: Callable[[], None] | None = None,
+    on_answer: Callable[[int, int], None] | None = None,
+) -> Compaction:
+    """Compact `bank` into a fork at `fork_namespace` (`compact_bank`), then score the fork on `questions`
+    with the QA proxy (and `reader`'s F1, if given) and review every change (skipped with `review=False`).
+    The bank is never written; on any exception the fork is dropped."""
+    started = time.perf_counter()
+    result = compact_bank(policy, bank, fork_namespace, size=size, max_turns=max_turns, max_operations=max_operations,
+                          on_plan=on_plan, on_episode=on_episode, check_moved=check_moved)
+    try:
+        qa = qa_change(bank, result.fork, questions, reader, on_answer) if questions else None
+        page = build_review(bank, result.fork, result.calls, qa=qa.summary() if qa else None) if review else {}
+    except BaseException:
+        result.fork.drop()
+        raise
+    return Compaction(result, page, qa, time.perf_counter() - started)
 
 
 def neighbourhood_episode(

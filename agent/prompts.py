@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 
+from memupdate.llm.chat import BANK_LINE
 from memupdate.settings import DEFAULT_CONTEXT_TOKENS, DEFAULT_MAX_OPERATIONS, DEFAULT_MAX_TURNS
 
 SYSTEM_PROMPT = """You maintain a long-term memory bank of facts about people, drawn from their conversations. \
@@ -25,7 +26,6 @@ Memories are shown as [handle] (date) text; refer to them by handle. \
 "to date" line lists them (first in a look, and after each dating update the ones left).
 Budget: at most {max_turns} turns and {max_operations} tool calls. Stop calling tools when the bank is good."""
 
-_BANK = re.compile(r"^Memory bank: (?P<namespace>\S+)$", re.M)
 _QUESTION = re.compile(r"^Target question: (?P<question>.+)$", re.M)
 
 
@@ -53,16 +53,9 @@ def task_prompt(namespace: str, question: str | None = None, memory_count: int |
     return "\n".join(lines)
 
 
-def without_bank_line(text: str) -> str:
-    """A task message without its `Memory bank:` line, as a local checkpoint reads it: the tools are
-    bound to the bank already, and a fork's name is random, so one checkpoint and seed make the same
-    calls on every fork of a bank."""
-    return _BANK.sub("", text).lstrip("\n")
-
-
 def parse_task(text: str) -> tuple[str | None, str | None]:
     """(namespace, question) from a `task_prompt` message; None where a line is absent."""
-    bank, question = _BANK.search(text), _QUESTION.search(text)
+    bank, question = BANK_LINE.search(text), _QUESTION.search(text)
     return (bank["namespace"] if bank else None, question["question"].strip() if question else None)
 
 # For small students on a CPU, where each prompt token costs ~5 ms of prefill: the same task in ~90
@@ -73,3 +66,8 @@ merge duplicates; fix or delete wrong memories; keep each memory short and self-
 write only what the memories support. Memories show as [handle] (date) text; refer to them by handle; \
 a "to date" line (first in a look; after each dating update, those left) lists those an update without content dates. \
 Stop calling tools when done."""
+
+
+# How the student sees its prompts (the hf policy reads them from the checkpoint, training renders with
+# them): the short system prompt, and tool results cut to what an 8-memory search shows.
+STUDENT_PROMPT = {"system_prompt": COMPACT_SYSTEM_PROMPT, "tool_result_chars": 1200}

@@ -1,14 +1,12 @@
 """When a compaction's change may apply itself, and when it waits for a person: the safety rule.
 
-    from memupdate.agent.safety import SafetyRule, QAGuard
+    from memupdate.agent.safety import SafetyRule
 
     rule = SafetyRule()                                  # the default: see below
     rule.holds(review_change)                            # [] (safe) or the reasons it waits
     rule = SafetyRule(kinds=("update",), min_similarity=0.9)     # stricter: only dated updates apply themselves
     SafetyRule.review_everything()                       # nothing applies itself
-
-    guard = QAGuard(score_questions, questions)          # where the bank has questions (rl.scoring.qa_proxy)
-    effect = guard(bank, fork)                           # QA before/after, and the memories of worse questions
+    rule.holds(review_change, qa.worse_keys)             # where the bank has questions (`scoring.qa_change`)
 
 The default applies a change only when every check passes: its kind is a merge, an update or a delete;
 no coverage flag (no source loses a content word, a deleted memory is held elsewhere); no word its
@@ -20,12 +18,10 @@ bank has questions, no question whose QA proxy falls retrieves one of its memori
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from memupdate.agent.review import CHANGE_KINDS, UNRELATED_BELOW
-from memupdate.store import MemoryStore
+from memupdate.bank.review import CHANGE_KINDS, UNRELATED_BELOW
 
 SAFE_KINDS = ("merge", "update", "delete")
 
@@ -55,7 +51,7 @@ class SafetyRule:
 
     def holds(self, change: dict[str, Any], qa_worse: frozenset[str] = frozenset()) -> list[str]:
         """The reasons `change` (one change of `build_review`) must wait for review; [] when it is safe.
-        `qa_worse`: the memories retrieved for questions whose QA proxy fell (`QAGuard`)."""
+        `qa_worse`: the memories retrieved for questions whose QA proxy fell (`QAChange.worse_keys`)."""
         reasons = []
         if change["kind"] not in self.kinds:
             reasons.append(f"a {change['kind']} never applies itself under this rule")
@@ -73,41 +69,3 @@ class SafetyRule:
         if touched & qa_worse and not self.allow_qa_drop:
             reasons.append("a question it touches scores lower on the QA proxy")
         return reasons
-
-
-@dataclass(frozen=True)
-class QAEffect:
-    """The QA proxy before -> after over the bank's questions, and the memories the worse ones read."""
-
-    summary: dict[str, Any]
-    worse_keys: frozenset[str]
-
-
-class QAGuard:
-    """Scores a bank and its fork on the bank's questions with `score_questions` (the QA proxy of
-    `memupdate.rl.scoring.qa_proxy`, passed in: the agent does not import rl) and names the memories
-    retrieved, on either side, for every question that scores lower after."""
-
-    def __init__(
-        self, score_questions: Callable[[MemoryStore, Sequence[Any]], Sequence[Any]],
-        questions: Sequence[Any] | Callable[[MemoryStore], Sequence[Any]],
-    ):
-        self.score_questions = score_questions
-        self.questions = questions  # the same for every bank, or each bank's own (a LoCoMo bank's conversation)
-
-    def __call__(self, bank: MemoryStore, fork: MemoryStore) -> QAEffect | None:
-        asked = self.questions(bank) if callable(self.questions) else self.questions
-        asked = [q for q in asked if getattr(q, "answer", None)]
-        if not asked:
-            return None
-        before = self.score_questions(bank, asked)
-        after = self.score_questions(fork, asked)
-        worse = [(b, a) for b, a in zip(before, after, strict=True) if a.qa_score < b.qa_score - 1e-9]
-        summary = {
-            "questions": len(before),
-            "before": sum(s.qa_score for s in before) / len(before),
-            "after": sum(s.qa_score for s in after) / len(after),
-            "better": sum(a.qa_score > b.qa_score + 1e-9 for b, a in zip(before, after, strict=True)),
-            "worse": len(worse),
-        }
-        return QAEffect(summary, frozenset(k for b, a in worse for k in (*b.retrieved, *a.retrieved)))

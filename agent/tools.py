@@ -23,11 +23,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError, field_validator
 
-from memupdate.agent import text_strategies
-from memupdate.agent.dates import anchored, datable
 from memupdate.store import MemoryNotFound, MemoryRecord, MemoryStore, MemupdateError, NewMemory
 from memupdate.store.memory_store import SampleStrategy
 from memupdate.store.models import MAX_CONTENT_CHARS, MemoryKind
+from memupdate.text import strategies as text_strategies
+from memupdate.text.dates import anchored, datable
 
 MAX_RESULT_CHARS = 2000
 MAX_TOP_K = 20

@@ -26,7 +26,7 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from memupdate.agent.dates import MONTHS
+from memupdate.text.dates import MONTHS
 
 REPO = Path(__file__).resolve().parent.parent
 LOCOMO_DEV_FILE = REPO.parent / "shared" / "data" / "locomo" / "locomo10-dev.json"

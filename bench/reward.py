@@ -9,7 +9,7 @@ as the trainer scores it. Timed: the 512 rewards in one batch, exactly as the tr
     compute_reward(base, fork, [target, *collateral])     # the base's hits, scores and snapshot are kept
 
 One round with the questions evicted from the embedder's cache and nothing kept of the base (cold),
-then 3 warm rounds, then the baseline: the reward's specification (`rl/scoring/reward_spec.py`: a
+then 3 warm rounds, then the baseline: the reward's specification (`scoring/reward_spec.py`: a
 search per question on the fork, two Python snapshots), its base side computed once per round, whose
 rewards must equal the fast path's to 1e-9 (asserted). The time
 is split into embedding, search (the proxy's batched fork searches and faithfulness's nearest-source
@@ -47,12 +47,12 @@ from memupdate.bench.common import (
     write_json,
 )
 from memupdate.rl.data.namespaces import trajectory_namespace
-from memupdate.rl.data.questions import collateral_sample
-from memupdate.rl.scoring import qa_proxy
-from memupdate.rl.scoring.base_cache import base_cache
-from memupdate.rl.scoring.qa_proxy import score_questions
-from memupdate.rl.scoring.reward import RewardConfig, compute_reward
-from memupdate.rl.scoring.reward_spec import spec_reward, spec_scores
+from memupdate.scoring import qa_proxy
+from memupdate.scoring.base_cache import base_cache
+from memupdate.scoring.qa_proxy import score_questions
+from memupdate.scoring.questions import collateral_sample
+from memupdate.scoring.reward import RewardConfig, compute_reward
+from memupdate.scoring.reward_spec import spec_reward, spec_scores
 from memupdate.store import MemoryStore
 
 N_MEMORIES = 200

@@ -44,8 +44,8 @@ import psutil
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from memupdate.agent.dates import MONTHS
 from memupdate.bench.common import console, open_engine, parse_args, percentile, write_json
+from memupdate.text.dates import MONTHS
 
 STORES = ("memupdate", "InMemoryStore", "PostgresStore")
 MAX_NAMESPACE = 5_000  # above this, memories are spread over namespaces of SPREAD memories

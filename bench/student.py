@@ -154,19 +154,20 @@ def compaction(store: Any, student: Any, memories: list, source: str) -> dict[st
 def run(args: argparse.Namespace) -> dict:
     import torch
 
-    from memupdate.agent.models import resolve_model
     from memupdate.agent.policies.hf import HuggingFaceChatModel
+    from memupdate.agent.prompts import STUDENT_PROMPT
+    from memupdate.llm.models import resolve_model
     from memupdate.rl.data.locomo import load_locomo
     from memupdate.rl.data.namespaces import base_namespace
     from memupdate.rl.distill.compaction import CompactionTask
-    from memupdate.rl.scoring.reward import RewardConfig
+    from memupdate.scoring.reward import RewardConfig
 
     torch.set_num_threads(args.threads)
     path = locomo_file()
     if path is None:
         return {"skipped": "no LoCoMo file (the learning run's data): set MEMUPDATE_LOCOMO_FILE"}
     try:
-        checkpoint = resolve_model(args.model)
+        checkpoint = resolve_model(args.model, STUDENT_PROMPT)
     except Exception as exc:  # no student built here: `make student`
         return {"skipped": f"no student checkpoint {args.model!r} ({exc}); run `make student`"}
     conversation = load_locomo(path, ["conv-26"])[0]

@@ -23,7 +23,7 @@ DEFAULT_EMBEDDING_DIMS = 384
 # The agent's budgets (ARCHITECTURE.md): one definition, imported by the graph and by verl's config writer.
 DEFAULT_MAX_TURNS = 15
 DEFAULT_MAX_OPERATIONS = 30
-# The QA context budget in tokens (rl/scoring/qa_proxy.py), which the agent's system prompt states too.
+# The QA context budget in tokens (scoring/qa_proxy.py), which the agent's system prompt states too.
 DEFAULT_CONTEXT_TOKENS = 120
 
 

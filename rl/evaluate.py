@@ -26,18 +26,18 @@ from langchain_core.language_models import BaseChatModel
 from memupdate.rl.data.conversation import Conversation
 from memupdate.rl.data.ingest import ingest
 from memupdate.rl.data.namespaces import trajectory_id
-from memupdate.rl.data.questions import QAItem, collateral_sample, scorable_questions
 from memupdate.rl.episode import scored_episode
-from memupdate.rl.scoring.answer_report import answerer_report
-from memupdate.rl.scoring.answerer import LLMAnswerer
-from memupdate.rl.scoring.qa_proxy import QAScore
-from memupdate.rl.scoring.reward import (
+from memupdate.scoring.answer_report import answerer_report
+from memupdate.scoring.answerer import LLMAnswerer
+from memupdate.scoring.qa_proxy import QAScore
+from memupdate.scoring.questions import QAItem, collateral_sample, scorable_questions
+from memupdate.scoring.reward import (
     RewardBreakdown,
     RewardConfig,
     compute_reward,
     score,
 )
-from memupdate.rl.scoring.summaries import by_category, mean
+from memupdate.scoring.summaries import by_category, mean
 from memupdate.store import MemoryStore
 
 Mode = Literal["targeted", "blind"]

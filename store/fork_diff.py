@@ -10,7 +10,7 @@ row's distance to given query vectors and a new row's nearest base rows.
 Neither namespace is read whole: the two are joined by key in the database, and only the rows the fork
 changed come back, all in one statement (one round trip, no transaction: a read in autocommit mode).
 It is storage, so it stays in the store: one statement over the store's own tables, codecs and
-autocommit path. Its reader is the reward (`rl/scoring/qa_proxy.py`), which scores a fork from it.
+autocommit path. Its reader is the reward (`scoring/qa_proxy.py`), which scores a fork from it.
 """
 
 from __future__ import annotations

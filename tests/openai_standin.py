@@ -8,7 +8,7 @@ int: that HTTP error status, or a `Failure`: a status with a Retry-After header)
 `GET /v1/models` lists `models` (`models=None`: HTTP 404, a server without the route; an int: that status).
 
     with OpenAIStandIn(lambda body: "Berlin") as server:
-        ChatEndpoint("m", server.base_url).complete("Where?", 8)   # "Berlin" (memupdate.rl.scoring.readers)
+        ChatEndpoint("m", server.base_url).complete("Where?", 8)   # "Berlin" (memupdate.scoring.readers)
         server.requests                                                   # [the request body]
         server.paths, server.times, server.headers                        # per request: route, arrival, headers (lower-case names)
 """

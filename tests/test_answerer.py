@@ -21,12 +21,12 @@ from sqlalchemy import inspect
 from typer.testing import CliRunner
 
 from memupdate.cli import app
-from memupdate.rl.scoring.answer_prompts import DATE_HINT, answer_prompt, chosen_answer, parse_judgement
-from memupdate.rl.scoring.answer_report import answerer_report, pearson
-from memupdate.rl.scoring.answerer import answerer_qa_scores, make_answerer
-from memupdate.rl.scoring.llm_cache import LLMReplyCache
-from memupdate.rl.scoring.metrics import bleu1, locomo_f1
-from memupdate.rl.scoring.readers import AnswererError, AnswererUnavailable, ChatEndpoint
+from memupdate.scoring.answer_prompts import DATE_HINT, answer_prompt, chosen_answer, parse_judgement
+from memupdate.scoring.answer_report import answerer_report, pearson
+from memupdate.scoring.answerer import answerer_qa_scores, make_answerer
+from memupdate.scoring.llm_cache import LLMReplyCache
+from memupdate.scoring.metrics import bleu1, locomo_f1
+from memupdate.scoring.readers import AnswererError, AnswererUnavailable, ChatEndpoint
 from memupdate.store.database import get_engine
 from memupdate.store.migrate import current_revision, downgrade, upgrade
 
@@ -306,8 +306,8 @@ def test_eval_cli_reports_the_answerer_and_a_rerun_asks_nothing(database_url, st
 def test_reward_read_by_a_frozen_answerer(store, standin) -> None:
     """`RewardConfig(qa="answerer")`: the reward's QA term is the answerer's LoCoMo F1 on the same
     context; a no-op still scores exactly 0 (same context, cached answer) and adding the answer gains."""
-    from memupdate.rl.data.questions import QAItem
-    from memupdate.rl.scoring.reward import RewardConfig, compute_reward
+    from memupdate.scoring.questions import QAItem
+    from memupdate.scoring.reward import RewardConfig, compute_reward
     from memupdate.store import NewMemory
 
     store.create_many([

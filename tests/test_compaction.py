@@ -13,15 +13,15 @@ from sqlalchemy import select, text
 from typer.testing import CliRunner
 
 from memupdate.agent.compaction import BankMoved, compact_bank, neighbourhoods
-from memupdate.agent.dates import has_relative_time
 from memupdate.agent.policies.heuristic import HeuristicPolicy
 from memupdate.agent.policies.planning import PlanningPolicy
-from memupdate.agent.review import build_review, render_html
 from memupdate.bank.change_log import history
+from memupdate.bank.review import build_review, render_html
 from memupdate.cli import app
 from memupdate.rl.data.ingest import ingest
 from memupdate.store import MemoryStore, NewMemory
 from memupdate.store.statements import memories
+from memupdate.text.dates import has_relative_time
 
 runner = CliRunner()
 

@@ -26,7 +26,7 @@ from memupdate.rl.data.locomo import load_locomo, load_sample
 from memupdate.rl.distill.compaction import CompactionTask, WholeBank
 from memupdate.rl.distill.targeted import spread
 from memupdate.rl.evaluate import EvalConfig, eval_questions
-from memupdate.rl.scoring.reward import RewardConfig, compute_compaction_reward
+from memupdate.scoring.reward import RewardConfig, compute_compaction_reward
 from memupdate.store import MemoryStore
 
 NEIGHBOURHOODS = 8  # the exploit comparison's neighbourhoods, spread over the bank

@@ -10,15 +10,15 @@ from pathlib import Path
 import pytest
 from locomo_fixtures import locomo_dev_file_fixture  # noqa: F401  (fixture `locomo_dev_file`)
 
-from memupdate.agent.dates import (
+from memupdate.rl.data.conversation import parse_session_date
+from memupdate.rl.data.locomo import sample_conversation_path
+from memupdate.text.dates import (
     TIME_EXPRESSION,
     anchor_relative_dates,
     format_day,
     has_relative_time,
     resolve_relative,
 )
-from memupdate.rl.data.conversation import parse_session_date
-from memupdate.rl.data.locomo import sample_conversation_path
 
 SAMPLE = sample_conversation_path()
 MONDAY = date(2023, 5, 8)  # LoCoMo's first session day

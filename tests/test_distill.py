@@ -24,7 +24,7 @@ from memupdate.rl.data.ingest import ingest_conversation
 from memupdate.rl.distill.learn import STAGES, TRAJECTORIES, LearnConfig, learn
 from memupdate.rl.distill.rollouts import PolicyGroup, TrajectoryLog, call_summary, collect, policy_group
 from memupdate.rl.distill.targeted import TargetedTask
-from memupdate.rl.scoring.reward import RewardConfig
+from memupdate.scoring.reward import RewardConfig
 from memupdate.store import MemoryStore, MemupdateError
 
 runner = CliRunner()

@@ -181,7 +181,7 @@ def test_agent_run_can_checkpoint_the_graph_in_postgres(root: MemoryStore, datab
 def test_collateral_questions_count_in_the_reward(root: MemoryStore, sample) -> None:
     """Targeted episodes also score other questions: a no-op still scores 0, the per-question scores stay
     the target's, and the reward changes with the collateral sample."""
-    from memupdate.rl.scoring.reward import RewardConfig
+    from memupdate.scoring.reward import RewardConfig
 
     try:
         none = evaluate(root, [sample], None, EvalConfig(reward=RewardConfig(collateral_questions=3)))

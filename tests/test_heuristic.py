@@ -6,12 +6,12 @@ from dataclasses import replace
 
 import pytest
 
-from memupdate.agent.dates import anchored
 from memupdate.agent.graph import run_episode
 from memupdate.agent.policies.heuristic import HeuristicPolicy
 from memupdate.rl.data.ingest import ingest_conversation
 from memupdate.rl.data.locomo import load_sample
 from memupdate.store import MemoryStore
+from memupdate.text.dates import anchored
 
 
 @pytest.fixture

@@ -14,12 +14,12 @@ import pytest
 from typer.testing import CliRunner
 
 from memupdate.cli import app
-from memupdate.rl.data.questions import QAItem
-from memupdate.rl.scoring.answer_prompts import answer_prompt
-from memupdate.rl.scoring.answerer import make_answerer
-from memupdate.rl.scoring.hf_reader import HFReader
-from memupdate.rl.scoring.llm_cache import LLMReplyCache
-from memupdate.rl.scoring.readers import AnswererUnavailable, make_reader
+from memupdate.scoring.answer_prompts import answer_prompt
+from memupdate.scoring.answerer import make_answerer
+from memupdate.scoring.hf_reader import HFReader
+from memupdate.scoring.llm_cache import LLMReplyCache
+from memupdate.scoring.questions import QAItem
+from memupdate.scoring.readers import AnswererUnavailable, make_reader
 
 QUESTIONS = [
     QAItem(0, "When did Nadia run her first 10k race?", "2 March 2024", None, (), 2),
@@ -103,7 +103,7 @@ def test_a_folder_without_a_checkpoint_is_one_line_before_any_work(tmp_path, mon
 def test_reward_read_by_a_local_checkpoint(store, checkpoint) -> None:
     """`RewardConfig(qa="answerer", answerer_model="hf:DIR")`, as verl's reward kwargs pass it: a no-op
     scores exactly 0 (same context, the cached answer)."""
-    from memupdate.rl.scoring.reward import RewardConfig, compute_reward
+    from memupdate.scoring.reward import RewardConfig, compute_reward
     from memupdate.store import NewMemory
 
     metadata = {"dia_ids": ["D1:3"], "date": "2023-05-08"}
@@ -117,7 +117,7 @@ def test_reward_read_by_a_local_checkpoint(store, checkpoint) -> None:
 def test_a_packaged_model_name_reads_with_its_built_checkpoint(checkpoint, monkeypatch) -> None:
     """`hf:smollm2` is the packaged model's folder, as for `--policy hf --model smollm2` (the build is the
     slow test's job: here the name resolves to the tiny checkpoint)."""
-    from memupdate.agent import models
+    from memupdate.llm import models
 
-    monkeypatch.setattr(models, "get_model", lambda name: checkpoint if name == "smollm2" else None)
+    monkeypatch.setattr(models, "get_model", lambda name, **_: checkpoint if name == "smollm2" else None)
     assert make_reader("hf:smollm2").cache_name == HFReader(checkpoint).cache_name

@@ -18,11 +18,11 @@ from langchain_core.messages import AIMessage, ToolMessage
 from transformers import AutoTokenizer
 
 from memupdate.agent.compaction import neighbourhood_episode
-from memupdate.agent.models import STUDENT_CHAT_TEMPLATE
+from memupdate.llm.models import STUDENT_CHAT_TEMPLATE
 from memupdate.rl.distill.compaction import CompactionTask
 from memupdate.rl.distill.learn import STAGES, LearnConfig, learn, teacher
 from memupdate.rl.distill.tiny_student import build_tiny_checkpoint
-from memupdate.rl.scoring.reward import RewardConfig
+from memupdate.scoring.reward import RewardConfig
 from memupdate.store import MemoryStore, MemupdateError, NewMemory
 
 SMALL = LearnConfig(
@@ -111,7 +111,7 @@ def test_an_evaluation_is_reproducible(store: MemoryStore, sample, tiny_student)
     from memupdate.agent.policies import make_policy
     from memupdate.rl.data.ingest import ingest_conversation
     from memupdate.rl.distill.compaction import CompactionTask, WholeBank
-    from memupdate.rl.scoring.reward import RewardConfig
+    from memupdate.scoring.reward import RewardConfig
 
     task = CompactionTask(store, RewardConfig(), max_turns=2, max_operations=3)
     base = ingest_conversation(store, sample)

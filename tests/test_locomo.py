@@ -10,7 +10,6 @@ import pytest
 from locomo_fixtures import locomo_dev_file_fixture, locomo_dev_path  # noqa: F401  (fixture `locomo_dev_file`)
 
 import memupdate.rl.data
-from memupdate.rl.data.categories import ADVERSARIAL, CATEGORY_NAMES
 from memupdate.rl.data.conversation import Conversation, parse_session_date
 from memupdate.rl.data.locomo import (
     LocomoError,
@@ -21,7 +20,8 @@ from memupdate.rl.data.locomo import (
     sample_conversation_path,
     split_conversations,
 )
-from memupdate.rl.data.questions import qa_from_row, qa_row
+from memupdate.scoring.categories import ADVERSARIAL, CATEGORY_NAMES
+from memupdate.scoring.questions import qa_from_row, qa_row
 
 # Per-category QA counts (1 multi-hop .. 5 adversarial), keyed by how many conversations the file holds:
 # 8 = the shared development subset, 10 = the full locomo10.json (numbers from the data README).

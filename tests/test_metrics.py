@@ -7,7 +7,7 @@ import warnings
 
 import pytest
 
-from memupdate.rl.scoring.metrics import bleu1, locomo_f1, normalize_answer, normalized_tokens
+from memupdate.scoring.metrics import bleu1, locomo_f1, normalize_answer, normalized_tokens
 
 
 def test_normalisation_matches_locomo() -> None:

@@ -13,9 +13,9 @@ import torch
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
 from langchain_core.tools import tool
 
-from memupdate.agent.policies import hermes
-from memupdate.agent.policies.hermes import parse_tool_calls
 from memupdate.agent.policies.hf import HuggingFaceChatModel
+from memupdate.llm import hermes
+from memupdate.llm.hermes import parse_tool_calls
 
 
 @pytest.fixture

@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from memupdate.agent.review import build_review, render_html
 from memupdate.agent.tools import run_tool
+from memupdate.bank.review import build_review, render_html
 from memupdate.store import MemoryStore, NewMemory
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")

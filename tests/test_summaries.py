@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from memupdate.rl.data.categories import ADVERSARIAL, MULTI_HOP, TEMPORAL
-from memupdate.rl.scoring.summaries import by_category, mean
+from memupdate.scoring.categories import ADVERSARIAL, MULTI_HOP, TEMPORAL
+from memupdate.scoring.summaries import by_category, mean
 
 
 def test_mean_reads_zero_for_nothing() -> None:

@@ -7,7 +7,8 @@ import json
 import pytest
 from locomo_fixtures import locomo_dev_file_fixture  # noqa: F401  (fixture `locomo_dev_file`)
 
-from memupdate.agent.text_strategies import (
+from memupdate.rl.data.locomo import sample_conversation_path
+from memupdate.text.strategies import (
     concatenate,
     content_words,
     extract_common,
@@ -18,7 +19,6 @@ from memupdate.agent.text_strategies import (
     split_thematic,
     summarize,
 )
-from memupdate.rl.data.locomo import sample_conversation_path
 
 SAMPLE = sample_conversation_path()
 

@@ -158,7 +158,8 @@ def test_bad_sources_and_ids_give_one_line(database_url, store: MemoryStore) -> 
 def test_the_safety_rule_names_each_reason_a_change_waits() -> None:
     import pytest
 
-    from memupdate.agent.safety import QAGuard, SafetyRule
+    from memupdate.agent.safety import SafetyRule
+    from memupdate.scoring.qa_change import QAChange
 
     merge = {"kind": "merge", "sources": [{"key": "a"}, {"key": "b"}], "results": [{"key": "m"}],
              "coverage": {"flagged": False, "missing": {}}, "unsupported": [],
@@ -178,11 +179,6 @@ def test_the_safety_rule_names_each_reason_a_change_waits() -> None:
         def __init__(self, qa_score, retrieved):
             self.qa_score, self.retrieved = qa_score, retrieved
 
-    class Question:
-        answer = "Lisbon"
-
-    def score(store, questions):  # bank: both answered; fork: the second one lost
-        return [Score(1.0, ("a",)), Score(1.0 if store == "bank" else 0.0, ("b",) if store == "bank" else ("m",))]
-
-    effect = QAGuard(score, [Question(), Question()])("bank", "fork")
-    assert effect.summary["worse"] == 1 and effect.worse_keys == {"b", "m"}
+    # bank: both answered; fork: the second one lost
+    effect = QAChange(["q1", "q2"], [Score(1.0, ("a",)), Score(1.0, ("b",))], [Score(1.0, ("a",)), Score(0.0, ("m",))])
+    assert effect.summary()["worse"] == 1 and effect.worse_keys == {"b", "m"}

@@ -68,12 +68,13 @@ def _openai(store: MemoryStore, options: PolicyOptions, **settings: Any) -> Base
 
 
 def _hf(store: MemoryStore, options: PolicyOptions, **settings: Any) -> BaseChatModel:
-    from memupdate.agent.models import resolve_model
     from memupdate.agent.policies.hf import HuggingFaceChatModel
+    from memupdate.agent.prompts import STUDENT_PROMPT
+    from memupdate.llm.models import resolve_model
 
     try:
         return HuggingFaceChatModel.from_pretrained(
-            resolve_model(options.model), temperature=options.temperature, seed=options.seed,
+            resolve_model(options.model, STUDENT_PROMPT), temperature=options.temperature, seed=options.seed,
             max_new_tokens=options.max_new_tokens, max_prose_tokens=options.max_prose_tokens, **settings,
         )
     except ValueError as exc:

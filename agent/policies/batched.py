@@ -30,7 +30,8 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from . import hermes
+from memupdate.llm import hermes
+
 from .handles import HandleConstraint
 
 T = TypeVar("T")

@@ -29,11 +29,11 @@ from collections.abc import Sequence
 
 from pydantic import Field, PrivateAttr
 
-from memupdate.agent.dates import anchor_relative_dates, anchored, datable, has_relative_time, memory_day
 from memupdate.agent.policies.planning import PlanningPolicy, ToolCall
-from memupdate.agent.text_strategies import content_words, jaccard, split_thematic
 from memupdate.settings import DEFAULT_MAX_OPERATIONS
 from memupdate.store import MemoryRecord, MemoryStore
+from memupdate.text.dates import anchor_relative_dates, anchored, datable, has_relative_time, memory_day
+from memupdate.text.strategies import content_words, jaccard, split_thematic
 
 # A consolidated memory stays well inside the QA context budget (DEFAULT_CONTEXT_TOKENS) and the density limit (60).
 DIGEST_WORDS = 55

@@ -17,112 +17,18 @@ from typing import Any
 
 from langchain_core.callbacks import CallbackManagerForLLMRun
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
+from langchain_core.messages import AIMessage, BaseMessage, SystemMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.runnables import Runnable
 from langchain_core.tools import BaseTool
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import PrivateAttr
 
-from memupdate.agent.prompts import without_bank_line
+from memupdate.llm import hermes
+from memupdate.llm.chat import prompt_settings, student_view, to_chat_dicts
+from memupdate.llm.checkpoints import CHECKPOINT_HELP, checkpoint_tokenizer, stop_and_pad_ids
 
-from . import hermes
 from .handles import HandleConstraint, live_handles
-
-CHECKPOINT_HELP = (
-    "expected a Hugging Face checkpoint directory with config.json, weights and tokenizer files "
-    "(e.g. produced by verl's model merger: `python -m verl.model_merger merge --backend fsdp "
-    "--local_dir <actor dir> --target_dir <out dir>`)"
-)
-
-
-def _text(content: str | list) -> str:
-    """Message content as plain text (LangChain allows a list of content blocks)."""
-    if isinstance(content, str):
-        return content
-    return "".join(b if isinstance(b, str) else b.get("text", "") for b in content)
-
-
-STUDENT_SETTINGS = "memupdate-student.json"
-
-
-def trim_tool_result(text: str, limit: int | None) -> str:
-    """A tool result as a student sees it: at most `limit` characters (None: all), cut at a line end."""
-    if limit is None or len(text) <= limit:
-        return text
-    cut = text[:limit]
-    return (cut[: cut.rfind("\n")] if "\n" in cut else cut).rstrip() + " ..."
-
-
-def to_chat_dicts(messages: Sequence[BaseMessage]) -> list[dict[str, str]]:
-    """Convert LangChain messages to chat-template dicts, writing past tool calls in Hermes format (what a
-    trajectory log keeps; `student_view` is how a local checkpoint reads them)."""
-    out = []
-    for m in messages:
-        if isinstance(m, SystemMessage):
-            out.append({"role": "system", "content": _text(m.content)})
-        elif isinstance(m, HumanMessage):
-            out.append({"role": "user", "content": _text(m.content)})
-        elif isinstance(m, AIMessage):
-            # Re-render calls (malformed ones verbatim) so the model sees exactly what it wrote.
-            blocks = [hermes.format_tool_call(c["name"], c["args"]) for c in m.tool_calls]
-            blocks += [f"{hermes.OPEN}\n{c['args'] or ''}\n{hermes.CLOSE}" for c in m.invalid_tool_calls]
-            content = "\n".join(part for part in [_text(m.content).strip(), *blocks] if part)
-            out.append({"role": "assistant", "content": content})
-        elif isinstance(m, ToolMessage):
-            out.append({"role": "tool", "content": _text(m.content)})
-        else:
-            raise TypeError(f"cannot render {type(m).__name__} for a chat template")
-    return out
-
-
-def student_view(messages: Sequence[dict[str, str]], system_prompt: str | None = None, tool_result_chars: int | None = None) -> list[dict[str, str]]:
-    """Chat dicts as a local checkpoint reads them: `system_prompt` in place of the system message, the
-    task without its bank line, tool results cut to `tool_result_chars`. Rollouts and training both
-    render through it, so a student trains on exactly what it saw."""
-    out = []
-    for m in messages:
-        if m["role"] == "system" and system_prompt:
-            m = {**m, "content": system_prompt}
-        elif m["role"] == "user":
-            m = {**m, "content": without_bank_line(m["content"])}
-        elif m["role"] == "tool":
-            m = {**m, "content": trim_tool_result(m["content"], tool_result_chars)}
-        out.append(m)
-    return out
-
-
-def prompt_settings(path: str | Path) -> dict[str, Any]:
-    """`system_prompt` and `tool_result_chars` from the checkpoint's memupdate-student.json ({} if absent):
-    how a student trained here saw its prompts, so it runs with the same ones."""
-    import json
-
-    file = Path(path) / STUDENT_SETTINGS
-    return json.loads(file.read_text()) if file.is_file() else {}
-
-
-def checkpoint_tokenizer(path: str | Path) -> Any:
-    """The tokenizer of the Hugging Face checkpoint folder `path`, which must hold config.json and a chat
-    template; ValueError naming what is missing and the fix. The one check of a checkpoint that the hf
-    policy, `rl learn` (its student) and `rl export` (its output) make."""
-    from transformers import AutoTokenizer
-
-    path = Path(path)
-    if not path.is_dir():
-        raise ValueError(f"checkpoint path {str(path)!r} does not exist or is not a directory; {CHECKPOINT_HELP}")
-    if not (path / "config.json").is_file():
-        raise ValueError(f"no config.json in {str(path)!r}; {CHECKPOINT_HELP}")
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
-    except (OSError, ValueError) as e:
-        raise ValueError(f"cannot load the tokenizer in {str(path)!r} ({e}); {CHECKPOINT_HELP}") from e
-    if not tokenizer.chat_template:
-        raise ValueError(
-            f"the tokenizer in {str(path)!r} has no chat template; copy chat_template.jinja (or the "
-            "chat_template entry of tokenizer_config.json) from the base model, e.g. Qwen2.5-Instruct, "
-            "into the checkpoint directory"
-        )
-    return tokenizer
 
 
 class HuggingFaceChatModel(BaseChatModel):
@@ -220,7 +126,7 @@ class HuggingFaceChatModel(BaseChatModel):
 
     def render_prompt(self, messages: Sequence[BaseMessage]) -> str:
         """The exact prompt text the model continues: chat template + bound tools + generation prompt
-        (the task without its bank line: `prompts.without_bank_line`)."""
+        (the task without its bank line: `llm.chat.without_bank_line`)."""
         return self.tokenizer.apply_chat_template(
             student_view(to_chat_dicts(messages), self.system_prompt, self.tool_result_chars),
             tools=self.tools or None,
@@ -338,20 +244,6 @@ class HuggingFaceChatModel(BaseChatModel):
             return None
         cache.crop(shared)
         return cache
-
-
-def stop_and_pad_ids(model: Any, tokenizer: Any) -> dict[str, Any]:
-    """`generate` options that stop at the end of an assistant turn and pad with a known token."""
-    # Stop at <|im_end|> too: base-model configs often list only <|endoftext|> as EOS.
-    eos = model.generation_config.eos_token_id
-    ids = set(eos if isinstance(eos, list) else [eos]) | {tokenizer.eos_token_id}
-    ids.add(tokenizer.convert_tokens_to_ids("<|im_end|>"))
-    ids = sorted(i for i in ids if isinstance(i, int) and i != tokenizer.unk_token_id)
-    # Causal LMs often have no pad token; padding with EOS keeps generate() quiet.
-    pad = tokenizer.pad_token_id
-    if pad is None and ids:
-        pad = ids[0]
-    return {"eos_token_id": ids, "pad_token_id": pad}
 
 
 class _ProseLimit:

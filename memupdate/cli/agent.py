@@ -19,7 +19,7 @@ from memupdate.cli.common import (
     open_store,
     user_errors,
 )
-from memupdate.rl.data.categories import SINGLE_HOP
+from memupdate.scoring.categories import SINGLE_HOP
 from memupdate.store.errors import MemupdateError
 
 app = typer.Typer(help="Run the memory-editing agent on a live memory bank.", no_args_is_help=True)
@@ -53,7 +53,7 @@ def agent_run(
     from memupdate.agent.policies import make_policy, policy_kind
     from memupdate.rl.data.namespaces import trajectory_id, trajectory_namespace
     from memupdate.rl.episode import scored_episode
-    from memupdate.rl.scoring.qa_proxy import score_questions
+    from memupdate.scoring.qa_proxy import score_questions
     from memupdate.store import to_namespace
     from memupdate.store.records import namespace_path
 

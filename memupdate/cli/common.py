@@ -169,8 +169,8 @@ def checked_answerer(model: str | None, base_url: str | None, api_key: str | Non
         if judge is not None or base_url is not None:
             raise MemupdateError("--judge and --answerer-base-url need --answerer MODEL (the model that answers)")
         return None
-    from memupdate.rl.scoring.answerer import make_answerer
-    from memupdate.rl.scoring.readers import HF_PREFIX
+    from memupdate.scoring.answerer import make_answerer
+    from memupdate.scoring.readers import HF_PREFIX
 
     if base_url is not None and model.startswith(HF_PREFIX) and (judge is None or judge.startswith(HF_PREFIX)):
         raise MemupdateError(f"--answerer {model} runs on this machine: drop --answerer-base-url {base_url}")
@@ -221,3 +221,26 @@ def progress_bar(description: str):
     return Progress(TextColumn(description), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=err_console)
 
 
+
+
+def bank_questions(bank, path: Path | None, locomo: Path | None) -> list[Any]:
+    """Questions for the QA proxy: the user's file, else the LoCoMo conversation a `locomo/<id>` bank is."""
+    if path is not None:
+        from memupdate.scoring.questions import read_questions
+
+        return read_questions(path)
+    from memupdate.rl.data.namespaces import conversation_of
+
+    sample_id = conversation_of(bank.namespace)
+    if sample_id is None:
+        return []
+    from memupdate.rl.data.locomo import default_locomo_path, load_locomo
+
+    source = locomo or default_locomo_path()
+    if source is None:
+        return []
+    try:
+        (conversation,) = load_locomo(source, [sample_id])
+    except ValueError:
+        return []
+    return list(conversation.qa)

@@ -4,8 +4,6 @@ review (JSON and one HTML page), and with `--apply` promote it onto the bank in 
 from __future__ import annotations
 
 import json
-import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +22,7 @@ from memupdate.cli.common import (
     MODEL_OPTION,
     SEED_OPTION,
     URL_OPTION,
+    bank_questions,
     check_output,
     check_policy_endpoint,
     checked_answerer,
@@ -35,16 +34,6 @@ from memupdate.cli.common import (
     user_errors,
 )
 from memupdate.store.errors import MemupdateError
-
-
-@dataclass(frozen=True)
-class UserQuestion:
-    """A question from a user's file, in the shape the QA proxy reads (single-hop unless a category is given)."""
-
-    question: str
-    answer: str | None
-    evidence: tuple[str, ...] = ()
-    category: int = 4
 
 
 @user_errors
@@ -97,7 +86,7 @@ def compact_command(
         raise MemupdateError(f"namespace {namespace!r} holds no memories: import or load it first (memupdate data import)")
     for path, option, suffixes in ((review, "--review", (".html", ".htm")), (review_json, "--json", (".json",))):
         check_output(path, option, suffixes)
-    probe = _questions(bank, questions, locomo)
+    probe = bank_questions(bank, questions, locomo)
     if answerer and not probe:
         raise MemupdateError(f"--answerer reads the bank's questions: give --questions FILE (bank {bank.path!r} has none)")
     reader = checked_answerer(answerer, answerer_base_url, answerer_api_key, engine=root.engine)  # before any work
@@ -116,31 +105,31 @@ def compact_command(
 
 def _compact(root, bank, policy, options, size, probe, review, review_json):
     """Compact `bank` into a proposed change; `probe` is (questions, reader or None) for the QA figures."""
-    from memupdate.agent.compaction import BankMoved, compact_bank
+    from memupdate.agent.compaction import BankMoved, compact
     from memupdate.agent.policies import make_policy
-    from memupdate.agent.review import build_review, render_html, replaced_by
     from memupdate.bank.change_log import next_change_id, propose_change_with_id
     from memupdate.bank.namespaces import compaction_namespace
+    from memupdate.bank.review import render_html, replaced_by
 
     chat_model = make_policy(policy, root, **options)
     change_id = next_change_id(bank)
-    started = time.perf_counter()
+    questions, reader = probe
     with progress_bar("compacting") as bar:
         task = bar.add_task("compact", total=None)
         try:
-            result = compact_bank(
-                chat_model, bank, compaction_namespace(bank.namespace, change_id), size=size,
+            done = compact(
+                chat_model, bank, compaction_namespace(bank.namespace, change_id), questions, reader=reader, size=size,
                 on_plan=lambda n: bar.update(task, total=n), on_episode=lambda: bar.advance(task),
+                on_answer=lambda finished, total: bar.update(task, completed=finished, total=total, description="answering"),
             )
         except BankMoved as exc:
             raise MemupdateError(str(exc)) from None
-    seconds = time.perf_counter() - started
-    qa = _qa(bank, result.fork, *probe)
-    page = build_review(bank, result.fork, result.calls, qa=qa)
+    result, page = done.result, done.review
+    qa = done.qa.summary() if done.qa else None
     page |= {"change_id": change_id, "policy": policy if policy == "heuristic" else f"{policy}:{options['model']}"}
     summary = {
         "counts": page["counts"], "qa": qa, "episodes": result.episodes, "failed_episodes": result.failed_episodes,
-        "stop_reasons": result.stop_reasons, "seconds": round(seconds, 1), "neighbourhood_size": size,
+        "stop_reasons": result.stop_reasons, "seconds": round(done.seconds, 1), "neighbourhood_size": size,
     }
     proposal = propose_change_with_id(
         bank, change_id, result.fork, policy=page["policy"], summary=summary,
@@ -153,7 +142,7 @@ def _compact(root, bank, policy, options, size, probe, review, review_json):
     counts = page["counts"]
     kinds = ", ".join(f"{counts[k]} {k}s" for k in ("merge", "split", "update", "delete", "create", "rewrite") if counts[k])
     console.print(
-        f"change {change_id}: {result.episodes} episodes in {seconds:.1f} s; memories {counts['memories_before']} -> "
+        f"change {change_id}: {result.episodes} episodes in {done.seconds:.1f} s; memories {counts['memories_before']} -> "
         f"{counts['memories_after']}; {kinds or 'no changes'}; {counts['flagged']} coverage flags"
         + (f"; QA proxy {qa['before']:.3f} -> {qa['after']:.3f} on {qa['questions']} questions" if qa else "")
         + (_reader_line(qa["reader"]) if qa and "reader" in qa else ""),
@@ -173,88 +162,6 @@ def _print_applied(change, bank) -> None:
         f"{applied.get('memories_after')}; replaced rows kept as superseded; `memupdate undo {bank.path}` reverts it",
         highlight=False, soft_wrap=True,
     )
-
-
-def _questions(bank, path: Path | None, locomo: Path | None) -> list[Any]:
-    """Questions for the QA proxy: the user's file, else the LoCoMo conversation a `locomo/<id>` bank is."""
-    if path is not None:
-        return read_questions(path)
-    from memupdate.rl.data.namespaces import conversation_of
-
-    sample_id = conversation_of(bank.namespace)
-    if sample_id is not None:
-        from memupdate.rl.data.locomo import default_locomo_path, load_locomo
-
-        source = locomo or default_locomo_path()
-        if source is None:
-            return []
-        try:
-            (conversation,) = load_locomo(source, [sample_id])
-        except ValueError:
-            return []
-        return list(conversation.qa)
-    return []
-
-
-def read_questions(path: Path) -> list[UserQuestion]:
-    """A JSON list or JSONL of `{question, answer, category?, evidence?}`; a clear error names the bad item."""
-    try:
-        raw = path.read_text(encoding="utf-8").strip()
-        rows = json.loads(raw) if raw.startswith("[") else [json.loads(line) for line in raw.splitlines() if line.strip()]
-    except OSError as exc:
-        raise MemupdateError(f"--questions {str(path)!r}: {exc.strerror}") from None
-    except json.JSONDecodeError as exc:
-        raise MemupdateError(f"--questions {str(path)!r} is not JSON or JSONL (line {exc.lineno}: {exc.msg})") from None
-    questions = []
-    for number, row in enumerate(rows, 1):
-        if not isinstance(row, dict) or not isinstance(row.get("question"), str) or row.get("answer") is None:
-            raise MemupdateError(f"--questions {str(path)!r} item {number}: give {{\"question\": ..., \"answer\": ...}}")
-        questions.append(UserQuestion(row["question"], str(row["answer"]), tuple(row.get("evidence") or ()), int(row.get("category", 4))))
-    return questions
-
-
-def _qa(bank, fork, questions: list[Any], reader=None) -> dict[str, Any] | None:
-    """The QA proxy before -> after over the answerable (non-adversarial) questions; with a reader, also
-    its LoCoMo F1 on the contexts the proxy read, and how the two agree."""
-    from memupdate.rl.data.categories import ADVERSARIAL
-    from memupdate.rl.scoring.qa_proxy import score_questions
-    from memupdate.rl.scoring.summaries import interval
-
-    answerable = [q for q in questions if q.category != ADVERSARIAL and q.answer]
-    if not answerable:
-        return None
-    scored = {"before": score_questions(bank, answerable), "after": score_questions(fork, answerable)}
-    before, after = ([s.qa_score for s in scored[side]] for side in ("before", "after"))
-    qa = {
-        "questions": len(answerable),
-        "before": sum(before) / len(before),
-        "after": sum(after) / len(after),
-        "better": sum(a > b + 1e-9 for a, b in zip(after, before, strict=True)),
-        "worse": sum(a < b - 1e-9 for a, b in zip(after, before, strict=True)),
-        "change": interval([a - b for a, b in zip(after, before, strict=True)]),
-    }
-    if reader is not None:
-        qa["reader"] = _reader_f1(reader, answerable, scored)
-    return qa
-
-
-def _reader_f1(reader, questions: list[Any], scored: dict[str, list]) -> dict[str, Any]:
-    """The reader's F1 per side, its paired change per question, and its Pearson r with the proxy."""
-    from memupdate.rl.scoring.answer_report import answerer_report, pearson
-    from memupdate.rl.scoring.summaries import interval
-
-    contexts = {side: [s.context for s in rows] for side, rows in scored.items()}
-    proxy = {side: [s.qa_score for s in rows] for side, rows in scored.items()}
-    with progress_bar("answering") as bar:
-        task = bar.add_task("answer", total=None)
-        section, rows = answerer_report(reader, questions, contexts, proxy, lambda done, total: bar.update(task, completed=done, total=total))
-    changes = [row["after"]["f1"] - row["before"]["f1"] for row in rows]
-    return {
-        "model": section["model"], "before": section["before"]["f1"], "after": section["after"]["f1"],
-        "change": interval(changes), "better": sum(c > 1e-9 for c in changes), "worse": sum(c < -1e-9 for c in changes),
-        "proxy_f1_pearson": section["proxy_f1_pearson"]["all"],
-        "proxy_change_f1_change_pearson": pearson([a - b for a, b in zip(proxy["after"], proxy["before"], strict=True)], changes),
-    }
 
 
 def _reader_line(reader: dict[str, Any]) -> str:

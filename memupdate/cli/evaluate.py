@@ -35,7 +35,7 @@ from memupdate.cli.common import (
     raise_if_interrupted,
     user_errors,
 )
-from memupdate.rl.data.questions import COLLATERAL_QUESTIONS
+from memupdate.scoring.questions import COLLATERAL_QUESTIONS
 from memupdate.store.errors import MemupdateError
 
 JUDGE_OPTION = typer.Option(
@@ -91,7 +91,7 @@ def eval_command(
     """
     from memupdate.agent.policies import make_policy
     from memupdate.rl.evaluate import EvalConfig
-    from memupdate.rl.scoring.reward import RewardConfig
+    from memupdate.scoring.reward import RewardConfig
 
     if mode not in ("targeted", "blind"):
         raise MemupdateError(f"--mode {mode!r} is not targeted or blind")

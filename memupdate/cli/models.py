@@ -24,10 +24,11 @@ def models_get(
     force: bool = typer.Option(False, "--force", help="Rebuild even when the folder is complete."),
 ) -> None:
     """Build the model's Hugging Face checkpoint (float32, tokenizer, chat template) once; prints its folder."""
-    from memupdate.agent.models import MODELS, get_model
+    from memupdate.agent.prompts import STUDENT_PROMPT
+    from memupdate.llm.models import MODELS, get_model
 
     with console.status(f"building {name} ..."):
-        path = get_model(name, out, force=force)
+        path = get_model(name, out, force=force, prompt=STUDENT_PROMPT)
     model = MODELS[name]
     use = f"memupdate agent run --policy hf --model {name}" if model.student else f"memupdate compact BANK --answerer hf:{name}"
     console.print(f"{model.title} ({model.licence}) in {path}\nrun it: {use}", highlight=False)

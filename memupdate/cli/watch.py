@@ -78,7 +78,7 @@ def watch_command(
     compactor = BackgroundCompactor(
         root, source, prefix=tuple(p for p in prefix.split("/") if p), into=to_namespace(into) if into else None,
         policy=policy, model=model, base_url=base_url, api_key=api_key, rule=rule, grow_by=grow_by, size=size,
-        qa=_qa_guard(questions, locomo), skip_labels=(COMPACTION_LABEL, TRAJ_LABEL),
+        questions=_bank_questions(questions, locomo), skip_labels=(COMPACTION_LABEL, TRAJ_LABEL),
     )
     _print_pass(compactor.run_once(), as_json)  # the first pass: a bad source or policy stops here, in one line
     while not once:
@@ -102,20 +102,14 @@ def _require_banks(root, source: str) -> None:
     raise MemupdateError(f"source {source!r} is neither a postgresql:// URL nor a path holding banks: check it; {hint}")
 
 
-def _qa_guard(questions: Path | None, locomo: Path | None):
-    """The QA check of the safety rule: the --questions file for every bank, else a LoCoMo bank's own."""
-    from memupdate.agent.safety import QAGuard
-    from memupdate.cli.compact import _questions
-    from memupdate.rl.data.categories import ADVERSARIAL
-    from memupdate.rl.scoring.qa_proxy import score_questions
+def _bank_questions(questions: Path | None, locomo: Path | None):
+    """The questions of the safety rule's QA check: the --questions file for every bank, else a LoCoMo
+    bank's own."""
+    from memupdate.cli.common import bank_questions
 
     if questions is not None:
-        _questions(None, questions, None)  # a bad file fails now, in one line, not at the first compaction
-
-    def asked(bank):
-        return [q for q in _questions(bank, questions, locomo) if q.category != ADVERSARIAL]
-
-    return QAGuard(score_questions, asked)
+        bank_questions(None, questions, None)  # a bad file fails now, in one line, not at the first compaction
+    return lambda bank: bank_questions(bank, questions, locomo)
 
 
 def _print_pass(passes, as_json: bool) -> None:
@@ -145,8 +139,8 @@ def review_command(
 ) -> None:
     """The changes `memupdate watch` left for a person, across banks: list them (and write the page), or
     accept or reject one. An accepted change of a live store is written there at once (or at the next pass)."""
-    from memupdate.agent.review import render_queue_html
     from memupdate.bank import review_queue
+    from memupdate.bank.review import render_queue_html
 
     if accept is not None and reject is not None:
         raise MemupdateError("give --accept or --reject, not both")

@@ -1,5 +1,5 @@
 """A LoCoMo conversation as typed, read-only records: its sessions, turns and facts (its questions are
-`rl/data/questions.py`'s `QAItem`), and the session dates they carry.
+`scoring/questions.py`'s `QAItem`), and the session dates they carry.
 
     conversation.session(3).date          # datetime.date(2023, 5, 8)
     conversation.turn("D3:7").text
@@ -12,8 +12,8 @@ import datetime
 import re
 from dataclasses import dataclass, field
 
-from memupdate.agent.dates import MONTHS
-from memupdate.rl.data.questions import QAItem
+from memupdate.scoring.questions import QAItem
+from memupdate.text.dates import MONTHS
 
 _DATE = re.compile(r"(\d{1,2})\s+([A-Za-z]+)\.?,?\s+(\d{4})")
 # Month names and the abbreviations LoCoMo writes ("Jan", "Sept").

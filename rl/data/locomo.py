@@ -22,9 +22,9 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from memupdate.rl.data.categories import CATEGORY_NAMES, category_name
 from memupdate.rl.data.conversation import Conversation, Fact, Session, Turn, parse_session_date
-from memupdate.rl.data.questions import QAItem
+from memupdate.scoring.categories import CATEGORY_NAMES, category_name
+from memupdate.scoring.questions import QAItem
 
 __all__ = [
     "DATASET",

@@ -20,7 +20,7 @@ from memupdate.agent.tools import MEMORY_TOOLS
 from memupdate.rl.data.conversation import Conversation
 from memupdate.rl.data.locomo import DATASET, split_conversations
 from memupdate.rl.data.namespaces import base_namespace, trajectory_id, trajectory_namespace
-from memupdate.rl.data.questions import COLLATERAL_QUESTIONS, collateral_sample, qa_row, scorable_questions
+from memupdate.scoring.questions import COLLATERAL_QUESTIONS, collateral_sample, qa_row, scorable_questions
 from memupdate.store.records import namespace_path
 
 DATA_SOURCE = DATASET

@@ -20,7 +20,7 @@ from collections.abc import Hashable, Sequence
 import numpy as np
 
 from memupdate.agent.tools import MEMORY_TOOLS
-from memupdate.rl.scoring.summaries import mean
+from memupdate.scoring.summaries import mean
 
 EPSILON = 1e-6
 

@@ -13,7 +13,7 @@ its reward is `compute_compaction_reward`: the QA proxy change over every questi
 neighbourhood can reach, times efficiency, minus unsupported text, lost information and calls that did
 not run.
 
-An evaluation unit is a whole held-out bank: `compact_bank` (what `memupdate compact` calls) runs one
+An evaluation unit is a whole held-out bank: `compact` (what `memupdate compact` calls) runs one
 episode per neighbourhood into one fork, and the record holds every question's QA proxy before -> after
 (`question_deltas`, paired per question), memories before -> after, lost sources and the calls.
 """
@@ -28,17 +28,17 @@ from typing import Any
 
 from langchain_core.language_models import BaseChatModel
 
-from memupdate.agent.compaction import compact_bank, neighbourhood_episode, neighbourhoods
-from memupdate.agent.policies.hf import to_chat_dicts
+from memupdate.agent.compaction import compact, neighbourhood_episode, neighbourhoods
 from memupdate.bank.change_log import bank_vectors
+from memupdate.llm.chat import to_chat_dicts
 from memupdate.rl.data.conversation import Conversation
 from memupdate.rl.data.ingest import ingest_conversation
 from memupdate.rl.data.namespaces import trajectory_namespace
-from memupdate.rl.data.questions import QAItem
 from memupdate.rl.distill.rollouts import call_summary
 from memupdate.rl.distill.targeted import spread
 from memupdate.rl.evaluate import EvalConfig, eval_questions
-from memupdate.rl.scoring.reward import RewardBreakdown, RewardConfig, compute_compaction_reward
+from memupdate.scoring.questions import QAItem
+from memupdate.scoring.reward import RewardBreakdown, RewardConfig, compute_compaction_reward
 from memupdate.store import MemoryStore
 
 # Memories per neighbourhood: ten of LoCoMo's (~110 characters as a tool shows them) fit in the
@@ -131,13 +131,15 @@ class CompactionTask:
     def _compact_whole(
         self, policy: BaseChatModel | None, base: MemoryStore, namespace: Sequence[str], questions: list[QAItem]
     ) -> tuple[list[Any], dict[str, Any], RewardBreakdown, dict[str, Any]]:
-        """`compact_bank` of the whole bank (no edits for `policy=None`), scored on every question: every
+        """`compact` of the whole bank (no edits for `policy=None`), scored on every question: every
         episode's messages one after another, their calls, the reward and the bank's facts."""
         if policy is None:
             with base.forked(namespace) as fork:
                 reward = compute_compaction_reward(base, fork, questions, None, self.reward)
             return [], call_summary([]), reward, bank_facts(reward, questions) | {"stop_reason": None}
-        result = compact_bank(policy, base, namespace, size=self.size, max_turns=self.max_turns, max_operations=self.max_operations)
+        # The compaction users run (`memupdate compact`); the reward below scores its fork on every question.
+        result = compact(policy, base, namespace, size=self.size, max_turns=self.max_turns, max_operations=self.max_operations,
+                         review=False).result
         messages = [m for transcript in result.messages for m in transcript]
         calls = call_summary(messages)
         try:

@@ -282,7 +282,7 @@ def sweep_learning_rate(
 
 def save_student(student: Student, start: str | Path, out: Path, config: TrainConfig) -> None:
     """Weights (adapters merged), tokenizer, and how the student saw its prompts (`STUDENT_SETTINGS`)."""
-    from memupdate.agent.policies.hf import STUDENT_SETTINGS
+    from memupdate.llm.chat import STUDENT_SETTINGS
 
     model = student.model.merge_and_unload() if config.lora_rank else student.model
     out.mkdir(parents=True, exist_ok=True)

@@ -59,8 +59,8 @@ from memupdate.rl.distill.rollouts import (
 )
 from memupdate.rl.distill.targeted import TargetedTask, spread
 from memupdate.rl.distill.task import Task, Unit
-from memupdate.rl.scoring.reward import RewardConfig
-from memupdate.rl.scoring.summaries import interval, mean
+from memupdate.scoring.reward import RewardConfig
+from memupdate.scoring.summaries import interval, mean
 from memupdate.store import MemoryStore, MemupdateError
 
 __all__ = ["LearnConfig", "learn", "spread"]
@@ -153,7 +153,7 @@ def learn(
 ) -> dict[str, Any]:
     """Run (or resume) every stage into `out`; returns the metrics also written to `out/metrics.json`.
     `task` defaults to the config's (`make_task`)."""
-    from memupdate.agent.policies.hf import prompt_settings
+    from memupdate.llm.chat import prompt_settings
 
     task = task or make_task(config, store)
     run = open_run(store, check_config(config, train, held_out), task, Path(out), train, held_out, progress)
@@ -203,9 +203,10 @@ def make_task(config: LearnConfig, store: MemoryStore) -> Task:
 
 def check_config(config: LearnConfig, train: Sequence[Conversation], held_out: Sequence[Conversation]) -> LearnConfig:
     """Clear errors before any rollout; the config with the student resolved to a folder (or `tiny`)."""
-    from memupdate.agent.models import resolve_model
     from memupdate.agent.policies import policy_kind
-    from memupdate.agent.policies.hf import checkpoint_tokenizer
+    from memupdate.agent.prompts import STUDENT_PROMPT
+    from memupdate.llm.checkpoints import checkpoint_tokenizer
+    from memupdate.llm.models import resolve_model
 
     overlap = {c.sample_id for c in train} & {c.sample_id for c in held_out}
     if overlap:
@@ -219,7 +220,7 @@ def check_config(config: LearnConfig, train: Sequence[Conversation], held_out: S
         if config.top_layers > config.tiny_layers:
             raise MemupdateError(f"--top-layers {config.top_layers}: the tiny student has {config.tiny_layers} layers (--tiny-layers); give at most that (0: all)")
         return config
-    student = resolve_model(config.student)
+    student = resolve_model(config.student, STUDENT_PROMPT)
     try:
         checkpoint_tokenizer(student)
     except ValueError as exc:

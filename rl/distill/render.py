@@ -30,9 +30,9 @@ def student_tools() -> list[dict[str, Any]]:
 
 
 def as_student_saw(messages: Sequence[dict[str, str]], settings: dict[str, Any]) -> list[dict[str, str]]:
-    """A logged trajectory as a student with these prompt settings (`hf.prompt_settings`) saw it in its
-    rollouts (`hf.student_view`): training renders exactly this."""
-    from memupdate.agent.policies.hf import student_view
+    """A logged trajectory as a student with these prompt settings (`llm.chat.prompt_settings`) saw it in its
+    rollouts (`llm.chat.student_view`): training renders exactly this."""
+    from memupdate.llm.chat import student_view
 
     return student_view(messages, settings.get("system_prompt"), settings.get("tool_result_chars"))
 

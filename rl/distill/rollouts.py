@@ -29,7 +29,7 @@ from memupdate.agent.policies import make_policy, with_seed
 from memupdate.agent.policies.batched import iter_together
 from memupdate.rl.data.ingest import ingest_conversation
 from memupdate.rl.data.locomo import Conversation
-from memupdate.rl.scoring.summaries import mean
+from memupdate.scoring.summaries import mean
 from memupdate.store import MemoryStore, MemupdateError
 
 if TYPE_CHECKING:

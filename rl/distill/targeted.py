@@ -20,15 +20,15 @@ from typing import Any
 
 from langchain_core.language_models import BaseChatModel
 
-from memupdate.agent.policies.hf import to_chat_dicts
+from memupdate.llm.chat import to_chat_dicts
 from memupdate.rl.data.ingest import ingest_conversation
 from memupdate.rl.data.locomo import Conversation, QAItem
 from memupdate.rl.data.namespaces import trajectory_id
-from memupdate.rl.data.questions import collateral_sample
 from memupdate.rl.distill.rollouts import call_summary
 from memupdate.rl.episode import scored_episode
 from memupdate.rl.evaluate import EvalConfig, eval_questions
-from memupdate.rl.scoring.reward import RewardConfig, compute_reward, score
+from memupdate.scoring.questions import collateral_sample
+from memupdate.scoring.reward import RewardConfig, compute_reward, score
 from memupdate.store import MemoryStore
 
 

@@ -7,7 +7,7 @@ Registered as `memupdate_agent` through `configs/agent_loop.yaml`
 
 The multi-turn loop is verl's own: generate, parse Hermes `<tool_call>` blocks, run the memory tools
 (`MemoryEditTool`: the first call forks the base for this rollout), feed the results back. Then,
-while the fork is still open, the reward (`memupdate.rl.scoring.reward.compute_reward` through
+while the fork is still open, the reward (`memupdate.scoring.reward.compute_reward` through
 `forks.finish_rollout`) becomes `reward_score`, so verl skips its reward workers; its parts go to
 `extra_fields["reward_extra_info"]`, which verl logs. The fork is dropped afterwards, also when the
 rollout fails: a crash mid-episode still returns the trajectory up to the crash, scored on what the

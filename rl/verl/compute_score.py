@@ -5,7 +5,7 @@
       custom_reward_function:
         path: pkg://memupdate.rl.verl.compute_score     # pkg://, not a file path: see VERL.md
         name: compute_score
-        reward_kwargs: {collateral_questions: 8}  # memupdate.rl.scoring.reward.RewardConfig fields
+        reward_kwargs: {collateral_questions: 8}  # memupdate.scoring.reward.RewardConfig fields
 
 verl's reward worker calls it once per finished rollout with the row's `extra_info`, into which it
 has merged the rollout's `extra_fields`: the fork the rollout's first tool call made

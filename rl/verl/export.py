@@ -159,7 +159,7 @@ def check_hf_folder(path: Path) -> None:
     the tools, a Hermes tool call and a tool result. ExportError naming what is missing."""
     from transformers import AutoConfig
 
-    from memupdate.agent.policies.hf import checkpoint_tokenizer
+    from memupdate.llm.checkpoints import checkpoint_tokenizer
 
     try:
         AutoConfig.from_pretrained(path, local_files_only=True)

@@ -28,13 +28,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from memupdate.rl.data.namespaces import TRAJ_LABEL, rollout_label, rollout_namespace
-from memupdate.rl.scoring.reward import (
+from memupdate.rl.verl.worker_db import in_db_thread, worker_store
+from memupdate.scoring.reward import (
     RewardBreakdown,
     RewardConfig,
     compute_reward,
     questions_from_extra_info,
 )
-from memupdate.rl.verl.worker_db import in_db_thread, worker_store
 from memupdate.store import MemoryStore, MemupdateError, drop_fork, to_namespace
 from memupdate.store.records import SEPARATOR, namespace_path
 

@@ -1,6 +1,6 @@
 """The review of a compaction: what the fork would change in the bank, change by change, before anything does.
 
-    from memupdate.agent.review import build_review, render_html
+    from memupdate.bank.review import build_review, render_html
     review = build_review(bank, fork, calls, qa={"questions": 40, "before": 0.41, "after": 0.44})
     review["counts"]          # {"memories_before": 412, "memories_after": 371, "merge": 30, ..., "flagged": 2}
     review["changes"][0]      # {"id": "c001", "kind": "merge", "sources": [...], "results": [...],
@@ -34,10 +34,10 @@ from typing import Any
 
 import numpy as np
 
-from memupdate.agent.dates import TIME_EXPRESSION, anchor_relative_dates
-from memupdate.agent.text_strategies import content_words
 from memupdate.store import MemoryRecord, MemoryStore
 from memupdate.store.records import KEY_PATTERN
+from memupdate.text.dates import TIME_EXPRESSION, anchor_relative_dates
+from memupdate.text.strategies import content_words
 
 CHANGE_KINDS = ("merge", "split", "update", "delete", "create", "rewrite")
 # Sources less alike than this (cosine) are not one memory told twice: near-duplicates score 0.9 and

@@ -1,6 +1,6 @@
 """A local Hugging Face checkpoint as the answerer or judge: `--answerer hf:DIR`, on the CPU, no server.
 
-    from memupdate.rl.scoring.hf_reader import HFReader
+    from memupdate.scoring.hf_reader import HFReader
     reader = HFReader("checkpoints/smollm2")
     reader.check()                                        # the folder holds a checkpoint with a chat template
     reader.complete_batch([prompt_a, prompt_b], max_tokens=32)   # greedy replies, one padded batch
@@ -19,8 +19,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from memupdate.rl.scoring.answer_prompts import clean_reply
-from memupdate.rl.scoring.readers import HF_PREFIX, AnswererUnavailable
+from memupdate.scoring.answer_prompts import clean_reply
+from memupdate.scoring.readers import HF_PREFIX, AnswererUnavailable
 
 DEFAULT_BATCH_SIZE = 8  # one pass over the weights serves 8 prompts; larger batches pad short prompts more
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt")
@@ -62,7 +62,7 @@ class HFReader:
         """The folder holds a checkpoint with a tokenizer and a chat template; else one line naming the fix."""
         if self._tokenizer is not None:
             return
-        from memupdate.agent.policies.hf import checkpoint_tokenizer
+        from memupdate.llm.checkpoints import checkpoint_tokenizer
 
         try:
             tokenizer = checkpoint_tokenizer(self.path)
@@ -75,7 +75,7 @@ class HFReader:
         """Greedy replies to `prompts` (each one user message), generated together in one padded batch."""
         import torch
 
-        from memupdate.agent.policies.hf import stop_and_pad_ids
+        from memupdate.llm.checkpoints import stop_and_pad_ids
 
         model, tokenizer = self._loaded()
         texts = [

@@ -1,6 +1,6 @@
 """The answerer's and judge's prompts, one definition each, and how their replies are read.
 
-    from memupdate.rl.scoring.answer_prompts import answer_prompt, chosen_answer, parse_judgement
+    from memupdate.scoring.answer_prompts import answer_prompt, chosen_answer, parse_judgement
     prompt = answer_prompt(question, context)      # AnswerPrompt: template, question as sent, full prompt
     chosen_answer("a", prompt.choices)             # category 5: the option's text
     parse_judgement('Same date. {"label": "CORRECT"}')   # True
@@ -24,8 +24,8 @@ import re
 from dataclasses import dataclass
 from typing import Protocol
 
-from memupdate.rl.data.categories import ADVERSARIAL, TEMPORAL
-from memupdate.rl.scoring.llm_cache import prompt_digest
+from memupdate.scoring.categories import ADVERSARIAL, TEMPORAL
+from memupdate.scoring.llm_cache import prompt_digest
 
 ANSWER_MAX_TOKENS = 32  # LoCoMo's num_tokens_request for one answer
 JUDGE_MAX_TOKENS = 256  # one sentence of reasoning, then the JSON label

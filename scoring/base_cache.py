@@ -1,6 +1,6 @@
 """What the reward computes from a base namespace, kept while the base's version holds.
 
-    from memupdate.rl.scoring.base_cache import base_cache
+    from memupdate.scoring.base_cache import base_cache
     snapshot, = base_cache.lookup(base, changes.base_version, [("snapshot",)], lambda missing: [base.snapshot()])
 
 GRPO scores n rollouts of every row against one base, so the base's hits, QA scores and snapshot are

@@ -1,7 +1,7 @@
 """The answerer's report: LoCoMo F1, BLEU-1 and judge accuracy before and after editing, per category,
 and how well the QA proxy agrees with the reader.
 
-    from memupdate.rl.scoring.answer_report import answerer_report
+    from memupdate.scoring.answer_report import answerer_report
     section, rows = answerer_report(answerer, questions, {"before": ctx_before, "after": ctx_after},
                                     {"before": proxy_before, "after": proxy_after})
     section["after"]["f1"], section["proxy_f1_pearson"]["all"]   # mean F1 after; Pearson r over both sides
@@ -13,11 +13,11 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from memupdate.rl.data.categories import ADVERSARIAL
-from memupdate.rl.scoring.answer_prompts import NOT_MENTIONED, AskedQuestion
-from memupdate.rl.scoring.answerer import LLMAnswerer, Progress
-from memupdate.rl.scoring.metrics import bleu1, locomo_f1
-from memupdate.rl.scoring.summaries import by_category, mean
+from memupdate.scoring.answer_prompts import NOT_MENTIONED, AskedQuestion
+from memupdate.scoring.answerer import LLMAnswerer, Progress
+from memupdate.scoring.categories import ADVERSARIAL
+from memupdate.scoring.metrics import bleu1, locomo_f1
+from memupdate.scoring.summaries import by_category, interval, mean
 
 
 def pearson(xs: Sequence[float], ys: Sequence[float]) -> float | None:
@@ -99,3 +99,21 @@ def _summary(
 
 
 __all__ = ["answerer_report", "pearson"]
+
+
+def reader_change(
+    reader: LLMAnswerer, questions: Sequence[AskedQuestion], before: Sequence[Any], after: Sequence[Any],
+    progress: Progress | None = None,
+) -> dict[str, Any]:
+    """The reader's F1 on the contexts the QA proxy read before and after (`QAScore`s), its paired change
+    per question, and its Pearson r with the proxy."""
+    contexts = {"before": [s.context for s in before], "after": [s.context for s in after]}
+    proxy = {"before": [s.qa_score for s in before], "after": [s.qa_score for s in after]}
+    section, rows = answerer_report(reader, questions, contexts, proxy, progress)
+    changes = [row["after"]["f1"] - row["before"]["f1"] for row in rows]
+    return {
+        "model": section["model"], "before": section["before"]["f1"], "after": section["after"]["f1"],
+        "change": interval(changes), "better": sum(c > 1e-9 for c in changes), "worse": sum(c < -1e-9 for c in changes),
+        "proxy_f1_pearson": section["proxy_f1_pearson"]["all"],
+        "proxy_change_f1_change_pearson": pearson([a - b for a, b in zip(proxy["after"], proxy["before"], strict=True)], changes),
+    }

@@ -1,6 +1,6 @@
 """The QA proxy: how well a namespace answers questions, with no LLM.
 
-    from memupdate.rl.scoring.qa_proxy import score_questions
+    from memupdate.scoring.qa_proxy import score_questions
     results = score_questions(store, conversation.qa)       # one QAScore per question
     results[0].qa_score, results[0].evidence_recall, results[0].context_tokens, results[0].context
 
@@ -8,7 +8,7 @@ For each question, the proxy reads what a retrieval-augmented answerer would rea
 the answer is there as a phrase:
 1. **Context, length-fair.** Memories in vector-rank order (up to `candidates` of them) fill a fixed
    budget of `context_tokens` tokens, the same budget for a base and its forks. Tokens are LoCoMo's
-   normalised, stemmed answer tokens (`rl/scoring/metrics.py`), the very tokens the score counts, so no
+   normalised, stemmed answer tokens (`scoring/metrics.py`), the very tokens the score counts, so no
    punctuation or spacing trick packs more into the budget: a comma-joined blob is one token.
 2. **Phrase-level credit.** Each gold piece (category 1 answers are comma-separated lists, category 3
    answers stop at the first `;`, as in LoCoMo's scoring) earns the best LoCoMo F1 of any
@@ -16,7 +16,7 @@ the answer is there as a phrase:
    little: the window must hold the answer's tokens together.
 3. **Adversarial questions** (category 5) score 0 on every side: a retrieval proxy cannot tell a right
    refusal from missing memory, so writing "not mentioned" can only cost (context budget, faithfulness).
-   The LLM answerer (`rl/scoring/answerer.py`) scores them with LoCoMo's own rule.
+   The LLM answerer (`scoring/answerer.py`) scores them with LoCoMo's own rule.
 `evidence_recall` is the share of the question's evidence dia_ids covered by the provenance of the
 memories that fit whole in the budget.
 """
@@ -31,10 +31,10 @@ from typing import Protocol
 
 import numpy as np
 
-from memupdate.rl.data.categories import ADVERSARIAL
-from memupdate.rl.scoring.base_cache import base_cache
-from memupdate.rl.scoring.faithfulness import NEAREST_SOURCES
-from memupdate.rl.scoring.metrics import answer_parts, normalized_tokens, token_f1
+from memupdate.scoring.base_cache import base_cache
+from memupdate.scoring.categories import ADVERSARIAL
+from memupdate.scoring.faithfulness import NEAREST_SOURCES
+from memupdate.scoring.metrics import answer_parts, normalized_tokens, token_f1
 from memupdate.settings import DEFAULT_CONTEXT_TOKENS
 from memupdate.store import MemoryStore, NamespaceChanges, ScoredMemory
 from memupdate.store.fork_diff import changes_from

@@ -1,6 +1,6 @@
 """LoCoMo's own QA metrics, matched to its `task_eval/evaluation.py`.
 
-    from memupdate.rl.scoring.metrics import locomo_f1, bleu1
+    from memupdate.scoring.metrics import locomo_f1, bleu1
     locomo_f1("She went on 7 May 2023.", "7 May 2023", category=2)   # 0.67
     locomo_f1("Sweden, Norway", "Norway, Sweden", category=1)          # 1.0: part by part
     locomo_f1("Not mentioned in the conversation", "", category=5)     # 1.0
@@ -13,7 +13,7 @@ Scoring, as LoCoMo does it:
 - category 1 (multi-hop): prediction and answer split on commas, each gold piece takes its best-matching
   predicted piece, and the piece scores are averaged;
 - category 5 (adversarial): 1 when the prediction says "no information available" or "not mentioned".
-`normalized_tokens` is also what the QA proxy (`rl/scoring/qa_proxy.py`) counts, so its budget and its credit
+`normalized_tokens` is also what the QA proxy (`scoring/qa_proxy.py`) counts, so its budget and its credit
 are in the same tokens as this metric.
 """
 
@@ -28,7 +28,7 @@ from functools import lru_cache
 
 from nltk.stem import PorterStemmer
 
-from memupdate.rl.data.categories import ADVERSARIAL, MULTI_HOP, OPEN_DOMAIN
+from memupdate.scoring.categories import ADVERSARIAL, MULTI_HOP, OPEN_DOMAIN
 
 REFUSALS = ("no information available", "not mentioned")
 _PUNCTUATION = frozenset(string.punctuation)

@@ -4,7 +4,7 @@
     combine(d, e) = d × e            when d ≥ 0
                   = d × (2 − e)      when d < 0   (inefficiency never softens harm)
 
-- performance_delta: QA proxy (`rl/scoring/qa_proxy.py`) on the edited fork minus on the untouched base.
+- performance_delta: QA proxy (`scoring/qa_proxy.py`) on the edited fork minus on the untouched base.
   `questions[0]` is the target question; `questions[1:]` are other questions of the same conversation
   (collateral): delta = target_weight × target delta + (1 − target_weight) × mean collateral delta.
   Deleting or merging away what other questions need is negative, not zero.
@@ -14,11 +14,11 @@
               `max_memory_tokens`): one giant memory is charged however big the bank is;
   - change  = 1 / (1 + change_penalty × max(0, edited − free_edits) / before).
 - unsupported_penalty = min(max_unsupported_penalty, unsupported_token_cost × tokens written that no
-  source supports) (`rl/scoring/faithfulness.py`): invented dates, copied questions and "not mentioned" cost.
+  source supports) (`scoring/faithfulness.py`): invented dates, copied questions and "not mentioned" cost.
 A no-op scores exactly 0: the fork holds the same rows and embeddings as the base, search breaks ties
 by key, and nothing was written. The base is never written by an episode.
 
-    from memupdate.rl.scoring.reward import compute_reward
+    from memupdate.scoring.reward import compute_reward
     breakdown = compute_reward(base_store, fork_store, [target, *collateral])
     breakdown.reward, breakdown.performance_delta, breakdown.efficiency.value, breakdown.as_dict()
     breakdown.fork_scores[0].context            # what the target question read on the fork
@@ -32,7 +32,7 @@ same formula on every question of the bank, with three differences:
   deltas of a bank's disjoint neighbourhoods add up to the whole bank's QA change.
 - efficiency is measured against the neighbourhood (its size is `before`), and lost information is
   charged: coverage_penalty = coverage_cost × sources whose words no result keeps (the review's coverage
-  flags, `agent/review.py`).
+  flags, `bank/review.py`).
 - each call the episode made that did not run (a tool refused it, or it could not be parsed) costs
   failed_call_cost: a refused call changes nothing, so without it a policy that repeats a refused call
   until its turns run out scores the same as one that stops, and spraying updates over every memory
@@ -51,11 +51,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
-from memupdate.rl.data.questions import COLLATERAL_QUESTIONS, qa_from_row
-from memupdate.rl.scoring.base_cache import base_cache
-from memupdate.rl.scoring.faithfulness import Faithfulness, faithfulness_of_writes
-from memupdate.rl.scoring.metrics import normalized_tokens
-from memupdate.rl.scoring.qa_proxy import (
+from memupdate.scoring.base_cache import base_cache
+from memupdate.scoring.faithfulness import Faithfulness, faithfulness_of_writes
+from memupdate.scoring.metrics import normalized_tokens
+from memupdate.scoring.qa_proxy import (
     DEFAULT_CANDIDATES,
     DEFAULT_CONTEXT_TOKENS,
     QAScore,
@@ -63,7 +62,8 @@ from memupdate.rl.scoring.qa_proxy import (
     score_fork,
     score_questions,
 )
-from memupdate.rl.scoring.summaries import mean
+from memupdate.scoring.questions import COLLATERAL_QUESTIONS, qa_from_row
+from memupdate.scoring.summaries import mean
 from memupdate.store import MemoryRecord, MemoryStore, NamespaceChanges
 
 
@@ -217,7 +217,7 @@ def _answered(store: MemoryStore, questions: Sequence[Question], scores: list[QA
     """`scores` with the answerer's F1 as the QA score when the config asks for it."""
     if config.qa == "proxy":
         return scores
-    from memupdate.rl.scoring.answerer import answerer_qa_scores
+    from memupdate.scoring.answerer import answerer_qa_scores
 
     f1 = answerer_qa_scores(_answerer(config, store), questions, [s.context for s in scores])
     return [replace(s, qa_score=value) for s, value in zip(scores, f1, strict=True)]
@@ -228,7 +228,7 @@ _answerers: dict[tuple, Any] = {}
 
 def _answerer(config: RewardConfig, store: MemoryStore) -> Any:
     """One answerer per endpoint and database in this process (rollout workers score many episodes)."""
-    from memupdate.rl.scoring.answerer import make_answerer
+    from memupdate.scoring.answerer import make_answerer
 
     key = (config.answerer_model, config.answerer_base_url, config.answerer_api_key, str(store.engine.url))
     if key not in _answerers:
@@ -257,7 +257,7 @@ def compute_reward(
     base: MemoryStore, fork: MemoryStore, questions: Sequence[Question], config: RewardConfig = RewardConfig()
 ) -> RewardBreakdown:
     """Score the edited `fork` against the untouched `base`: `questions[0]` is the target, the rest
-    collateral (`memupdate.rl.data.questions.collateral_sample`). A fork equal to its base (or the base itself) scores exactly 0."""
+    collateral (`memupdate.scoring.questions.collateral_sample`). A fork equal to its base (or the base itself) scores exactly 0."""
     if not questions:
         raise ValueError("compute_reward needs at least one question with an answer")
     base_scores, fork_scores, changes, base_snapshot = scored_sides(base, fork, questions, config)
@@ -340,7 +340,7 @@ def reachable(questions: Sequence[Question], base_scores: Sequence[QAScore], mem
 
 def lost_sources(bank: MemoryStore, fork: MemoryStore) -> int:
     """Bank memories whose words no result of their change keeps: the review's coverage flags."""
-    from memupdate.agent.review import build_review
+    from memupdate.bank.review import build_review
 
     return sum(len(change["coverage"]["missing"]) for change in build_review(bank, fork)["changes"])
 

@@ -1,6 +1,6 @@
 """An LLM answerer and judge, on any OpenAI-compatible endpoint or a local checkpoint, with every reply cached.
 
-    from memupdate.rl.scoring.answerer import make_answerer, answerer_qa_scores
+    from memupdate.scoring.answerer import make_answerer, answerer_qa_scores
     answerer = make_answerer("qwen2.5-7b-instruct", base_url="http://localhost:30000/v1",
                              judge="qwen2.5-7b-instruct", engine=store.engine)
     answerer = make_answerer("hf:checkpoints/smollm2", engine=store.engine)   # CPU, no server
@@ -13,7 +13,7 @@ The answerer reads exactly the context the QA proxy read (`QAScore.context`), so
 checked against a reader (`answer_report.answerer_report`). Prompts: `answer_prompts.py`; readers
 (endpoint or checkpoint): `readers.py`.
 
-Every reply is cached in PostgreSQL (`memupdate.rl.scoring.llm_cache`) under the reader's cache name, the
+Every reply is cached in PostgreSQL (`memupdate.scoring.llm_cache`) under the reader's cache name, the
 template's hash, the context's hash and the question as sent, and stored the moment it arrives: an
 eval that dies keeps its answers, and a rerun asks only what is missing.
 """
@@ -27,8 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from sqlalchemy import Engine
 
 from memupdate.openai_endpoint import DEFAULT_RETRIES
-from memupdate.rl.data.categories import ADVERSARIAL
-from memupdate.rl.scoring.answer_prompts import (
+from memupdate.scoring.answer_prompts import (
     ANSWER_MAX_TOKENS,
     JUDGE_MAX_TOKENS,
     JUDGE_TEMPLATE,
@@ -38,9 +37,10 @@ from memupdate.rl.scoring.answer_prompts import (
     judge_prompt,
     parse_judgement,
 )
-from memupdate.rl.scoring.llm_cache import LLMReplyCache, ReplyKey, prompt_digest
-from memupdate.rl.scoring.metrics import locomo_f1
-from memupdate.rl.scoring.readers import (
+from memupdate.scoring.categories import ADVERSARIAL
+from memupdate.scoring.llm_cache import LLMReplyCache, ReplyKey, prompt_digest
+from memupdate.scoring.metrics import locomo_f1
+from memupdate.scoring.readers import (
     DEFAULT_CONCURRENCY,
     DEFAULT_TIMEOUT,
     AnswererError,

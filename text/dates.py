@@ -17,7 +17,7 @@ This module turns such expressions into dates in the style of LoCoMo's answers::
     False
 
 ``TIME_EXPRESSION`` matches both relative ("last Friday", "a few weeks ago") and absolute ("in May",
-"8 May 2023", "2019") expressions; ``text_strategies.split_temporal`` uses it to cut text by time.
+"8 May 2023", "2019") expressions; ``strategies.split_temporal`` uses it to cut text by time.
 """
 
 from __future__ import annotations

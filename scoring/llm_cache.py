@@ -1,6 +1,6 @@
 """The reply cache of the LLM answerer and judge: one row per prompt ever answered, in `llm_replies`.
 
-    from memupdate.rl.scoring.llm_cache import LLMReplyCache, ReplyKey
+    from memupdate.scoring.llm_cache import LLMReplyCache, ReplyKey
     cache = LLMReplyCache(engine)
     key = ReplyKey("answer", "qwen2.5-7b", template_hash, input_hash, "When did Ann move?")
     cache.get_many([key])          # {} the first time

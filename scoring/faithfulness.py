@@ -1,6 +1,6 @@
 """Faithfulness: every word the agent writes into memory must come from the conversation.
 
-    from memupdate.rl.scoring.faithfulness import faithfulness_of_writes
+    from memupdate.scoring.faithfulness import faithfulness_of_writes
     result = faithfulness_of_writes(base, base.snapshot(), changes_from(fork, base).written)
     result.unsupported_tokens, result.examples
 
@@ -11,11 +11,11 @@ merged or split). Its *sources* are what it draws on:
 - a create: the `NEAREST_SOURCES` base memories closest to its text (the facts it restates).
 A written token is *supported* when a source holds it: in its text, in its dialogue turns (the
 `turns` LoCoMo ingestion stores in provenance), or in a date derived from its session date (the
-date itself and the dates relative expressions in its text resolve to, as `agent/dates.py` anchors
+date itself and the dates relative expressions in its text resolve to, as `text/dates.py` anchors
 them). Stop words are free, negations excepted. Tokens are LoCoMo's normalised, stemmed tokens, the proxy's own.
 
 What this closes: lists of dates, months or numbers, question text, "not mentioned" and other words
-no source holds cost reward however retrieval ranks them (`rl/scoring/reward.py` charges per token).
+no source holds cost reward however retrieval ranks them (`scoring/reward.py` charges per token).
 """
 
 from __future__ import annotations
@@ -24,10 +24,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date
 
-from memupdate.agent.dates import anchor_relative_dates
-from memupdate.agent.text_strategies import STOPWORDS
-from memupdate.rl.scoring.metrics import normalized_tokens
+from memupdate.scoring.metrics import normalized_tokens
 from memupdate.store import MemoryRecord, MemoryStore
+from memupdate.text.dates import anchor_relative_dates
+from memupdate.text.strategies import STOPWORDS
 
 NEAREST_SOURCES = 3
 # Stop words cost nothing, except negations: "no" and "not" answer yes/no questions and turn facts around.

@@ -1,6 +1,6 @@
 """What every report averages: the mean, and one summary per LoCoMo category.
 
-    from memupdate.rl.scoring.summaries import by_category, mean
+    from memupdate.scoring.summaries import by_category, mean
     mean([1.0, 0.0, 0.5])      # 0.5
     mean([])                   # 0.0: an empty report reads 0, not a ZeroDivisionError
     interval([0.1, -0.05, 0.2])  # {"n": 3, "mean": ..., "low": ..., "high": ...}: the 95% interval of the mean
@@ -19,7 +19,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
-from memupdate.rl.data.categories import category_name
+from memupdate.scoring.categories import category_name
 
 Item = TypeVar("Item")
 

@@ -1,6 +1,6 @@
 """The reward computed the plain way: the executable specification of `reward.compute_reward`.
 
-    from memupdate.rl.scoring.reward_spec import spec_reward
+    from memupdate.scoring.reward_spec import spec_reward
     spec_reward(base, fork, [target, *collateral]).reward == compute_reward(base, fork, [...]).reward  # to 1e-9
 
 Nothing here is fast, on purpose: one `search_by_vector` per question on each side, nothing kept
@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from memupdate.rl.scoring.faithfulness import Faithfulness, faithfulness_of_writes
-from memupdate.rl.scoring.qa_proxy import QAScore, Question, build_context, evidence_recall, qa_score
-from memupdate.rl.scoring.reward import (
+from memupdate.scoring.faithfulness import Faithfulness, faithfulness_of_writes
+from memupdate.scoring.qa_proxy import QAScore, Question, build_context, evidence_recall, qa_score
+from memupdate.scoring.reward import (
     Efficiency,
     RewardBreakdown,
     RewardConfig,

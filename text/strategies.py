@@ -30,7 +30,7 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
-from memupdate.agent.dates import MONTHS, TIME_EXPRESSION, WEEKDAYS, anchored, format_day, memory_day
+from memupdate.text.dates import MONTHS, TIME_EXPRESSION, WEEKDAYS, anchored, format_day, memory_day
 
 if TYPE_CHECKING:
     from memupdate.store import MemoryRecord

@@ -1,7 +1,7 @@
 """LoCoMo's question categories, numbered as LoCoMo's own evaluation code numbers them: the one definition
 the loader, the scoring and the reports read.
 
-    from memupdate.rl.data.categories import ADVERSARIAL, category_name
+    from memupdate.scoring.categories import ADVERSARIAL, category_name
     category_name(2)     # "temporal"
     category_name(9)     # "category-9"
 """

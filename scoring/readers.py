@@ -1,7 +1,7 @@
 """What reads a prompt and replies for the answerer and judge: a model on an OpenAI-compatible endpoint,
 or a local Hugging Face checkpoint (`hf:DIR`, see `hf_reader.py`).
 
-    from memupdate.rl.scoring.readers import make_reader
+    from memupdate.scoring.readers import make_reader
     reader = make_reader("qwen2.5-7b-instruct", base_url="http://localhost:30000/v1")   # ChatEndpoint
     reader = make_reader("hf:checkpoints/smollm2")                                     # HFReader, CPU
     reader.check()                                   # AnswererUnavailable: one line, before any work
@@ -26,7 +26,7 @@ from memupdate.openai_endpoint import (
     openai_client,
     status_detail,
 )
-from memupdate.rl.scoring.answer_prompts import clean_reply
+from memupdate.scoring.answer_prompts import clean_reply
 from memupdate.store.errors import MemupdateError
 
 DEFAULT_TIMEOUT = 60.0
@@ -157,8 +157,8 @@ def make_reader(
     """`hf:DIR` is a local checkpoint on the CPU (`HFReader`; `hf:smollm2` the packaged model); any other
     name a model on the endpoint."""
     if model.startswith(HF_PREFIX):
-        from memupdate.agent.models import resolve_model
-        from memupdate.rl.scoring.hf_reader import HFReader
+        from memupdate.llm.models import resolve_model
+        from memupdate.scoring.hf_reader import HFReader
 
         return HFReader(resolve_model(model.removeprefix(HF_PREFIX)), role=role)
     return ChatEndpoint(model, base_url, api_key, timeout=timeout, retries=retries, role=role, concurrency=concurrency)
