@@ -13,7 +13,8 @@ change of the review (the sources it replaces and the results that replace them)
 fork; `apply_change` applies just those keys, checking only them, so a write elsewhere in the bank (an
 app's) never blocks it, and a write to one of them refuses it. The fork is kept while a part still
 needs it, holding only the rows of pending parts (`shrink_fork`). `details["signature"]` (its kind and its
-sources as they are) keeps a rejected or pending change from being queued twice.
+sources as they are) keeps a rejected, undone or pending change from being queued twice: it comes back only
+once one of its sources changes.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Engine, delete, insert, select
+from sqlalchemy import Engine, delete, insert, select, update
 
 from memupdate.bank.change_log import (
     ChangeConflict,
@@ -59,10 +60,13 @@ def signature(review_change: dict[str, Any]) -> str:
 
 
 def known_signatures(bank: MemoryStore) -> set[str]:
-    """Signatures of the bank's parts that are pending or were rejected: not to be queued again."""
+    """Signatures of the bank's parts that are pending, were rejected or were undone: not to be queued
+    again. An undo is a person's "no" like a rejection; an undo the live export made because the app
+    wrote a source meanwhile (`summary["conflict"]`) is not, so that change may come back."""
+    undone_by_a_person = (changes.c.status == "undone") & ~changes.c.summary.has_key("conflict")
     query = select(changes.c.details["signature"].astext).where(
         changes.c.namespace == bank.path,
-        (changes.c.status == "proposed") | changes.c.details.has_key("rejected"),
+        (changes.c.status == "proposed") | changes.c.details.has_key("rejected") | undone_by_a_person,
         changes.c.details.has_key("signature"),
     )
     with bank.engine.connect() as conn:
@@ -132,8 +136,14 @@ def accept(root: MemoryStore, change_id: int) -> tuple[MemoryStore, ChangeRecord
 
 
 def reject(root: MemoryStore, change_id: int, *, reason: str | None = None) -> tuple[MemoryStore, ChangeRecord]:
-    """Discard one pending change; its signature keeps it from being proposed again."""
+    """Discard one pending change; its signature keeps it from being proposed again. An undone change is
+    kept out already: the reason is recorded with it, and it stays undone."""
     bank, change = change_by_id(root, change_id)
+    if change.status == "undone" and "signature" in change.details:
+        with root.engine.begin() as conn:
+            details = {**change.details, "rejected": reason or "rejected in review after its undo"}
+            conn.execute(update(changes).where(changes.c.id == change_id).values(details=details))
+        return bank, change_by_id(root, change_id)[1]
     _require_pending(change)
     discard_change(bank, change_id, note={"rejected": reason or "rejected in review"})
     if change.fork:

@@ -182,3 +182,28 @@ def test_the_safety_rule_names_each_reason_a_change_waits() -> None:
     # bank: both answered; fork: the second one lost
     effect = QAChange(["q1", "q2"], [Score(1.0, ("a",)), Score(1.0, ("b",))], [Score(1.0, ("a",)), Score(0.0, ("m",))])
     assert effect.summary()["worse"] == 1 and effect.worse_keys == {"b", "m"}
+
+
+def test_an_undone_change_stays_undone_until_its_sources_change(store: MemoryStore, database_url) -> None:
+    """Issue 36: `undo --change N` put the originals back and the next pass applied the same merge again.
+    An undo is a "no": the change is not proposed again while its sources are what they were."""
+    bank = store.scoped((*store.namespace, "alice"))
+    bank.create_many([NewMemory(text) for text in FACTS])
+    compactor = BackgroundCompactor(store, bank.path)
+    (done,) = compactor.run_once()
+    merge = next(c for c in history(bank) if c.id in done.applied and c.details["review_change"]["kind"] == "merge")
+    invoke("undo", bank.path, "--change", merge.id, "--url", database_url)
+    assert FACTS[0] in bank_texts(bank) and FACTS[1] in bank_texts(bank)
+
+    forget_compactions(bank)  # the next pass compacts the bank again: the same merge comes, and is known
+    again = compactor.run_once()[0]
+    assert again.applied == [] and again.queued == [] and again.known >= 1
+    assert FACTS[0] in bank_texts(bank) and FACTS[1] in bank_texts(bank)
+    output = invoke("review", "--reject", merge.id, "--reason", "two visits", "--url", database_url)
+    assert "undone" in output and history(bank)[[c.id for c in history(bank)].index(merge.id)].details["rejected"] == "two visits"
+
+    source = next(m for m in bank.list() if m.content == FACTS[1])
+    bank.update(source.key, content="Alice moved to Lisbon in 2021!")  # a source changed: the merge may come back
+    forget_compactions(bank)
+    assert compactor.run_once()[0].applied
+    assert FACTS[0] not in bank_texts(bank)

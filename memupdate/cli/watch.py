@@ -170,7 +170,12 @@ def _decide(root, accept: int | None, reject: int | None, reason: str | None, so
 
     if reject is not None:
         bank, change = review_queue.reject(root, reject, reason=reason)
-        console.print(f"rejected change {change.id} of {bank.path}; it will not be proposed again", highlight=False)
+        if change.status == "undone":
+            console.print(f"change {change.id} of {bank.path} is undone and stays undone: it is not proposed again "
+                          "while its sources are unchanged (reason recorded)", highlight=False)
+        else:
+            console.print(f"rejected change {change.id} of {bank.path}; it is not proposed again while its sources "
+                          "are unchanged", highlight=False)
         return
     bank, change = review_queue.accept(root, accept)
     applied = change.summary.get("applied", {})
