@@ -41,7 +41,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from langchain_core.language_models import BaseChatModel
-from sqlalchemy import func, select
+from sqlalchemy import select
 
 from memupdate.agent.compaction import DEFAULT_NEIGHBOURHOOD, TIGHT, compact
 from memupdate.agent.safety import SafetyRule
@@ -49,19 +49,18 @@ from memupdate.bank.change_log import (
     ChangeConflict,
     ChangeRecord,
     apply_change,
-    changes,
     discard_change,
     history,
-    key_vectors,
     next_change_id,
+    proposed_forks,
+    written_by_a_change,
 )
 from memupdate.bank.live_sync import LiveExport, export_changes
 from memupdate.bank.namespaces import COMPACTION_LABEL, compaction_namespace
 from memupdate.bank.review_queue import known_signatures, propose_parts, shrink_fork, signature
-from memupdate.store import MemoryStore, Namespace, to_namespace
+from memupdate.store import MemoryStore, Namespace, NewEvent, to_namespace
 from memupdate.store.errors import MemupdateError
 from memupdate.store.inventory import namespaces_labelled
-from memupdate.store.statements import events
 
 # The event row that marks a bank compacted by the watcher (memory_key none, after: what it did).
 COMPACTED_OP = "compacted"
@@ -281,29 +280,25 @@ class BackgroundCompactor:
 
     def _drop_orphan_forks(self, bank: MemoryStore) -> None:
         """Drop forks under the bank that no proposed change names and nobody wrote lately (a killed run's)."""
-        with bank.engine.connect() as conn:
-            named = set(conn.execute(select(changes.c.fork).where(changes.c.namespace == bank.path, changes.c.status == "proposed")).scalars())
+        named = proposed_forks(bank)
         cutoff = datetime.now(UTC) - ORPHAN_FORK_AGE
         for fork in namespaces_labelled(bank.engine, COMPACTION_LABEL, under=bank.path):
-            stem = fork.namespace.rsplit("-n", 1)[0]  # an episode's scratch namespace belongs to its fork
-            if fork.namespace not in named and stem not in named and fork.last_write and fork.last_write < cutoff:
-                bank.scoped(fork.namespace).drop()
+            if fork.namespace in named or not fork.last_write or fork.last_write >= cutoff:
+                continue
+            orphan = bank.scoped(fork.namespace)
+            if orphan.forked_from() not in named:  # an episode's scratch namespace belongs to the fork it copies
+                orphan.drop()
 
 
 def needs_work(bank: MemoryStore, grow_by: int) -> str | None:
     """Why the bank needs a compaction, or None: never compacted (2 memories or more), grown by
     `grow_by` memories since its last compaction, or a memory created since has a near-duplicate."""
-    with bank.engine.connect() as conn:
-        last = conn.execute(select(func.max(events.c.id)).where(events.c.namespace == bank.path, events.c.op == COMPACTED_OP)).scalar()
+    last = bank.last_event(COMPACTED_OP)
+    if last is None:
         count = bank.count()
-        if last is None:
-            return f"never compacted ({count} memories)" if count >= 2 else None
-        episode = func.coalesce(events.c.episode, "")
-        created = set(conn.execute(
-            select(events.c.memory_key).where(events.c.namespace == bank.path, events.c.op == "create", events.c.id > last,
-                                              ~episode.startswith("change:"), ~episode.startswith("undo:"))
-        ).scalars())
-    vectors = key_vectors(bank, sorted(created))
+        return f"never compacted ({count} memories)" if count >= 2 else None
+    created = {e.memory_key for e in bank.events(op="create", after=last.id) if not written_by_a_change(e)}
+    vectors = bank.vectors_of(sorted(created))
     if len(vectors) >= grow_by:
         return f"grown by {len(vectors)} memories since its last compaction"
     keys = list(vectors)
@@ -317,8 +312,7 @@ def needs_work(bank: MemoryStore, grow_by: int) -> str | None:
 def mark_compacted(bank: MemoryStore, done: BankPass) -> None:
     """The event row `needs_work` counts growth from."""
     after: dict[str, Any] = {"memories": bank.count(), "applied": done.applied, "queued": done.queued, "reason": done.reason}
-    with bank.engine.begin() as conn:
-        bank.scoped(bank.namespace, episode=WATCH_EPISODE)._log(conn, [(COMPACTED_OP, None, None, after)])
+    bank.scoped(bank.namespace, episode=WATCH_EPISODE).append_events([NewEvent(COMPACTED_OP, None, None, after)])
 
 
 def _live_banks(root: MemoryStore, uri: str) -> dict[tuple[str, ...], MemoryStore]:

@@ -19,7 +19,7 @@ wrote, and restores the superseded rows as they were, embeddings and positions i
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -27,7 +27,6 @@ from typing import Any
 import numpy as np
 from sqlalchemy import (
     Connection,
-    Insert,
     Text,
     bindparam,
     delete,
@@ -40,11 +39,10 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import JSONB
 
-from memupdate.store.codecs import from_vector_send
 from memupdate.store.errors import MemupdateError
-from memupdate.store.memory_store import MemoryStore
+from memupdate.store.memory_store import MemoryStore, copy_rows
 from memupdate.store.models import MemoryChange, SupersededMemory
-from memupdate.store.records import MemoryRecord
+from memupdate.store.records import MemoryEventRecord, MemoryRecord, NamespaceVersion, NewEvent
 from memupdate.store.statements import DROP, RECORD_COLUMNS, events, memories
 
 changes = MemoryChange.__table__
@@ -183,13 +181,13 @@ def apply_change(bank: MemoryStore, change_id: int, *, before_commit=None) -> Ch
         if removed:
             conn.execute(delete(memories).where(memories.c.namespace == bank.path, memories.c.key.in_(removed)))
         if added:
-            conn.execute(_copy_rows(fork.path, bank.path, added))
-        writer = bank.scoped(bank.namespace, episode=f"change:{change_id}")
-        writer._log(
-            conn,
-            [("delete", k, _event(bank_rows[k]), None) for k in removed]
-            + [("update", k, _event(bank_rows[k]), _event(fork_rows[k])) for k in changed]
-            + [("create", k, None, _event(fork_rows[k])) for k in added],
+            conn.execute(copy_rows(fork.path, bank.path, added))
+        writer = bank.scoped(bank.namespace, episode=change_episode(change_id))
+        writer.append_events(
+            [NewEvent("delete", k, _event(bank_rows[k]), None) for k in removed]
+            + [NewEvent("update", k, _event(bank_rows[k]), _event(fork_rows[k])) for k in changed]
+            + [NewEvent("create", k, None, _event(fork_rows[k])) for k in added],
+            connection=conn,
         )
         _drop_fork_unless_shared(conn, change)
         summary = {**change.summary, "applied": {"removed": len(removed), "changed": len(changed), "added": len(added),
@@ -322,7 +320,7 @@ def undo_change(bank: MemoryStore, change_id: int, *, note: dict[str, Any] | Non
 def _undo_one(conn: Connection, bank: MemoryStore, change: ChangeRecord) -> None:
     logged = conn.execute(
         select(events.c.memory_key, events.c.op, events.c.before, events.c.after)
-        .where(events.c.namespace == bank.path, events.c.episode == f"change:{change.id}")
+        .where(events.c.namespace == bank.path, events.c.episode == change_episode(change.id))
         .order_by(events.c.id.desc())
     ).all()
     keys = [e.memory_key for e in logged]
@@ -349,83 +347,69 @@ def _undo_one(conn: Connection, bank: MemoryStore, change: ChangeRecord) -> None
             .order_by(superseded.c.seq)
         )
         conn.execute(insert(memories).from_select(["namespace", *ROW_COLUMNS], source))
-    writer = bank.scoped(bank.namespace, episode=f"undo:{change.id}")
+    writer = bank.scoped(bank.namespace, episode=undo_episode(change.id))
     entries = []
     for key, op, before, after in logged:
         if op == "create":
-            entries.append(("delete", key, after, None))
+            entries.append(NewEvent("delete", key, after, None))
         elif op == "update":
-            entries.append(("update", key, after, before))
+            entries.append(NewEvent("update", key, after, before))
         else:
-            entries.append(("create", key, None, before))
-    writer._log(conn, entries)
+            entries.append(NewEvent("create", key, None, before))
+    writer.append_events(entries, connection=conn)
 
 
-# -- forks of part of a bank (a compaction's episodes) -------------------------------------------------
+# -- forks of part of a bank (a compaction's episodes): store operations, named here for older callers ---
 
 
-def bank_version(bank: MemoryStore) -> tuple:
-    """(count, max seq, max updated_at) of the namespace: moves with every insert, delete and update."""
-    with bank.engine.connect() as conn:
-        return tuple(
-            conn.execute(
-                select(func.count(), func.max(memories.c.seq), func.max(memories.c.updated_at)).where(memories.c.namespace == bank.path)
-            ).one()
-        )
+def bank_version(bank: MemoryStore) -> NamespaceVersion:
+    """`bank.version()`."""
+    return bank.version()
 
 
 def bank_vectors(bank: MemoryStore) -> tuple[list[str], np.ndarray]:
-    """The keys in bank order and their embeddings as a float32 matrix (zeros where a row has none)."""
-    with bank.engine.connect() as conn:
-        rows = conn.execute(
-            select(memories.c.key, func.vector_send(memories.c.embedding)).where(memories.c.namespace == bank.path).order_by(memories.c.seq)
-        ).all()
-    if not rows:
-        return [], np.zeros((0, bank.column_dims), dtype=np.float32)
-    return [row[0] for row in rows], np.stack([from_vector_send(row[1], bank.column_dims) for row in rows])
+    """`bank.vectors()`."""
+    return bank.vectors()
 
 
 def key_vectors(bank: MemoryStore, keys: Sequence[str]) -> dict[str, np.ndarray]:
-    """The embeddings of the memories `keys` of the bank, by key (rows with none are left out)."""
-    if not keys:
-        return {}
-    query = select(memories.c.key, func.vector_send(memories.c.embedding)).where(
-        memories.c.namespace == bank.path, memories.c.key.in_(list(keys)), memories.c.embedding.is_not(None)
-    )
-    with bank.engine.connect() as conn:
-        return {key: from_vector_send(raw, bank.column_dims) for key, raw in conn.execute(query)}
+    """`bank.vectors_of(keys)`."""
+    return bank.vectors_of(keys)
 
 
 def copy_keys(source: MemoryStore, target: MemoryStore, keys: Sequence[str]) -> int:
-    """Copy the memories `keys` of `source`, embeddings included, into the empty namespace `target`
-    (a fork of part of a bank, logged as a `fork` event)."""
-    with source.engine.begin() as conn:
-        if conn.execute(select(memories.c.id).where(memories.c.namespace == target.path).limit(1)).first():
-            raise ChangeConflict(f"namespace {target.path!r} already has memories: drop it first")
-        copied = len(conn.execute(_copy_rows(source.path, target.path, keys).returning(memories.c.id)).all())
-        target._log(conn, [("fork", None, None, {"source": source.path, "memories": copied, "keys": len(keys)})])
-    return copied
+    """`source.fork_keys(target, keys)`."""
+    return source.fork_keys(target, keys)
 
 
 def fold_into(part: MemoryStore, fork: MemoryStore) -> None:
-    """Move the edits made on `part` (a `copy_keys` of `fork`) into `fork`, with their event rows, in one
-    transaction; `part` is dropped."""
-    with fork.engine.begin() as conn:
-        touched = set(
-            conn.execute(
-                select(events.c.memory_key).where(events.c.namespace == part.path, events.c.op.in_(("create", "update", "delete")))
-            ).scalars()
-        )
-        if touched:
-            conn.execute(delete(memories).where(memories.c.namespace == fork.path, memories.c.key.in_(touched)))
-            conn.execute(_copy_rows(part.path, fork.path, touched))
-            logged = (
-                select(literal(fork.path), events.c.memory_key, events.c.op, events.c.before, events.c.after, events.c.episode, events.c.created_at)
-                .where(events.c.namespace == part.path, events.c.op.in_(("create", "update", "delete")))
-                .order_by(events.c.id)
-            )
-            conn.execute(insert(events).from_select(["namespace", "memory_key", "op", "before", "after", "episode", "created_at"], logged))
-        _drop_fork(conn, part.path)
+    """`fork.fold(part)`."""
+    fork.fold(part)
+
+
+# -- change episodes and forks -----------------------------------------------------------------------
+
+
+def change_episode(change_id: int) -> str:
+    """The episode of the bank's event rows that applying change `change_id` wrote."""
+    return f"change:{change_id}"
+
+
+def undo_episode(change_id: int) -> str:
+    """The episode of the bank's event rows that undoing change `change_id` wrote."""
+    return f"undo:{change_id}"
+
+
+def written_by_a_change(event: MemoryEventRecord) -> bool:
+    """Whether a bank's event row was written by applying or undoing a change (not by the app or a tool)."""
+    return (event.episode or "").startswith(("change:", "undo:"))
+
+
+def proposed_forks(bank: MemoryStore) -> set[str]:
+    """The forks the bank's proposed changes name (a fork no proposed change names is a leftover)."""
+    with bank.engine.connect() as conn:
+        query = select(changes.c.fork).where(changes.c.namespace == bank.path, changes.c.status == "proposed")
+        return {fork for fork in conn.execute(query).scalars() if fork}
 
 
 # -- internals -----------------------------------------------------------------------------------------
@@ -448,18 +432,6 @@ def _rows(conn: Connection, path: str, keys: Sequence[str], *, lock: bool = Fals
 
 def _event(row: Any) -> dict[str, Any]:
     return MemoryRecord(row.key, (), row.content, row.kind, row.metadata).as_event()
-
-
-def _copy_rows(source_path: str, target_path: str, keys: Iterable[str]) -> Insert:
-    """INSERT ... SELECT of the memories `keys` of `source_path` into `target_path`, in bank order,
-    embeddings included (callers add their event rows)."""
-    columns = ["namespace", "key", "content", "kind", "metadata", "embedding", "created_at", "updated_at"]
-    rows = (
-        select(literal(target_path), *(memories.c[c] for c in columns[1:]))
-        .where(memories.c.namespace == source_path, memories.c.key.in_(list(keys)))
-        .order_by(memories.c.seq)
-    )
-    return insert(memories).from_select(columns, rows)
 
 
 def _drop_fork_unless_shared(conn: Connection, change: ChangeRecord) -> None:

@@ -37,7 +37,14 @@ from sqlalchemy import (
 )
 
 from memupdate.store.codecs import VECTOR_PARAMETER, record_of
-from memupdate.store.records import MemoryRecord, Namespace, ScoredMemory, namespace_path, to_namespace
+from memupdate.store.records import (
+    MemoryRecord,
+    Namespace,
+    NamespaceVersion,
+    ScoredMemory,
+    namespace_path,
+    to_namespace,
+)
 from memupdate.store.statements import RECORD_COLUMNS, memories
 
 if TYPE_CHECKING:
@@ -76,16 +83,29 @@ _ROWS = (
     .select_from(_BY_KEY)
     .cte("by_key")
 )
+
+
+def version_columns(key, seq, updated_at) -> tuple:
+    """A namespace's version (`NamespaceVersion`) over its rows' key, seq and updated_at: one definition,
+    read by `MemoryStore.version` and, for the base, by every fork diff (`NamespaceChanges.base_version`)."""
+    return func.count(key), func.max(seq), func.max(updated_at)
+
+
+_BASE_COUNT, _BASE_SEQ, _BASE_UPDATED_AT = version_columns(_ROWS.c.base_key, _ROWS.c.base_seq, _ROWS.c.base_updated_at)
 CHANGE_COUNTS = select(
-    func.count(_ROWS.c.base_key).label("before"),
+    _BASE_COUNT.label("before"),
     func.count(_ROWS.c.key).label("after"),
     func.count().filter(_ROWS.c.edited).label("edited"),
     func.coalesce(
         func.array_agg(_ROWS.c.base_key).filter(_ROWS.c.base_key.is_not(None) & _ROWS.c.replaced),
         literal([], ARRAY(Text)),
     ).label("replaced"),
-    func.max(_ROWS.c.base_seq).label("base_seq"),
-    func.max(_ROWS.c.base_updated_at).label("base_updated_at"),
+    _BASE_SEQ.label("base_seq"),
+    _BASE_UPDATED_AT.label("base_updated_at"),
+)
+# The version of namespace `namespace` alone (`MemoryStore.version`).
+VERSION = select(*version_columns(memories.c.key, memories.c.seq, memories.c.updated_at)).where(
+    memories.c.namespace == bindparam("namespace")
 )
 # The base's memories nearest a new key's embedding, ranked as `MemoryStore.search` ranks them (distance,
 # then key): the sources of a memory whose provenance names none.
@@ -151,7 +171,7 @@ class NamespaceChanges:
     replaced: frozenset[str] = frozenset()  # base keys the fork removed, edited or re-embedded
     # Per query vector given: the fork's new, edited or re-embedded memories as (cosine distance, hit).
     changed_hits: list[list[tuple[float, ScoredMemory]]] = field(default_factory=list)
-    base_version: tuple = ()  # (count, max seq, max updated_at) of the base: moves with every write
+    base_version: NamespaceVersion | tuple = ()  # the base's version (`MemoryStore.version`): moves with every write
     # With `nearest`: each new key's `nearest` base keys closest to its embedding (as `base.search` ranks).
     nearest_keys: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
@@ -189,5 +209,5 @@ def changes_from(
                 hits[i].append((float(distance), ScoredMemory(record, 1.0 - float(distance))))
     return NamespaceChanges(
         counts.before, counts.after, counts.edited, written, frozenset(counts.replaced), hits,
-        (counts.before, counts.base_seq, counts.base_updated_at), nearest_keys,
+        NamespaceVersion(counts.before, counts.base_seq, counts.base_updated_at), nearest_keys,
     )

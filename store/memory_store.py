@@ -33,7 +33,19 @@ from functools import lru_cache
 from typing import Any, Literal, TypeVar, get_args
 
 import numpy as np
-from sqlalchemy import ARRAY, Connection, Engine, Text, bindparam, delete, func, insert, select
+from sqlalchemy import (
+    ARRAY,
+    Connection,
+    Engine,
+    Insert,
+    Text,
+    bindparam,
+    delete,
+    func,
+    insert,
+    literal,
+    select,
+)
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.exc import IntegrityError
 
@@ -41,6 +53,7 @@ from memupdate.store.codecs import from_vector_send, record_of, vector_text
 from memupdate.store.database import get_engine, retrying
 from memupdate.store.embeddings import Embedder, get_embedder
 from memupdate.store.errors import InvalidMemory, InvalidNamespace, MemoryNotFound
+from memupdate.store.fork_diff import VERSION
 from memupdate.store.records import (
     KEY_PATTERN,
     SEPARATOR,
@@ -48,6 +61,8 @@ from memupdate.store.records import (
     MemoryRecord,
     Namespace,
     NamespaceDiff,
+    NamespaceVersion,
+    NewEvent,
     NewMemory,
     ScoredMemory,
     namespace_path,
@@ -220,13 +235,49 @@ class MemoryStore:
             changed=sorted(changed),
         )
 
-    def events(self) -> list[MemoryEventRecord]:
-        """The event log of this namespace, oldest first."""
+    def events(self, *, op: str | None = None, after: int | None = None) -> list[MemoryEventRecord]:
+        """The event log of this namespace, oldest first (only `op` events, only those after event id `after`)."""
+        query = select(events).where(events.c.namespace == self.path)
+        if op is not None:
+            query = query.where(events.c.op == op)
+        if after is not None:
+            query = query.where(events.c.id > after)
         with self.engine.connect() as conn:
-            rows = conn.execute(select(events).where(events.c.namespace == self.path).order_by(events.c.id))
-            return [
-                MemoryEventRecord(r.id, r.op, r.memory_key, r.before, r.after, r.episode, r.created_at) for r in rows
-            ]
+            return [_event_record(r) for r in conn.execute(query.order_by(events.c.id))]
+
+    def last_event(self, op: str) -> MemoryEventRecord | None:
+        """The namespace's latest `op` event, or None."""
+        query = select(events).where(events.c.namespace == self.path, events.c.op == op).order_by(events.c.id.desc()).limit(1)
+        row = self._autocommitted(lambda conn: conn.execute(query).first())
+        return _event_record(row) if row is not None else None
+
+    def forked_from(self) -> str | None:
+        """The path of the namespace this one was forked from (`fork` or `fork_keys`), None if it was not."""
+        first = select(events.c.after["source"].astext).where(events.c.namespace == self.path, events.c.op == "fork")
+        return self._autocommitted(lambda conn: conn.execute(first.order_by(events.c.id).limit(1)).scalar())
+
+    def version(self) -> NamespaceVersion:
+        """(count, max seq, max updated_at) of the namespace: moves with every write; the same version a
+        fork diff reads of its base (`NamespaceChanges.base_version`)."""
+        return NamespaceVersion(*self._autocommitted(lambda conn: conn.execute(VERSION, {"namespace": self.path}).one()))
+
+    def vectors(self) -> tuple[list[str], np.ndarray]:
+        """The keys in namespace order and their embeddings as a float32 matrix (zeros where a row has none)."""
+        query = select(memories.c.key, func.vector_send(memories.c.embedding)).where(memories.c.namespace == self.path)
+        rows = self._autocommitted(lambda conn: conn.execute(query.order_by(memories.c.seq)).all())
+        if not rows:
+            return [], np.zeros((0, self.column_dims), dtype=np.float32)
+        return [row[0] for row in rows], np.stack([from_vector_send(row[1], self.column_dims) for row in rows])
+
+    def vectors_of(self, keys: Sequence[str]) -> dict[str, np.ndarray]:
+        """The embeddings of the memories `keys`, by key (rows with none, and missing keys, are left out)."""
+        if not keys:
+            return {}
+        query = select(memories.c.key, func.vector_send(memories.c.embedding)).where(
+            memories.c.namespace == self.path, memories.c.key.in_(list(keys)), memories.c.embedding.is_not(None)
+        )
+        rows = self._autocommitted(lambda conn: conn.execute(query).all())
+        return {key: from_vector_send(raw, self.column_dims) for key, raw in rows}
 
     def deleted_keys(self) -> set[str]:
         """Keys an edit removed from this namespace (a delete event, a merge's or split's sources included)
@@ -410,6 +461,53 @@ class MemoryStore:
         if not keep:
             drop_fork(fork)
 
+    def fork_keys(self, target: MemoryStore, keys: Sequence[str]) -> int:
+        """Copy the memories `keys`, embeddings included, into the empty namespace of `target` (a fork of
+        part of this namespace, logged as a `fork` event in `target`'s episode); returns how many were copied."""
+        with self.engine.begin() as conn:
+            if conn.execute(select(memories.c.id).where(memories.c.namespace == target.path).limit(1)).first():
+                raise InvalidNamespace(f"namespace {target.path!r} already has memories: drop it first")
+            copied = len(conn.execute(copy_rows(self.path, target.path, keys).returning(memories.c.id)).all())
+            target.append_events([NewEvent("fork", None, None, {"source": self.path, "memories": copied, "keys": len(keys)})],
+                                 connection=conn)
+        return copied
+
+    def fold(self, part: MemoryStore) -> None:
+        """Move the edits made on `part` (a `fork_keys` of this namespace) into this namespace, with their
+        event rows, in one transaction; `part` is dropped."""
+        written = events.c.op.in_(("create", "update", "delete"))
+        with self.engine.begin() as conn:
+            touched = set(
+                conn.execute(select(events.c.memory_key).where(events.c.namespace == part.path, written)).scalars()
+            )
+            if touched:
+                conn.execute(delete(memories).where(memories.c.namespace == self.path, memories.c.key.in_(touched)))
+                conn.execute(copy_rows(part.path, self.path, touched))
+                columns = ["namespace", "memory_key", "op", "before", "after", "episode", "created_at"]
+                logged = (
+                    select(literal(self.path), *(events.c[c] for c in columns[1:]))
+                    .where(events.c.namespace == part.path, written)
+                    .order_by(events.c.id)
+                )
+                conn.execute(insert(events).from_select(columns, logged))
+            conn.execute(DROP, {"namespace_path": part.path})
+
+    def append_events(self, entries: Iterable[NewEvent], *, connection: Connection | None = None) -> None:
+        """Append event rows to this namespace's log, tagged with this store's episode: in `connection`'s
+        transaction when given (a write another layer makes there, e.g. a change applied), else in one of its own."""
+        rows = [
+            {"namespace": self.path, "memory_key": e.memory_key, "op": e.op, "before": e.before, "after": e.after,
+             "episode": self.episode}
+            for e in entries
+        ]
+        if not rows:
+            return
+        if connection is not None:
+            connection.execute(insert(events), rows)
+        else:
+            with self.engine.begin() as conn:
+                conn.execute(insert(events), rows)
+
     def drop(self, *, keep_events: bool = False) -> int:
         """Delete every memory of the namespace (and its event log unless `keep_events`); returns how many."""
         statement = DROP_KEEPING_EVENTS if keep_events else DROP
@@ -493,12 +591,23 @@ class MemoryStore:
         return self._in_order(keys, conn.execute(_FETCH, {"namespace": self.path, "keys": list(keys)}))
 
     def _log(self, conn, entries: Iterable[tuple[str, str | None, dict | None, dict | None]]) -> None:
-        rows = [
-            {"namespace": self.path, "memory_key": key, "op": op, "before": before, "after": after, "episode": self.episode}
-            for op, key, before, after in entries
-        ]
-        if rows:
-            conn.execute(insert(events), rows)
+        self.append_events((NewEvent(op, key, before, after) for op, key, before, after in entries), connection=conn)
+
+
+def copy_rows(source_path: str, target_path: str, keys: Iterable[str]) -> Insert:
+    """INSERT ... SELECT of the memories `keys` of `source_path` into `target_path`, in namespace order,
+    embeddings included (callers add their event rows)."""
+    columns = ["namespace", "key", "content", "kind", "metadata", "embedding", "created_at", "updated_at"]
+    rows = (
+        select(literal(target_path), *(memories.c[c] for c in columns[1:]))
+        .where(memories.c.namespace == source_path, memories.c.key.in_(list(keys)))
+        .order_by(memories.c.seq)
+    )
+    return insert(memories).from_select(columns, rows)
+
+
+def _event_record(row) -> MemoryEventRecord:
+    return MemoryEventRecord(row.id, row.op, row.memory_key, row.before, row.after, row.episode, row.created_at)
 
 
 # get_many's statement, built once.

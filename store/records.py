@@ -11,7 +11,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from memupdate.store.errors import InvalidNamespace
 
@@ -102,3 +102,22 @@ class MemoryEventRecord:
     episode: str | None
     created_at: datetime
 
+
+
+@dataclass(frozen=True)
+class NewEvent:
+    """An event row to append to a namespace's log (`MemoryStore.append_events`): a write another layer
+    made in its own transaction (a change applied or undone), or a marker (`memupdate watch`'s `compacted`)."""
+
+    op: str
+    memory_key: str | None = None
+    before: dict[str, Any] | None = None
+    after: dict[str, Any] | None = None
+
+
+class NamespaceVersion(NamedTuple):
+    """(count, max seq, max updated_at) of a namespace's rows: moves with every insert, delete and update."""
+
+    count: int
+    max_seq: int | None
+    max_updated_at: datetime | None

@@ -208,3 +208,44 @@ def test_diverse_sample_spreads_over_topics(store: MemoryStore) -> None:
     for seed in range(4):
         picked = [m.content for m in store.sample("diverse", 3, seed=seed)]
         assert sum(p in dog for p in picked) == 1, picked
+
+
+def test_part_of_a_namespace_is_forked_edited_and_folded_back(filled: MemoryStore) -> None:
+    """`fork_keys` copies some keys (embeddings included) and names its source; `fold` moves the part's
+    edits and their events back and drops the part; `version` is the base version a fork diff reads."""
+    from memupdate.store.fork_diff import changes_from
+
+    fork = filled.fork((*filled.namespace, "whole"))
+    try:
+        version = filled.version()
+        assert version == changes_from(fork, filled).base_version and version.count == len(FACTS)
+        keys, matrix = filled.vectors()
+        assert keys == [m.key for m in filled.list()] and matrix.shape == (len(FACTS), filled.column_dims)
+        assert set(filled.vectors_of(keys[:2])) == set(keys[:2])
+        np.testing.assert_array_equal(filled.vectors_of(keys[:1])[keys[0]], matrix[0])
+        part = fork.scoped((*filled.namespace, "whole-n0"), episode="n0")
+        assert fork.fork_keys(part, keys[:2]) == 2 and part.forked_from() == fork.path
+        assert fork.forked_from() == filled.path and filled.forked_from() is None
+        with pytest.raises(InvalidNamespace, match="already has memories"):
+            fork.fork_keys(part, keys[:1])
+        part.update(keys[0], content="Caroline moved from Sweden in 2019")
+        fork.fold(part)
+        assert part.count() == 0 and part.events() == []
+        assert fork.get(keys[0]).content == "Caroline moved from Sweden in 2019" and fork.count() == len(FACTS)
+        assert [(e.op, e.memory_key, e.episode) for e in fork.events(op="update")] == [("update", keys[0], "n0")]
+        assert filled.version() == version, "the base is untouched"
+    finally:
+        fork.drop()
+
+
+def test_append_events_marks_the_log(store: MemoryStore) -> None:
+    from memupdate.store import NewEvent
+
+    marker = store.scoped(store.namespace, episode="watch")
+    assert store.last_event("compacted") is None
+    marker.append_events([NewEvent("compacted", after={"memories": 0})])
+    created = store.create("Caroline likes hiking")
+    last = store.last_event("compacted")
+    assert last is not None and last.after == {"memories": 0} and last.episode == "watch"
+    assert [e.memory_key for e in store.events(op="create", after=last.id)] == [created.key]
+    assert store.events(op="create", after=store.last_event("create").id) == []
