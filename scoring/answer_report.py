@@ -10,7 +10,7 @@ and how well the QA proxy agrees with the reader.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from memupdate.scoring.answer_prompts import NOT_MENTIONED, AskedQuestion
@@ -34,21 +34,33 @@ def pearson(xs: Sequence[float], ys: Sequence[float]) -> float | None:
     return sxy / math.sqrt(sxx * syy)
 
 
+AnswerScore = Callable[[str, AskedQuestion], float]
+
+
+def locomo_score(answer: str, question: AskedQuestion) -> float:
+    """LoCoMo's F1 of `answer` for `question` (the default rule of the reports below)."""
+    return locomo_f1(answer, question.answer, question.category)
+
+
 def answerer_report(
     answerer: LLMAnswerer,
     questions: Sequence[AskedQuestion],
     contexts: dict[str, Sequence[str]],
     proxy_scores: dict[str, Sequence[float]],
     progress: Progress | None = None,
+    score: AnswerScore | None = None,
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Answer (and judge) every question on each side ("before", "after") from its context.
 
     Returns the report section — per side: F1, BLEU-1, judge accuracy, overall and per category; and
     `proxy_f1_pearson` per side and over both — and one dict per question with its answers and scores.
+    `score(answer, question)` replaces LoCoMo's F1 under the "f1" keys when a benchmark has its own rule
+    (FactConsolidation: substring exact match); the section's "metric" names the rule used.
     """
     sides = list(contexts)
     per_question: list[dict[str, Any]] = [{} for _ in questions]
-    section: dict[str, Any] = {"model": answerer.model, "judge": answerer.judge_model}
+    section: dict[str, Any] = {"model": answerer.model, "judge": answerer.judge_model,
+                               "metric": getattr(score or locomo_score, "__name__", "score")}
     judged = sum(q.category != ADVERSARIAL for q in questions) if answerer.judge_endpoint else 0
     total = len(sides) * (len(questions) + judged)
     base = 0
@@ -66,7 +78,7 @@ def answerer_report(
         if answerer.judge_endpoint is not None:
             verdicts = answerer.judge(questions, answers, step)
             base += judged
-        f1s = [locomo_f1(a, q.answer, q.category) for a, q in zip(answers, questions, strict=True)]
+        f1s = [(score or locomo_score)(a, q) for a, q in zip(answers, questions, strict=True)]
         bleus = [bleu1(a, q.answer or NOT_MENTIONED) for a, q in zip(answers, questions, strict=True)]
         for row, answer, f1, bleu, verdict in zip(per_question, answers, f1s, bleus, verdicts, strict=True):
             row[side] = {"answer": answer, "f1": f1, "bleu1": bleu, "judge": verdict}
@@ -98,21 +110,23 @@ def _summary(
     return overall
 
 
-__all__ = ["answerer_report", "pearson"]
+__all__ = ["AnswerScore", "answerer_report", "locomo_score", "pearson", "reader_change"]
 
 
 def reader_change(
     reader: LLMAnswerer, questions: Sequence[AskedQuestion], before: Sequence[Any], after: Sequence[Any],
     progress: Progress | None = None,
+    score: AnswerScore | None = None,
 ) -> dict[str, Any]:
-    """The reader's F1 on the contexts the QA proxy read before and after (`QAScore`s), its paired change
-    per question, and its Pearson r with the proxy."""
+    """The reader's F1 (or `score`, see `answerer_report`) on the contexts the QA proxy read before and
+    after (`QAScore`s), its paired change per question, and its Pearson r with the proxy."""
     contexts = {"before": [s.context for s in before], "after": [s.context for s in after]}
     proxy = {"before": [s.qa_score for s in before], "after": [s.qa_score for s in after]}
-    section, rows = answerer_report(reader, questions, contexts, proxy, progress)
+    section, rows = answerer_report(reader, questions, contexts, proxy, progress, score)
     changes = [row["after"]["f1"] - row["before"]["f1"] for row in rows]
     return {
-        "model": section["model"], "before": section["before"]["f1"], "after": section["after"]["f1"],
+        "model": section["model"], "metric": section["metric"],
+        "before": section["before"]["f1"], "after": section["after"]["f1"],
         "change": interval(changes), "better": sum(c > 1e-9 for c in changes), "worse": sum(c < -1e-9 for c in changes),
         "proxy_f1_pearson": section["proxy_f1_pearson"]["all"],
         "proxy_change_f1_change_pearson": pearson([a - b for a, b in zip(proxy["after"], proxy["before"], strict=True)], changes),

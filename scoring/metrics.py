@@ -5,6 +5,7 @@
     locomo_f1("Sweden, Norway", "Norway, Sweden", category=1)          # 1.0: part by part
     locomo_f1("Not mentioned in the conversation", "", category=5)     # 1.0
     bleu1("7 May 2023", "7 May 2023")                                  # 1.0
+    substring_exact_match("It is the Pesäpallo.", ["pesäpallo"])       # 1.0: MemoryAgentBench's rule
 
 Scoring, as LoCoMo does it:
 - normalisation: drop commas, lowercase, drop punctuation, drop `a|an|the|and` as words, squeeze
@@ -13,6 +14,10 @@ Scoring, as LoCoMo does it:
 - category 1 (multi-hop): prediction and answer split on commas, each gold piece takes its best-matching
   predicted piece, and the piece scores are averaged;
 - category 5 (adversarial): 1 when the prediction says "no information available" or "not mentioned".
+MemoryAgentBench (FactConsolidation) scores `substring_exact_match`, matched to its
+`utils/eval_other_utils.py`: lowercase, drop punctuation, drop `a|an|the` as words, squeeze whitespace
+(`normalize_exact`: commas and "and" stay, unlike LoCoMo's), then 1 when any accepted answer, so
+normalised, occurs in the normalised prediction.
 `normalized_tokens` is also what the QA proxy (`scoring/qa_proxy.py`) counts, so its budget and its credit
 are in the same tokens as this metric.
 """
@@ -105,3 +110,20 @@ def bleu1(prediction: str, answer: str) -> float:
     precision = clipped / len(hypothesis)
     brevity = 1.0 if len(hypothesis) > len(reference) else math.exp(1 - len(reference) / len(hypothesis))
     return precision * brevity
+
+
+_EXACT_ARTICLES = re.compile(r"\b(a|an|the)\b")
+
+
+def normalize_exact(text: str) -> str:
+    """MemoryAgentBench's `normalize_answer`: lowercase, no punctuation, no a/an/the, squeezed whitespace."""
+    text = "".join(ch for ch in text.lower() if ch not in _PUNCTUATION)
+    return " ".join(_EXACT_ARTICLES.sub(" ", text).split())
+
+
+def substring_exact_match(prediction: str, accepted: str | Sequence[str]) -> float:
+    """1.0 when an accepted answer (normalised) occurs in the prediction (normalised), else 0.0: the
+    benchmark's `substring_exact_match`, the maximum over its accepted answers."""
+    answers = [accepted] if isinstance(accepted, str) else accepted
+    said = normalize_exact(prediction)
+    return float(any(normalize_exact(answer) in said for answer in answers))

@@ -1,4 +1,5 @@
-"""`memupdate eval` and `memupdate demo`: score a policy's edits, before -> after, per category."""
+"""`memupdate eval` and `memupdate demo`: score a policy's edits, before -> after, per category;
+`memupdate eval factconsolidation`: MemoryAgentBench's FactConsolidation, the proxy and a reader's exact match."""
 
 from __future__ import annotations
 
@@ -58,6 +59,7 @@ REWARD_QA_OPTION = typer.Option(
 
 @user_errors
 def eval_command(
+    ctx: typer.Context,
     locomo: Path | None = LOCOMO_OPTION,
     conversations: str | None = CONVERSATIONS_OPTION,
     policy: str = POLICY_OPTION,
@@ -87,8 +89,12 @@ def eval_command(
     """Score a policy's edits with the QA proxy, before -> after, per category; with --answerer, also
     with an LLM reading the same context (LoCoMo F1, BLEU-1, --judge accuracy).
 
+    `memupdate eval factconsolidation --file FILE`: MemoryAgentBench's FactConsolidation instead.
+
     Exit codes: 0 done; 1 too many episodes failed (see --max-failure-share); 2 bad input; 130 Ctrl-C.
     """
+    if ctx.invoked_subcommand is not None:  # `memupdate eval factconsolidation ...`: its own options
+        return
     from memupdate.agent.policies import make_policy
     from memupdate.rl.evaluate import EvalConfig
     from memupdate.scoring.reward import RewardConfig
@@ -270,3 +276,187 @@ def demo(
     print_report(evaluate_with_progress("demo: heuristic policy, targeted", store, chosen, policy, config, "heuristic"))
 
 
+
+
+# -- memupdate eval factconsolidation ------------------------------------------------------------
+
+
+def factconsolidation_report(
+    store, sets, chat_model, reader=None, *, policy_name: str = "heuristic", max_questions: int | None = None,
+    max_operations: int | None = None, progress=None,
+) -> dict[str, Any]:
+    """Load each context of `sets` once, compact it with `chat_model` (None: no edits) through the one
+    compaction service, and report per sub-dataset: the QA proxy before -> after and, with `reader`, its
+    substring exact-match accuracy before -> after on the very contexts the proxy read, paired per
+    question, and their Pearson r. `progress(description, done, total)` follows the work."""
+    import time
+    import uuid
+
+    from memupdate.agent.compaction import compact
+    from memupdate.rl.data.factconsolidation import context_namespace, load_context
+    from memupdate.rl.data.namespaces import trajectory_namespace
+    from memupdate.scoring.answer_report import reader_change
+    from memupdate.scoring.qa_change import QAChange, qa_change
+
+    def step(description: str):
+        return (lambda done, total: progress(description, done, total)) if progress else None
+
+    report: dict[str, Any] = {"policy": policy_name, "reader": reader.model if reader else None, "sources": {}, "contexts": {}}
+    groups: dict[str, list] = {}
+    for fc in sets:
+        groups.setdefault(fc.context.context_id, []).append(fc)
+    for context_id, members in groups.items():
+        context = members[0].context
+        started = time.perf_counter()
+        loaded = load_context(store, context)
+        load_seconds = time.perf_counter() - started
+        bank = loaded.base
+        asked = [list(fc.qa[:max_questions]) for fc in members]
+        questions = [q for group in asked for q in group]
+        fork = None
+        started = time.perf_counter()
+        if chat_model is None:
+            qa, episodes, calls = qa_change(bank, bank, questions), 0, []
+            memories_after = bank.count()
+        else:
+            done = compact(
+                chat_model, bank, trajectory_namespace(context_namespace(context), f"fc-{uuid.uuid4().hex[:8]}"),
+                questions, max_operations=max_operations, review=False,
+                on_plan=(lambda n: progress("compacting", 0, n)) if progress else None,
+                on_episode=_counter(progress, "compacting"),
+            )
+            fork, qa, episodes, calls = done.fork, done.qa, done.result.episodes, done.result.calls
+            memories_after = fork.count()
+        seconds = time.perf_counter() - started
+        try:
+            tools: dict[str, int] = {}
+            for call in calls:
+                tools[call["tool"]] = tools.get(call["tool"], 0) + 1
+            report["contexts"][context_id] = {
+                "namespace": bank.path, "facts": len(context.facts), "added": loaded.added,
+                "load_seconds": round(load_seconds, 1), "compact_seconds": round(seconds, 1), "episodes": episodes,
+                "memories": {"before": bank.count(), "after": memories_after}, "write_calls": tools,
+                "sources": [fc.name for fc in members],
+            }
+            offset = 0
+            for fc, group in zip(members, asked, strict=True):
+                part = slice(offset, offset + len(group))
+                offset += len(group)
+                change = QAChange(group, qa.before[part], qa.after[part])
+                entry: dict[str, Any] = {"source": fc.source, "context": context_id, "proxy": change.summary()}
+                if reader is not None:
+                    entry["reader"] = reader_change(reader, group, change.before, change.after,
+                                                    step(f"reading {fc.name}"), score=exact_match_rule(fc))
+                report["sources"][fc.name] = entry
+        finally:
+            if fork is not None:
+                fork.drop()
+    return report
+
+
+def _counter(progress, description: str):
+    if progress is None:
+        return None
+    count = [0]
+
+    def advance() -> None:
+        count[0] += 1
+        progress(description, count[0], None)
+
+    return advance
+
+
+def exact_match_rule(fc):
+    """The benchmark's rule for the questions of `fc`: substring exact match against every accepted answer."""
+    from memupdate.scoring.metrics import substring_exact_match as matches
+
+    def substring_exact_match(answer: str, question: Any) -> float:
+        return matches(answer, fc.accepted[question.index])
+
+    return substring_exact_match
+
+
+@user_errors
+def factconsolidation_command(
+    file: Path = typer.Option(..., "--file", help="MemoryAgentBench FactConsolidation rows (JSONL), never downloaded."),
+    sources: str | None = typer.Option(None, "--sources", help="Comma-separated, e.g. sh_6k,mh_6k (default: every row)."),
+    policy: str = POLICY_OPTION,
+    model: str | None = MODEL_OPTION,
+    base_url: str | None = BASE_URL_OPTION,
+    api_key: str | None = API_KEY_OPTION,
+    max_questions: int | None = typer.Option(None, "--max-questions", min=1, help="Per sub-dataset, for quick runs."),
+    max_operations: int | None = typer.Option(None, "--max-operations", min=1, help="Tool calls per episode (default 30)."),
+    max_new_tokens: int = MAX_NEW_TOKENS_OPTION,
+    max_prose_tokens: int | None = MAX_PROSE_TOKENS_OPTION,
+    seed: int = SEED_OPTION,
+    answerer: str | None = ANSWERER_OPTION,
+    answerer_base_url: str | None = ANSWERER_BASE_URL_OPTION,
+    answerer_api_key: str | None = ANSWERER_API_KEY_OPTION,
+    json_out: Path | None = typer.Option(None, "--json", help="Write the report as JSON here (folders are created)."),
+    url: str | None = URL_OPTION,
+) -> None:
+    """MemoryAgentBench FactConsolidation: load each context into a bank ("factconsolidation/<context>"),
+    compact it with the policy, and report per sub-dataset the QA proxy before -> after and, with
+    --answerer (e.g. hf:qwen2.5-coder-0.5b), the reader's substring exact-match accuracy, with paired 95%
+    intervals over questions.
+
+    Exit codes: 0 done; 2 bad input; 130 Ctrl-C.
+    """
+    from memupdate.agent.policies import make_policy
+    from memupdate.rl.data.factconsolidation import load_factconsolidation, select_sources
+
+    chosen = select_sources(load_factconsolidation(file), sources)
+    check_output(json_out, "--json")
+    reader = checked_answerer(answerer, answerer_base_url, answerer_api_key)
+    check_policy_endpoint(policy, model, base_url, api_key)
+    store = open_store(url)
+    if reader is not None:
+        reader.use_cache(store.engine)
+    chat_model = make_policy(
+        policy, store, model=model, base_url=base_url, api_key=api_key, seed=seed, max_operations=max_operations,
+        max_new_tokens=max_new_tokens, max_prose_tokens=max_prose_tokens,
+    )
+    with progress_bar("factconsolidation") as bar:
+        task = bar.add_task("factconsolidation", total=None)
+
+        def progress(description: str, done: int, total: int | None) -> None:
+            bar.update(task, description=description, completed=done, **({"total": total} if total else {}))
+            raise_if_interrupted()
+
+        report = factconsolidation_report(store, chosen, chat_model, reader, policy_name=policy,
+                                          max_questions=max_questions, max_operations=max_operations, progress=progress)
+    if json_out:
+        save_report(report, json_out, None)
+    print_factconsolidation(report)
+
+
+def print_factconsolidation(report: dict[str, Any]) -> None:
+    def change(block: dict[str, Any]) -> str:
+        c = block["change"]
+        return f"{c['mean']:+.3f} [{c['low']:+.3f}, {c['high']:+.3f}]"
+
+    reader = report["reader"]
+    table = Table(title=f"FactConsolidation, {report['policy']} policy" + (f", reader {reader} (substring exact match)" if reader else ""))
+    columns = ["source", "questions", "memories", "proxy before", "proxy after", "proxy change"]
+    columns += ["EM before", "EM after", "EM change", "r proxy~EM"] if reader else []
+    for column in columns:
+        table.add_column(column, justify="right")
+    for name, entry in report["sources"].items():
+        proxy, memories = entry["proxy"], report["contexts"][entry["context"]]["memories"]
+        row = [name, str(proxy["questions"]), f"{memories['before']} -> {memories['after']}", f"{proxy['before']:.3f}",
+               f"{proxy['after']:.3f}", change(proxy)]
+        if reader:
+            em, r = entry["reader"], entry["reader"]["proxy_f1_pearson"]
+            row += [f"{em['before']:.3f}", f"{em['after']:.3f}", change(em), "-" if r is None else f"{r:+.3f}"]
+        table.add_row(*row)
+    console.print(table)
+    for context_id, block in report["contexts"].items():
+        calls = ", ".join(f"{n} {tool}" for tool, n in block["write_calls"].items()) or "no writes"
+        console.print(f"{block['namespace']}: {block['facts']} facts, loaded in {block['load_seconds']} s, compacted in "
+                      f"{block['compact_seconds']} s ({block['episodes']} episodes; {calls})", highlight=False)
+
+
+# `memupdate eval` runs LoCoMo with its own options; `memupdate eval factconsolidation` is its one subcommand.
+eval_app = typer.Typer(invoke_without_command=True, no_args_is_help=False, add_completion=False)
+eval_app.callback()(eval_command)
+eval_app.command("factconsolidation")(factconsolidation_command)
