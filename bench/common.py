@@ -48,6 +48,28 @@ def parse_args(parser: argparse.ArgumentParser, argv: Sequence[str] | None = Non
     return parser.parse_args(argv)
 
 
+def bench_main(
+    name: str,
+    doc: str | None,
+    run: Callable[[argparse.Namespace], dict[str, Any]],
+    report: Callable[[dict[str, Any]], None],
+    argv: Sequence[str] | None = None,
+    *,
+    options: Callable[[argparse.ArgumentParser], None] | None = None,
+) -> tuple[argparse.Namespace, dict[str, Any]]:
+    """A benchmark's `main`: its command line (`python -m memupdate.bench.<name>`, described by the first
+    paragraph of `doc`, with its own `options` and the shared --url, --data-dir and --json), run, report,
+    and the JSON written; returns the arguments and the summary."""
+    parser = argparse.ArgumentParser(prog=f"python -m memupdate.bench.{name}", description=(doc or "").split("\n\n")[0])
+    if options is not None:
+        options(parser)
+    args = parse_args(parser, argv)
+    summary = run(args)
+    report(summary)
+    write_json(args.json, summary)
+    return args, summary
+
+
 def open_engine(args: argparse.Namespace):
     """The engine to benchmark on, migrated: `--url`, else the embedded server in `--data-dir` or a temp dir."""
     from memupdate.store.database import get_engine

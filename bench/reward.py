@@ -33,18 +33,17 @@ from contextlib import contextmanager
 from memupdate.agent.tools import run_tool
 from memupdate.bench.common import (
     Meter,
+    bench_main,
     bench_namespace,
     console,
     load_embedder,
     memory_bank,
     open_engine,
-    parse_args,
     print_table,
     server_line,
     synthetic_facts,
     timed,
     verdict,
-    write_json,
 )
 from memupdate.rl.data.namespaces import trajectory_namespace
 from memupdate.scoring import qa_proxy
@@ -334,13 +333,12 @@ def report(summary: dict) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m memupdate.bench.reward", description=__doc__.split("\n\n")[0])
+    bench_main("reward", __doc__, run, report, argv, options=_options)
+
+
+def _options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workers", type=lambda text: [int(n) for n in text.split(",") if n.strip()], default=[1, 2],
                         help="also score the forks on this many worker processes, comma-separated (default 1,2; '' for none)")
-    args = parse_args(parser, argv)
-    summary = run(args)
-    report(summary)
-    write_json(args.json, summary)
 
 
 if __name__ == "__main__":

@@ -34,18 +34,17 @@ from typing import Any
 from memupdate.bench.common import (
     REPO,
     Meter,
+    bench_main,
     bench_namespace,
     console,
     load_embedder,
     memory_bank,
     open_engine,
-    parse_args,
     percentile,
     print_table,
     server_line,
     timed,
     verdict,
-    write_json,
 )
 
 N_MEMORIES = 200
@@ -367,11 +366,7 @@ def report(summary: dict) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m memupdate.bench.rollouts", description=__doc__.split("\n\n")[0])
-    args = parse_args(parser, argv)
-    summary = run(args)
-    report(summary)
-    write_json(args.json, summary)
+    bench_main("rollouts", __doc__, run, report, argv)
 
 
 if __name__ == "__main__":

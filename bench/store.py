@@ -44,7 +44,7 @@ import psutil
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from memupdate.bench.common import console, open_engine, parse_args, percentile, write_json
+from memupdate.bench.common import bench_main, console, open_engine, percentile
 from memupdate.text.dates import MONTHS
 
 STORES = ("memupdate", "InMemoryStore", "PostgresStore")
@@ -602,20 +602,18 @@ def plot(summary: dict[str, Any], path: str) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m memupdate.bench.store", description=__doc__.split("\n\n")[0])
+    args, summary = bench_main("store", __doc__, run, report, argv, options=_options)
+    if args.plot:
+        plot(summary, args.plot)
+
+
+def _options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sizes", default="200,5000,100000", help="memories, comma-separated (default 200,5000,100000)")
     parser.add_argument("--queries", type=int, default=200, help="search queries per size (default 200)")
     parser.add_argument("--batch", type=int, default=100, help="memories per insert call (default 100)")
     parser.add_argument("--fork-reps", type=int, default=10, help="forks (+ drops) per size (default 10)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the synthetic memories and queries")
     parser.add_argument("--plot", metavar="OUT.png", help="also draw the cost curve to OUT.png")
-    args = parse_args(parser, argv)  # adds --url, --data-dir, --json
-
-    summary = run(args)
-    report(summary)
-    write_json(args.json, summary)
-    if args.plot:
-        plot(summary, args.plot)
 
 
 if __name__ == "__main__":

@@ -27,16 +27,15 @@ from pathlib import Path
 from typing import Any
 
 from memupdate.bench.common import (
+    bench_main,
     bench_namespace,
     console,
     load_embedder,
     locomo_file,
     memory_bank,
     open_engine,
-    parse_args,
     print_table,
     server_line,
-    write_json,
 )
 
 UNITS = 3
@@ -246,17 +245,20 @@ def report(summary: dict) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m memupdate.bench.student", description=__doc__.split("\n\n")[0])
+    bench_main("student", __doc__, run, _report_or_skip, argv, options=_options)
+
+
+def _options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default="smollm2", help="the student checkpoint (default: smollm2)")
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="torch threads (default: all cores)")
     parser.add_argument("--skip-compact", action="store_true", help="leave out the compaction of a bank")
-    args = parse_args(parser, argv)
-    summary = run(args)
+
+
+def _report_or_skip(summary: dict) -> None:
     if "skipped" in summary:
         console.print(f"[yellow]bench student skipped: {summary['skipped']}[/yellow]")
     else:
         report(summary)
-    write_json(args.json, summary)
 
 
 if __name__ == "__main__":

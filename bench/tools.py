@@ -22,19 +22,18 @@ from collections.abc import Iterator
 from memupdate.agent.tools import run_tool
 from memupdate.bench.common import (
     Meter,
+    bench_main,
     bench_namespace,
     console,
     load_embedder,
     memory_bank,
     open_engine,
-    parse_args,
     percentile,
     print_table,
     server_line,
     synthetic_facts,
     timed,
     verdict,
-    write_json,
 )
 
 N_MEMORIES = 200
@@ -152,11 +151,7 @@ def report(summary: dict) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m memupdate.bench.tools", description=__doc__.split("\n\n")[0])
-    args = parse_args(parser, argv)
-    summary = run(args)
-    report(summary)
-    write_json(args.json, summary)
+    bench_main("tools", __doc__, run, report, argv)
 
 
 if __name__ == "__main__":

@@ -42,7 +42,7 @@ from typing import Any
 
 import torch
 
-from memupdate.store import MemupdateError
+from memupdate.errors import MemupdateError
 
 Progress = Callable[[str, int, int], None]
 
