@@ -8,7 +8,9 @@
     SafetyRule.review_everything()                       # nothing applies itself
     rule.holds(review_change, qa.worse_keys)             # where the bank has questions (`scoring.qa_change`)
 
-The default applies a change only when every check passes: its kind is a merge, an update or a delete;
+The default applies a change only when every check passes: its kind is a merge, an update, a
+supersession or a delete; a supersession the rule reads as a clear update (same subject and attribute,
+the newer stated later: `text.facts`), and a merge none of whose sources updates another;
 no coverage flag (no source loses a content word, a deleted memory is held elsewhere); no word its
 sources do not hold (dates their relative time resolves to excepted); sources alike (a merge's least
 pairwise similarity at least `min_similarity`, and a content word they all share: a merge of unrelated
@@ -23,7 +25,7 @@ from typing import Any
 
 from memupdate.bank.review import CHANGE_KINDS, UNRELATED_BELOW
 
-SAFE_KINDS = ("merge", "update", "delete")
+SAFE_KINDS = ("merge", "update", "supersede", "delete")
 
 
 @dataclass(frozen=True)
@@ -36,6 +38,10 @@ class SafetyRule:
     min_similarity: float = UNRELATED_BELOW
     require_shared_word: bool = True
     allow_qa_drop: bool = False
+    # A supersession applies itself only when the rule reads it as a clear update (the same subject and
+    # attribute, the newer stated later), and a merge only when none of its sources is an update of
+    # another (merging an update would keep the older statement beside or over the newer).
+    allow_unclear_facts: bool = False
 
     def __post_init__(self) -> None:
         unknown = [k for k in self.kinds if k not in CHANGE_KINDS]
@@ -65,6 +71,12 @@ class SafetyRule:
             reasons.append(f"sources not alike: least similarity {least} < {self.min_similarity}")
         if len(change["sources"]) > 1 and self.require_shared_word and not alike.get("shared_words"):
             reasons.append("sources share no content word")
+        facts = change.get("facts")
+        if facts and not facts["clear"] and not self.allow_unclear_facts:
+            reasons.append(
+                "not a clear update: the newer is not stated later, or the two read as different facts"
+                if change["kind"] == "supersede" else "its sources state an update, not a duplicate: supersede the older instead"
+            )
         touched = {m["key"] for m in change["sources"]} | {m["key"] for m in change["results"]}
         if touched & qa_worse and not self.allow_qa_drop:
             reasons.append("a question it touches scores lower on the QA proxy")

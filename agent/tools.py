@@ -28,6 +28,7 @@ from memupdate.store.memory_store import SampleStrategy
 from memupdate.store.models import MAX_CONTENT_CHARS, MemoryKind
 from memupdate.text import strategies as text_strategies
 from memupdate.text.dates import anchored, datable
+from memupdate.text.facts import is_newer, shown_time
 
 MAX_RESULT_CHARS = 2000
 MAX_TOP_K = 20
@@ -67,10 +68,13 @@ class ManageMemoryArgs(BaseModel):
 
 
 class DeleteMemoryArgs(BaseModel):
-    """Delete a memory that is wrong, redundant or useless."""
+    """Delete a memory that is wrong, redundant or useless, or that a newer memory supersedes."""
 
     memory_id: str = Field(min_length=1, description="The memory to delete.")
     reason: str | None = Field(None, description="Why (kept in the event log).")
+    superseded_by: str | None = Field(
+        None, description="The newer memory stating the same fact's current value; the deleted one is kept as history."
+    )
 
 
 class SampleMemoryArgs(BaseModel):
@@ -132,12 +136,13 @@ TO_DATE = "to date (relative time): "
 
 
 def show(memory: MemoryRecord, score: float | None = None) -> str:
-    """One memory as the model sees it: `[handle] score (date) content`; a merge of several days shows
+    """One memory as the model sees it: `[handle] score (date) content`, the date to the second where the
+    statement's time is known (what orders two statements of one fact); a merge of several days shows
     its range, `(first..last)`. A memory whose relative time an update without content would date shows
     `(date; relative time)`: a policy chooses which memories to date, and need not spot "last Friday"
     in the text itself."""
     dates = memory.metadata.get("dates") or []
-    date = memory.metadata.get("date") or (f"{dates[0]}..{dates[-1]}" if dates else None)
+    date = shown_time(memory) or (f"{dates[0]}..{dates[-1]}" if dates else None)
     parts = [f"[{memory.key}]"]
     if score is not None:
         parts.append(f"{score:.2f}")
@@ -212,9 +217,29 @@ def _dated(store: MemoryStore, key: str) -> str:
 
 
 def delete_memory(store: MemoryStore, args: DeleteMemoryArgs) -> str:
+    if args.superseded_by is not None:
+        return _supersede(store, args.memory_id, args.superseded_by)
     with _unknown_ids():
         memory = store.delete(args.memory_id)
     return f"deleted [{memory.key}]"
+
+
+def _supersede(store: MemoryStore, key: str, newer_key: str) -> str:
+    """The mechanics of a supersession: the stale memory leaves the bank with `superseded_by` in its
+    last record (an apply keeps it as a superseded row naming the newer one). Which memory is stale is
+    the caller's judgement; the tool only refuses what no fact allows: a memory superseded by itself,
+    or by one stated before it."""
+    if key == newer_key:
+        raise ToolError("a memory cannot supersede itself: superseded_by names the newer memory")
+    stale, newer = _known(store, [key, newer_key])
+    if is_newer(stale, newer):
+        raise ToolError(
+            f"[{newer.key}] ({shown_time(newer)}) was stated before [{stale.key}] ({shown_time(stale)}): "
+            "a memory is superseded only by a newer one"
+        )
+    store.update(stale.key, metadata={**stale.metadata, "superseded_by": newer.key})
+    store.delete(stale.key)
+    return f"[{stale.key}] superseded by [{newer.key}]"
 
 
 def sample_memory(store: MemoryStore, args: SampleMemoryArgs) -> str:

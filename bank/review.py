@@ -37,9 +37,10 @@ import numpy as np
 from memupdate.store import MemoryRecord, MemoryStore
 from memupdate.store.records import KEY_PATTERN
 from memupdate.text.dates import TIME_EXPRESSION, anchor_relative_dates
+from memupdate.text.facts import is_newer, relation_of
 from memupdate.text.strategies import content_words
 
-CHANGE_KINDS = ("merge", "split", "update", "delete", "create", "rewrite")
+CHANGE_KINDS = ("merge", "split", "update", "supersede", "delete", "create", "rewrite")
 # Sources less alike than this (cosine) are not one memory told twice: near-duplicates score 0.9 and
 # more, while four remarks on one person's health, writing, work and tastes score 0.42-0.58.
 UNRELATED_BELOW = 0.75
@@ -64,7 +65,10 @@ def build_review(bank: MemoryStore, fork: MemoryStore, calls: Sequence[dict[str,
     def union(a: str, b: str) -> None:
         parent[find(a)] = find(b)
 
+    superseded: dict[str, str] = {}  # stale key -> the newer key its last record names
     for event in fork.events():
+        if event.op == "delete" and event.before and (newer := (event.before.get("metadata") or {}).get("superseded_by")):
+            superseded[event.memory_key] = newer
         if event.op == "create" and event.after:
             meta = event.after.get("metadata") or {}
             for origin in [*(meta.get("merged_from") or []), *([meta["split_from"]] if meta.get("split_from") else [])]:
@@ -89,13 +93,17 @@ def build_review(bank: MemoryStore, fork: MemoryStore, calls: Sequence[dict[str,
         everything = members.get(root, set()) | set(keys)
         reasons = list(dict.fromkeys(c["reason"] for c, ks in zip(calls, call_keys, strict=True) if ks & everything and c.get("reason")))
         tools = [{"episode": c["episode"], "tool": c["tool"], "args": c["args"]} for c, ks in zip(calls, call_keys, strict=True) if ks & everything]
+        by = {m.key: superseded[m.key] for m in sources if m.key in superseded}
+        superseding = not results and sources and len(by) == len(sources)
         changes.append({
-            "kind": _kind(sources, results),
+            "kind": "supersede" if superseding else _kind(sources, results),
             "sources": [_memory(m) for m in sources],
             "results": [_memory(m) for m in results],
             "reasons": reasons,
             "tools": tools,
-            "coverage": _coverage(sources, results, fork_words),
+            # A superseded memory is history kept on purpose (a superseded row naming the newer one), not lost.
+            "coverage": {"flagged": False, "missing": {}, "covered_by": {}, "superseded_by": by} if superseding
+            else _coverage(sources, results, fork_words),
         })
     _assess(bank, changes, before, after)
     order = {kind: i for i, kind in enumerate(CHANGE_KINDS)}
@@ -115,8 +123,10 @@ def replaced_by(review: dict[str, Any]) -> dict[str, dict[str, Any]]:
     out = {}
     for change in review["changes"]:
         why = "; ".join(change["reasons"]) or f"{change['kind']} by the policy"
+        newer = change["coverage"].get("superseded_by") or {}
         for source in change["sources"]:
-            out[source["key"]] = {"by": [r["key"] for r in change["results"]], "reason": why, "change": change["id"]}
+            by = [newer[source["key"]]] if source["key"] in newer else [r["key"] for r in change["results"]]
+            out[source["key"]] = {"by": by, "reason": why, "change": change["id"]}
     return out
 
 
@@ -188,8 +198,30 @@ def _assess(bank: MemoryStore, changes: list[dict[str, Any]], before: dict[str, 
         sources = [before[s["key"]] for s in change["sources"]]
         results = [after[r["key"]] for r in change["results"]]
         change["alike"] = _alike(sources, vectors)
+        change["facts"] = _facts(sources, change, before, after)
         allowed = set().union(*(content_words(_anchored(m)) | content_words(m.content) for m in sources)) if sources else set()
         change["unsupported"] = sorted(set().union(*(content_words(r.content) for r in results)) - allowed) if sources else []
+
+
+def _facts(
+    sources: Sequence[MemoryRecord], change: dict[str, Any], before: dict[str, MemoryRecord], after: dict[str, MemoryRecord]
+) -> dict[str, Any] | None:
+    """How the rule reads the statements a change joins or retires (`text.facts.relation`): for a merge,
+    the pairs of its sources; for a supersession, each stale memory and the memory named newer, with
+    whether that one was stated later. `clear` only when every pair reads as an update told in order
+    (a supersession), or none does (a merge): what the safety rule lets apply itself."""
+    if change["kind"] == "supersede":
+        named = change["coverage"]["superseded_by"]
+        pairs = [(m, after.get(named[m.key]) or before.get(named[m.key])) for m in sources]
+        read = [{"stale": m.key, "newer": n.key if n else named[m.key],
+                 "relation": relation_of(m, n) if n else None,
+                 "stated_later": is_newer(n, m) if n else None} for m, n in pairs]
+        return {"pairs": read, "clear": all(r["relation"] == "update" and r["stated_later"] for r in read)}
+    if change["kind"] == "merge":
+        read = [{"a": a.key, "b": b.key, "relation": relation_of(a, b)}
+                for i, a in enumerate(sources) for b in sources[i + 1 :]]
+        return {"pairs": read, "clear": not any(r["relation"] == "update" for r in read)}
+    return None
 
 
 def _alike(sources: Sequence[MemoryRecord], vectors: dict[str, Any]) -> dict[str, Any]:
@@ -312,6 +344,9 @@ def _change(change: dict[str, Any]) -> str:
     if coverage["flagged"]:
         lost = "; ".join(f"[{esc(k)}] {esc(', '.join(words))}" for k, words in coverage["missing"].items())
         note = f"<p class='coverage'>⚠ coverage: words in no result: {lost}</p>"
+    elif coverage.get("superseded_by"):
+        held = ", ".join(f"[{esc(k)}] by the newer [{esc(v)}]" for k, v in coverage["superseded_by"].items())
+        note = f"<p class='coverage ok'>superseded (kept as history): {held}</p>"
     elif coverage.get("covered_by"):
         held = ", ".join(f"[{esc(k)}] in [{esc(v)}]" for k, v in coverage["covered_by"].items())
         note = f"<p class='coverage ok'>covered elsewhere: {held}</p>"

@@ -35,6 +35,7 @@ from memupdate.bank.change_log import (
     changes,
     discard_change,
 )
+from memupdate.bank.review import replaced_by
 from memupdate.store.memory_store import MemoryStore
 from memupdate.store.statements import memories
 
@@ -82,9 +83,7 @@ def propose_parts(
     rows = []
     for change in review_changes:
         keys = [m["key"] for m in change["sources"]] + [m["key"] for m in change["results"]]
-        why = "; ".join(change["reasons"]) or f"{change['kind']} by the policy"
-        replaced = {s["key"]: {"by": [r["key"] for r in change["results"]], "reason": why, "change": change["id"]}
-                    for s in change["sources"]}
+        replaced = replaced_by({"changes": [change]})
         counts = {change["kind"]: 1}
         rows.append({
             "namespace": bank.path, "fork": fork.path, "status": "proposed", "policy": policy,

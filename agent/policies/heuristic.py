@@ -11,10 +11,14 @@ default. The rules:
 1. with a target question: search for it; gather the memories vector search and word overlap find
    for it, and consolidate the best of them (relative dates anchored) into one short memory that
    retrieval will rank first for questions like it;
-2. anchor relative time ("yesterday", "two weekends ago") to absolute dates from the memory's date;
-3. merge true duplicates (one's content words within the other's, same day), keeping the fuller wording,
-   so no merge wipes a detail an answer needs;
-4. split memories that pack several unrelated facts (`split_packed`, off by default: see the field).
+2. resolve updates, newest wins: of two memories that state the same subject and attribute with
+   another value or state (`text.facts.relation`), the one stated earlier is superseded by the newer
+   (`delete_memory(superseded_by=...)`: kept as history, out of what retrieval reads); a pair whose
+   order is unknown is left alone;
+3. anchor relative time ("yesterday", "two weekends ago") to absolute dates from the memory's date;
+4. merge true duplicates (one's content words within the other's, same day, not an update), keeping
+   the fuller wording, so no merge wipes a detail an answer needs;
+5. split memories that pack several unrelated facts (`split_packed`, off by default: see the field).
 With a target question, only memories retrieval could bring to it are edited (each edit costs
 memory efficiency); without one, the budget goes first to memories with relative time.
 """
@@ -33,6 +37,7 @@ from memupdate.agent.policies.planning import PlanningPolicy, ToolCall
 from memupdate.settings import DEFAULT_MAX_OPERATIONS
 from memupdate.store import MemoryRecord, MemoryStore
 from memupdate.text.dates import anchor_relative_dates, anchored, datable, has_relative_time, memory_day
+from memupdate.text.facts import is_newer, relation_of, stated_at
 from memupdate.text.strategies import content_words, jaccard, split_thematic
 
 # A consolidated memory stays well inside the QA context budget (DEFAULT_CONTEXT_TOKENS) and the density limit (60).
@@ -42,9 +47,10 @@ QUESTION_WORDS = frozenset("what when where who whom whose which why how did doe
 
 REASONS = {
     "digest": "rule 1: the memories retrieval finds for the question, consolidated into one short memory",
-    "anchor": "rule 2: relative time anchored to an absolute date from the memory's own date",
-    "duplicate": "rule 3: true duplicates (one's content words all within the other's, same day); the fuller wording kept",
-    "split": "rule 4: the memory packs several unrelated facts; one memory per fact",
+    "supersede": "rule 2: an update of the same fact (same subject and attribute, another value); the newer statement wins",
+    "anchor": "rule 3: relative time anchored to an absolute date from the memory's own date",
+    "duplicate": "rule 4: true duplicates (one's content words all within the other's, same day); the fuller wording kept",
+    "split": "rule 5: the memory packs several unrelated facts; one memory per fact",
 }
 
 
@@ -112,6 +118,7 @@ class HeuristicPolicy(PlanningPolicy):
                 order = list(memories)
                 random.Random(self.seed).shuffle(order)  # seedable: which memories a small budget reaches
             order.sort(key=lambda m: not has_relative_time(m.content))
+        calls += self._noted(self._supersessions(order, touched), REASONS["supersede"])
         calls += self._noted(self._anchors(order, touched), REASONS["anchor"])
         calls += self._noted(self._merges(order, touched), REASONS["duplicate"])
         if self.split_packed:
@@ -142,6 +149,24 @@ class HeuristicPolicy(PlanningPolicy):
             words += len(text.split())
         return [m.key for m in picked] if len(picked) >= 2 else None
 
+    def _supersessions(self, memories: Sequence[MemoryRecord], touched: set[str]) -> list[ToolCall]:
+        """Newest first, each memory supersedes the older ones that state an update of its fact. Pairs are
+        compared within what the episode sees (a neighbourhood: at most a few dozen memories)."""
+        calls = []
+        ordered = sorted((m for m in memories if stated_at(m) and m.key not in touched), key=stated_at, reverse=True)
+        gone: set[str] = set()
+        for i, newer in enumerate(ordered):
+            if newer.key in gone:
+                continue
+            for older in ordered[i + 1 :]:
+                if older.key in gone or not is_newer(newer, older):
+                    continue
+                if relation_of(older, newer) == "update":
+                    calls.append(("delete_memory", {"memory_id": older.key, "superseded_by": newer.key}))
+                    gone.add(older.key)
+        touched |= gone
+        return calls
+
     def _anchors(self, memories: Sequence[MemoryRecord], touched: set[str]) -> list[ToolCall]:
         calls = []
         for memory in memories:
@@ -164,6 +189,8 @@ class HeuristicPolicy(PlanningPolicy):
                     keep, drop = sorted((a, b), key=lambda m: len(m.content), reverse=True)
                     if not words[drop.key] <= words[keep.key] or memory_day(drop) != memory_day(keep):
                         continue  # not a true duplicate: merging would wipe a detail or a date
+                    if relation_of(a, b) == "update":
+                        continue  # one fact's two values: merging would keep the older beside (or over) the newer
                     # keep_fullest: the tool keeps `keep`'s words, dated (the longer one; `a` on a tie).
                     calls.append(("merge_memory", {"memory_ids": [a.key, b.key], "strategy": "keep_fullest"}))
                     touched.update((a.key, b.key))

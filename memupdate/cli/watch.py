@@ -10,6 +10,7 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
+from memupdate.agent.safety import SAFE_KINDS
 from memupdate.cli.common import (
     API_KEY_OPTION,
     BASE_URL_OPTION,
@@ -44,7 +45,7 @@ def watch_command(
     base_url: str | None = BASE_URL_OPTION,
     api_key: str | None = API_KEY_OPTION,
     auto_kinds: str = typer.Option(
-        "merge,update,delete", "--auto-kinds", help="Kinds of change that may apply themselves ('' : none, review everything)."
+        ",".join(SAFE_KINDS), "--auto-kinds", help="Kinds of change that may apply themselves ('' : none, review everything)."
     ),
     min_similarity: float = typer.Option(
         0.75, "--min-similarity", min=0.0, max=1.0, help="A merge applies itself only if its sources are at least this alike (cosine)."
