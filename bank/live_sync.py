@@ -43,6 +43,7 @@ from memupdate.bank.sources import (
     memory_text,
     open_langgraph_store,
     read_source,
+    store_key,
     value_hash,
     write_source,
 )
@@ -107,6 +108,10 @@ def export_changes(
     seen: dict[str, Any] = dict(record["items"])
     source_of = {state["key"]: source_key for source_key, state in seen.items()}
     steps = [(change, episode, _events(bank, episode)) for change, episode in jobs]
+    for _change, _episode, logged in steps:  # memories new to the store get keys its app's tools accept
+        for key, _op, before, after in logged:
+            if key not in source_of:
+                source_of[key] = store_key(bank.path, key, (after or before or {}).get("metadata"))
     keys = sorted({source_of.get(key, key) for _, _, logged in steps for key, *_ in logged})
     manager, store = open_langgraph_store(url or record["uri"])
     try:

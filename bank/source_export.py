@@ -21,7 +21,6 @@ from memupdate.bank.sources import (
     Source,
     SourceError,
     SourceItem,
-    bank_key,
     few_keys,
     item_value,
     memory_digest,
@@ -29,6 +28,7 @@ from memupdate.bank.sources import (
     namespace_items,
     open_langgraph_store,
     read_source,
+    store_key,
     value_hash,
     write_source,
 )
@@ -49,6 +49,7 @@ class ExportReport:
     to_delete: list[str] = field(default_factory=list)  # removed here; deleted at the source only with --apply
     changed_at_source: list[str] = field(default_factory=list)  # moved since the import: left alone
     unchanged: int = 0
+    bank_keys: dict[str, str] = field(default_factory=dict, repr=False)  # source key written -> the memory's key
 
     def summary(self) -> str:
         parts = [
@@ -61,7 +62,7 @@ class ExportReport:
         return "; ".join(parts)
 
     def as_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+        return {k: v for k, v in self.__dict__.items() if k != "bank_keys"}
 
 
 def plan_export(bank: MemoryStore, record: dict[str, Any], current: dict[str, SourceItem]) -> tuple[ExportReport, dict[str, dict], list[str]]:
@@ -71,15 +72,18 @@ def plan_export(bank: MemoryStore, record: dict[str, Any], current: dict[str, So
     seen: dict[str, Any] = record["items"]
     by_bank_key = {state["key"]: source_key for source_key, state in seen.items()}
     puts: dict[str, dict] = {}
+    bank_keys = {source_key: state["key"] for source_key, state in seen.items()}
     held = bank.list()
     for memory in held:
         source_key = by_bank_key.get(memory.key)
-        if source_key is None:  # new here (a merge or split result, a created memory): its own key
-            if memory.key in current:
-                report.changed_at_source.append(memory.key)
+        if source_key is None:  # new here (a merge or split result, a created memory): a key of its own
+            new_key = store_key(bank.path, memory.key, memory.metadata)
+            if new_key in current:
+                report.changed_at_source.append(new_key)
                 continue
-            puts[memory.key] = item_value(memory, None)
-            report.written_new.append(memory.key)
+            puts[new_key] = item_value(memory, None)
+            bank_keys[new_key] = memory.key
+            report.written_new.append(new_key)
             continue
         state = seen[source_key]
         if memory_digest(memory.content, memory.kind) == state.get("content_hash"):
@@ -102,6 +106,7 @@ def plan_export(bank: MemoryStore, record: dict[str, Any], current: dict[str, So
             report.changed_at_source.append(source_key)
             continue
         deletes.append(source_key)
+    report.bank_keys = {k: bank_keys[k] for k in puts}
     return report, puts, deletes
 
 
@@ -117,7 +122,7 @@ def _moved(item: SourceItem | None, state: dict[str, Any]) -> bool:
 
 def export_langgraph(bank: MemoryStore, *, apply_deletes: bool = False, url: str | None = None) -> ExportReport:
     """Write the bank back to the LangGraph store it was imported from: same namespace, same keys for
-    the items it came from, new items under their memupdate keys; removed items are deleted there only
+    the items it came from, new items under UUIDs the bank maps to their memories; removed items are deleted there only
     with `apply_deletes`; an item changed at the source since the import is reported and left alone."""
     record = read_source(bank)
     if record is None:
@@ -144,7 +149,7 @@ def export_langgraph(bank: MemoryStore, *, apply_deletes: bool = False, url: str
     finally:
         manager.__exit__(None, None, None)
     seen = dict(record["items"])
-    _record_written(bank, seen, puts, after, report.deleted)
+    _record_written(bank, seen, report.bank_keys, after, report.deleted)
     write_source(bank, Source(record["kind"], record["uri"]), namespace, seen, exported=True)
     return report
 
@@ -157,7 +162,7 @@ def export_file(bank: MemoryStore, path: Path) -> ExportReport:
     rows = []
     report = ExportReport(bank.path, str(path))
     for memory in bank.list():
-        source_key = by_bank_key.get(memory.key, memory.key)
+        source_key = by_bank_key.get(memory.key) or store_key(bank.path, memory.key, memory.metadata)
         origin = memory.metadata.get("imported_from") or {}
         rows.append({
             "namespace": namespace, "key": source_key, "value": item_value(memory, None),
@@ -171,13 +176,14 @@ def export_file(bank: MemoryStore, path: Path) -> ExportReport:
     return report
 
 
-def _record_written(bank: MemoryStore, seen: dict[str, Any], puts: dict[str, dict], after: dict[str, SourceItem], deleted: list[str]) -> None:
-    """Remember what the export wrote, so the next import sees those items as in sync."""
-    for source_key in puts:
+def _record_written(bank: MemoryStore, seen: dict[str, Any], written: dict[str, str], after: dict[str, SourceItem], deleted: list[str]) -> None:
+    """Remember what the export wrote (`written`: source key -> memory key), so the next import sees those
+    items as in sync and maps each to its memory."""
+    for source_key, key in written.items():
         item = after.get(source_key)
         if item is None:
             continue
-        state = seen.get(source_key, {"key": bank_key(source_key)})
+        state = seen.get(source_key, {"key": key})
         text = memory_text(item.value)
         kind = item.value.get("kind") if item.value.get("kind") in MEMORY_KINDS else "semantic"
         state = {**state, "updated_at": item.updated_at, "value_hash": value_hash(item.value)}

@@ -156,8 +156,8 @@ def _import_bank(
     removed_here = bank.deleted_keys() if record else set()
     new: list[NewMemory] = []
     for source_key, item in by_key.items():
-        key = bank_key(source_key)
         before = seen.get(source_key)
+        key = before["key"] if before else bank_key(source_key)  # an item memupdate wrote maps to its own key
         item_hash = value_hash(item.value)
         if before is None:
             report.new_at_source.append(source_key)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import date, datetime
@@ -237,6 +238,27 @@ def bank_key(source_key: str) -> str:
     if KEY_PATTERN.fullmatch(source_key):
         return source_key
     return "k" + hashlib.sha256(source_key.encode()).hexdigest()[:24]
+
+
+# Names the keys memupdate gives the items it writes into a store (uuid5 over the bank and the memory key).
+MEMUPDATE_ITEM_KEYS = uuid.UUID("5d0c1a52-7f3e-4c8e-9a36-36e1d6a0b1f4")
+
+
+def store_key(bank_path: str, key: str, metadata: dict[str, Any] | None = None) -> str:
+    """The key a bank memory gets as an item of the store the bank mirrors: the app's own key for a
+    memory imported from it, else a UUID, as LangMem's tools only accept UUIDs (`m3592f718` fails their
+    validation). The same memory gets the same UUID every time, so a rerun finds what a killed run wrote;
+    the bank maps it back through its source state (`items[uuid]["key"]`)."""
+    origin = (metadata or {}).get("imported_from") or {}
+    if isinstance(origin.get("key"), str) and bank_key(origin["key"]) == key:
+        return origin["key"]  # a split result copies its source's provenance: only the item itself matches
+    if len(key) == 36:
+        try:
+            uuid.UUID(key)
+            return key  # a memory created here under a UUID (LangMem's own shape): kept as it is
+        except ValueError:
+            pass
+    return str(uuid.uuid5(MEMUPDATE_ITEM_KEYS, f"{bank_path}\n{key}"))
 
 
 def bank_label(label: str) -> str:

@@ -5,11 +5,13 @@ database of its own) filled through LangMem's tools -> `data import` -> `compact
 from __future__ import annotations
 
 import json
+import uuid
 
 from langgraph_source import langgraph_store, langmem_tool, remember
 from sqlalchemy import select, text
 from typer.testing import CliRunner
 
+from memupdate.bank.sources import store_key
 from memupdate.cli import app
 from memupdate.store import MemoryStore
 from memupdate.store.statements import memories
@@ -57,7 +59,8 @@ def test_import_compact_apply_export_read_back_undo(fresh_database, database_url
 
         output = invoke("compact", bank.path, "--apply", "--url", database_url)
         assert "memories 5 -> 4" in output
-        merged = kinds["merge"]["results"][0]["key"]
+        merged = store_key(bank.path, kinds["merge"]["results"][0]["key"])  # written under a UUID, as LangMem's tools need
+        assert str(uuid.UUID(merged)) == merged
 
         # Meanwhile the app itself rewrites the memory the compaction anchored: the export must leave it alone.
         langmem_tool(lg, "update", "alice", id=keys[FACTS[3]], content="Alice adopted a cat named Mia and a hamster")
@@ -72,7 +75,8 @@ def test_import_compact_apply_export_read_back_undo(fresh_database, database_url
         report = json.loads(invoke("data", "export", bank.path, "--apply", "--json", "--url", database_url))
         assert sorted(report["deleted"]) == sorted([keys[FACTS[0]], keys[FACTS[1]]])
         held = {item.key: item.value["content"] for item in lg.search(("memories", "alice"), limit=50)}
-        expected = {m.key: m.content for m in bank.list()} | {keys[FACTS[3]]: "Alice adopted a cat named Mia and a hamster"}
+        expected = {store_key(bank.path, m.key, m.metadata): m.content for m in bank.list()}
+        expected |= {keys[FACTS[3]]: "Alice adopted a cat named Mia and a hamster"}
         assert held == expected  # read back with LangGraph: the bank, but for the item changed at the source
         again = json.loads(invoke("data", "export", bank.path, "--apply", "--json", "--url", database_url))
         assert again["written_new"] == again["written_changed"] == again["deleted"] == []

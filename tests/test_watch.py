@@ -79,7 +79,7 @@ def test_live_store_safe_changes_apply_in_place_and_undo_restores_the_store(fres
         now = held(lg)
         assert len(now) == 4 and keys[FACTS[0]] not in now and keys[FACTS[1]] not in now
         assert now[keys[FACTS[3]]].startswith("Alice adopted a cat named Mia") and "(" in now[keys[FACTS[3]]]
-        assert {m.key: m.content for m in bank.list()} == now  # the bank mirrors the store
+        assert sorted(bank_texts(bank)) == sorted(now.values())  # the bank mirrors the store (its merge under a UUID there)
         kept = {row["key"] for row in superseded_rows(bank)}
         assert {keys[FACTS[0]], keys[FACTS[1]], keys[FACTS[3]]} <= kept
         assert compactor.run_once()[0].reason is None  # nothing new: left alone
@@ -207,3 +207,32 @@ def test_an_undone_change_stays_undone_until_its_sources_change(store: MemorySto
     forget_compactions(bank)
     assert compactor.run_once()[0].applied
     assert FACTS[0] not in bank_texts(bank)
+
+
+def test_the_app_edits_what_the_compactor_wrote_with_langmem(fresh_database, store: MemoryStore) -> None:
+    """Issue 36: merged items got keys like `m3592f718`, which LangMem's tool refuses (`id Input should be
+    a valid UUID`). Items memupdate writes get UUIDs, and the bank maps them back to its memories."""
+    import uuid
+
+    with langgraph_store(fresh_database) as (url, lg):
+        keys = remember(lg, "alice", FACTS)
+        compactor = BackgroundCompactor(store, url, prefix=("memories",), into=store.namespace)
+        compactor.run_once()
+        bank = store.scoped((*store.namespace, "alice"))
+        written = [key for key in held(lg) if key not in keys]
+        assert written, "the merge's result is a new item of the store"
+        assert all(str(uuid.UUID(key)) == key for key in held(lg))
+        merged = written[0]
+        bank_key = next(m.key for m in bank.list() if m.content == held(lg)[merged])
+        assert bank_key != merged  # the bank keeps its own key and maps the item to it
+
+        reply = langmem_tool(lg, "update", "alice", id=merged, content="Alice moved to Porto in 2021")
+        assert merged in reply
+        compactor.run_once()
+        assert bank.get(bank_key).content == "Alice moved to Porto in 2021"
+        assert bank_texts(bank).count("Alice moved to Porto in 2021") == 1  # the same memory, not a copy
+
+        langmem_tool(lg, "delete", "alice", id=merged)
+        compactor.run_once()
+        assert "Alice moved to Porto in 2021" not in bank_texts(bank) and merged not in held(lg)
+        assert {m.content for m in bank.list()} == set(held(lg).values())
