@@ -36,6 +36,19 @@ from memupdate.cli.common import (
 from memupdate.store.errors import MemupdateError
 
 
+def default_neighbourhood() -> int:
+    """`agent.compaction.DEFAULT_NEIGHBOURHOOD`, read when --size is not given (the module is slow to import)."""
+    from memupdate.agent.compaction import DEFAULT_NEIGHBOURHOOD
+
+    return DEFAULT_NEIGHBOURHOOD
+
+
+SIZE_OPTION = typer.Option(  # click calls a callable default when the option is left out
+    default_neighbourhood, "--size", min=2, max=200,
+    help="Memories per episode (one neighbourhood; default: the compaction's, agent.compaction.DEFAULT_NEIGHBOURHOOD).",
+)
+
+
 @user_errors
 def compact_command(
     namespace: str = typer.Argument(..., help="The bank, e.g. imported/memories/alice or locomo/conv-26."),
@@ -43,7 +56,7 @@ def compact_command(
     model: str | None = MODEL_OPTION,
     base_url: str | None = BASE_URL_OPTION,
     api_key: str | None = API_KEY_OPTION,
-    size: int = typer.Option(20, "--size", min=2, max=200, help="Memories per episode (one neighbourhood)."),
+    size: int = SIZE_OPTION,
     review: Path | None = typer.Option(None, "--review", help="The HTML review page (default: review-<bank>-<change>.html)."),
     review_json: Path | None = typer.Option(None, "--json", help="Also write the review as JSON here."),
     questions: Path | None = typer.Option(None, "--questions", help="JSON/JSONL of {question, answer} for the QA proxy."),
@@ -109,7 +122,7 @@ def _compact(root, bank, policy, options, size, probe, review, review_json):
     from memupdate.agent.policies import make_policy
     from memupdate.bank.change_log import next_change_id, propose_change_with_id
     from memupdate.bank.namespaces import compaction_namespace
-    from memupdate.bank.review import render_html, replaced_by
+    from memupdate.bank.review import CHANGE_KINDS, render_html, replaced_by
 
     chat_model = make_policy(policy, root, **options)
     change_id = next_change_id(bank)
@@ -140,7 +153,7 @@ def _compact(root, bank, policy, options, size, probe, review, review_json):
     if review_json:
         review_json.write_text(json.dumps(page, indent=1, ensure_ascii=False, default=str) + "\n", encoding="utf-8")
     counts = page["counts"]
-    kinds = ", ".join(f"{counts[k]} {k}s" for k in ("merge", "split", "update", "delete", "create", "rewrite") if counts[k])
+    kinds = ", ".join(f"{counts[k]} {k}s" for k in CHANGE_KINDS if counts[k])
     console.print(
         f"change {change_id}: {result.episodes} episodes in {done.seconds:.1f} s; memories {counts['memories_before']} -> "
         f"{counts['memories_after']}; {kinds or 'no changes'}; {counts['flagged']} coverage flags"

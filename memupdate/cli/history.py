@@ -30,7 +30,9 @@ def history_command(
                 for c in changes]
         console.print_json(json.dumps(rows))
         return
-    table = Table("change", "status", "policy", "when", "memories", "merges", "splits", "updates", "deletes", "creates")
+    from memupdate.bank.review import CHANGE_KINDS
+
+    table = Table("change", "status", "policy", "when", "memories", *(f"{k}s" for k in CHANGE_KINDS))
     for change in changes:
         when = change.undone_at or change.applied_at or change.created_at
         counts = change.summary.get("counts", {})
@@ -38,7 +40,7 @@ def history_command(
         memories = f"{applied.get('memories_before', '?')} -> {applied.get('memories_after', '?')}"
         table.add_row(
             str(change.id), change.status, change.policy or "-", when.strftime("%Y-%m-%d %H:%M:%S"), memories,
-            *(str(counts.get(k, 0)) for k in ("merge", "split", "update", "delete", "create")),
+            *(str(counts.get(k, 0)) for k in CHANGE_KINDS),
         )
     if changes:
         console.print(table)

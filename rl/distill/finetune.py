@@ -43,26 +43,9 @@ from typing import Any
 import torch
 
 from memupdate.errors import MemupdateError
+from memupdate.rl.distill.config import TrainConfig
 
 Progress = Callable[[str, int, int], None]
-
-
-@dataclass(frozen=True)
-class TrainConfig:
-    learning_rate: float = 3e-4
-    epochs: int = 3
-    batch_size: int = 8  # trajectories per optimiser step (accumulated one at a time)
-    top_layers: int = 4  # 0: all weights
-    max_length: int = 2048  # tokens per trajectory; the start is kept
-    warmup_steps: int = 2
-    seed: int = 0
-    # Candidates tried first, one short pass each from the same start on up to `sweep_examples` examples;
-    # the one with the lowest held-out loss trains (empty: `learning_rate` as given).
-    sweep: tuple[float, ...] = ()
-    sweep_examples: int = 32
-    lora_rank: int = 0  # > 0: LoRA adapters on every linear layer (peft, with the `rl` extra), merged on save
-    clip: float = 0.2  # a negative-weight token stops being pushed down once its probability fell by this share
-    gradient_checkpointing: bool = False
 
 
 @dataclass

@@ -47,8 +47,9 @@ from typing import Any
 from memupdate.agent.compaction import DEFAULT_NEIGHBOURHOOD
 from memupdate.rl.data.locomo import Conversation
 from memupdate.rl.distill.advantages import advantage_weights, assign_advantages, imitation_weights
-from memupdate.rl.distill.compaction import STUDENT_NEIGHBOURHOOD, CompactionTask
-from memupdate.rl.distill.finetune import TrainConfig, finetune
+from memupdate.rl.distill.compaction import CompactionTask
+from memupdate.rl.distill.config import LearnConfig
+from memupdate.rl.distill.finetune import finetune
 from memupdate.rl.distill.rollouts import (
     PolicyGroup,
     Progress,
@@ -59,7 +60,6 @@ from memupdate.rl.distill.rollouts import (
 )
 from memupdate.rl.distill.targeted import TargetedTask, spread
 from memupdate.rl.distill.task import Task, Unit
-from memupdate.scoring.reward import RewardConfig
 from memupdate.scoring.summaries import interval, mean
 from memupdate.store import MemoryStore, MemupdateError
 
@@ -67,47 +67,6 @@ __all__ = ["LearnConfig", "learn", "spread"]
 STAGES = "stages.json"
 TRAJECTORIES = "trajectories.jsonl"
 EVALUATIONS = "eval.jsonl"
-
-
-@dataclass(frozen=True)
-class LearnConfig:
-    task: str = "compaction"  # compaction | targeted (see the module docstring)
-    student: str = "smollm2"  # a model name (agent/models.py), a checkpoint folder, or `tiny` (built here)
-    teacher: str = "heuristic"  # a policy name (agent.policies.POLICIES)
-    teacher_model: str | None = None  # what the teacher's --model names (openai: the served model; hf: a folder)
-    base_url: str | None = None  # an openai teacher's endpoint
-    api_key: str | None = None
-    train_questions: int = 10  # units per training conversation (questions, or neighbourhoods), spread over it
-    eval_questions: int = 10  # targeted: questions per held-out conversation (compaction evaluates whole banks)
-    neighbourhood: int = STUDENT_NEIGHBOURHOOD  # compaction: memories per neighbourhood
-    group_size: int = 4  # teacher rollouts per training unit
-    student_group_size: int = 3  # student rollouts per unit in an RL iteration
-    rl_questions: int = 16  # training units (questions, or neighbourhoods) an RL iteration rolls out on (spread over all of them)
-    iterations: int = 2  # RL iterations after distillation (0: distillation alone)
-    explore: float = 0.5  # the heuristic teacher's share of edits dropped or shuffled per rollout
-    stepwise: int = 8  # the heuristic teacher's first search shows this many memories; it edits only those
-    teacher_operations: int = 4  # the heuristic teacher's plan: the search and up to three edits
-    temperature: float = 0.8  # the student's RL rollouts (and an LLM teacher's groups)
-    max_new_tokens: int = 192
-    max_prose_tokens: int = 48  # a student turn with this many tokens and no <tool_call> is cut (a loop)
-    threads: int = 0  # torch threads (0: torch's default); 1 is ~4x faster when other jobs share the cores
-    max_turns: int = 4
-    max_operations: int = 6
-    sft_epochs: int = 4
-    rl_epochs: int = 2
-    learning_rate: float = 3e-4  # used when `sweep` is empty
-    sweep: tuple[float, ...] = (1e-5, 1e-4, 3e-4, 1e-3)  # SFT tries each for one pass; the best held-out loss wins
-    rl_learning_rate: float | None = None  # RL iterations' rate (None: the rate SFT chose)
-    top_layers: int = 6
-    lora_rank: int = 0  # > 0 (with top_layers 0): LoRA adapters instead, e.g. for Qwen2.5-3B on a GPU
-    batch_size: int = 8
-    max_length: int = 2048  # tokens per trajectory in training; longer ones are cut (their start is kept)
-    gradient_checkpointing: bool = False
-    tiny_vocab_size: int = 4000  # student "tiny": its tokenizer's vocabulary, width and depth
-    tiny_hidden_size: int = 128
-    tiny_layers: int = 4
-    seed: int = 0
-    reward: RewardConfig = field(default_factory=RewardConfig)
 
 
 @dataclass
@@ -382,11 +341,7 @@ def train_stage(
     teacher trajectories give the held-out loss."""
     config = run.config
     examples = [(_seen(r, run.settings), w) for r, w in zip(records, weights, strict=True) if r["group"] not in run.kept_out and r["messages"]]
-    train_config = TrainConfig(
-        learning_rate=learning_rate, epochs=epochs, batch_size=config.batch_size, top_layers=config.top_layers,
-        max_length=config.max_length, seed=config.seed, sweep=sweep, lora_rank=config.lora_rank,
-        gradient_checkpointing=config.gradient_checkpointing,
-    )
+    train_config = config.training(learning_rate=learning_rate, epochs=epochs, sweep=sweep)
     return finetune(start, target, examples, held_out_trajectories(run), train_config, progress=run.progress)
 
 

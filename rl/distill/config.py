@@ -1,0 +1,95 @@
+"""The learning run's settings, each default defined once: `TrainConfig` (one fine-tune) and `LearnConfig`
+(a whole run: a `TrainConfig` plus the run's own settings, as TRL's `GRPOConfig` extends `TrainingArguments`).
+
+    from memupdate.rl.distill.config import LearnConfig
+    config = LearnConfig(student="tiny", iterations=0)
+    config.training(learning_rate=1e-4, epochs=2)     # the TrainConfig of one stage
+
+`memupdate rl learn` reads its options' defaults from `LearnConfig`. This module imports nothing heavy
+(no torch, no store), so the command line can read it when it starts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from memupdate.scoring.reward import RewardConfig
+
+# Memories per neighbourhood: ten of LoCoMo's (~110 characters as a tool shows them) fit in the
+# 1,200 characters of a tool result a small student reads, so one look shows it all it may edit.
+STUDENT_NEIGHBOURHOOD = 10
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    learning_rate: float = 3e-4  # used when `sweep` is empty
+    epochs: int = 3
+    batch_size: int = 8  # trajectories per optimiser step (accumulated one at a time)
+    top_layers: int = 4  # 0: all weights
+    max_length: int = 2048  # tokens per trajectory; the start is kept
+    warmup_steps: int = 2
+    seed: int = 0
+    # Candidates tried first, one short pass each from the same start on up to `sweep_examples` examples;
+    # the one with the lowest held-out loss trains (empty: `learning_rate` as given).
+    sweep: tuple[float, ...] = ()
+    sweep_examples: int = 32
+    lora_rank: int = 0  # > 0: LoRA adapters on every linear layer (peft, with the `rl` extra), merged on save
+    clip: float = 0.2  # a negative-weight token stops being pushed down once its probability fell by this share
+    gradient_checkpointing: bool = False
+
+
+def _reward_config() -> RewardConfig:
+    from memupdate.scoring.reward import RewardConfig  # the scoring layer is slow to import; needed only here
+
+    return RewardConfig()
+
+
+@dataclass(frozen=True)
+class LearnConfig(TrainConfig):
+    """A learning run (`rl/distill/learn.py`). The fine-tuning settings are `TrainConfig`'s; `epochs` and
+    `learning_rate` are set per stage (`sft_epochs`, `rl_epochs`, the sweep's choice, `rl_learning_rate`)."""
+
+    top_layers: int = 6  # a learning run trains the last 6 layers of the student (0: all)
+    sweep: tuple[float, ...] = (1e-5, 1e-4, 3e-4, 1e-3)  # SFT tries each for one pass; the best held-out loss wins
+    task: str = "compaction"  # compaction | targeted (see learn.py's docstring)
+    student: str = "smollm2"  # a model name (llm/models.py), a checkpoint folder, or `tiny` (built here)
+    teacher: str = "heuristic"  # a policy name (agent.policies.POLICIES)
+    teacher_model: str | None = None  # what the teacher's --model names (openai: the served model; hf: a folder)
+    base_url: str | None = None  # an openai teacher's endpoint
+    api_key: str | None = None
+    train_questions: int = 10  # units per training conversation (questions, or neighbourhoods), spread over it
+    eval_questions: int = 10  # targeted: questions per held-out conversation (compaction evaluates whole banks)
+    neighbourhood: int = STUDENT_NEIGHBOURHOOD  # compaction: memories per neighbourhood
+    group_size: int = 4  # teacher rollouts per training unit
+    student_group_size: int = 3  # student rollouts per unit in an RL iteration
+    rl_questions: int = 16  # training units (questions, or neighbourhoods) an RL iteration rolls out on (spread over all of them)
+    iterations: int = 2  # RL iterations after distillation (0: distillation alone)
+    explore: float = 0.5  # the heuristic teacher's share of edits dropped or shuffled per rollout
+    stepwise: int = 8  # the heuristic teacher's first search shows this many memories; it edits only those
+    teacher_operations: int = 4  # the heuristic teacher's plan: the search and up to three edits
+    temperature: float = 0.8  # the student's RL rollouts (and an LLM teacher's groups)
+    max_new_tokens: int = 192
+    max_prose_tokens: int = 48  # a student turn with this many tokens and no <tool_call> is cut (a loop)
+    threads: int = 0  # torch threads (0: torch's default); 1 is ~4x faster when other jobs share the cores
+    max_turns: int = 4
+    max_operations: int = 6
+    sft_epochs: int = 4
+    rl_epochs: int = 2
+    rl_learning_rate: float | None = None  # RL iterations' rate (None: the rate SFT chose)
+    tiny_vocab_size: int = 4000  # student "tiny": its tokenizer's vocabulary, width and depth
+    tiny_hidden_size: int = 128
+    tiny_layers: int = 4
+    reward: RewardConfig = field(default_factory=_reward_config)
+
+    def training(self, *, learning_rate: float, epochs: int, sweep: tuple[float, ...] = ()) -> TrainConfig:
+        """The `TrainConfig` of one stage: this run's fine-tuning settings with the stage's rate, epochs and sweep."""
+        settings = {f.name: getattr(self, f.name) for f in fields(TrainConfig)}
+        return TrainConfig(**settings | {"learning_rate": learning_rate, "epochs": epochs, "sweep": sweep})
+
+
+def default(name: str):
+    """`LearnConfig`'s default of field `name`, without building one (the command line's options read it)."""
+    found = next(f for f in fields(LearnConfig) if f.name == name)
+    return found.default
