@@ -4,6 +4,7 @@
     memupdate bench store --sizes 200,5000                    # one benchmark, smaller
     memupdate bench reward
     memupdate bench compactor                                 # memupdate watch: memories/s, the app's write latency
+    memupdate bench factconsolidation                         # 18,000 facts loaded and compacted by the rule
 
 The benchmarks live in the top-level `bench/` folder, importable as `memupdate.bench`; each also runs
 alone as `python -m memupdate.bench.<name>`. `all` runs them on one embedded server (or `--url`), and its JSON records
@@ -37,10 +38,12 @@ class Benchmark(StrEnum):
     rollouts = "rollouts"
     student = "student"
     compactor = "compactor"
+    factconsolidation = "factconsolidation"
     all = "all"
 
 
-# `compactor` (memupdate watch; about 7 min on a shared 2-core machine) runs only when named.
+# `compactor` (memupdate watch; about 7 min on a shared 2-core machine) and `factconsolidation` (18,000 facts
+# loaded and compacted; needs the FactConsolidation file) run only when named.
 ORDER = ["store", "tools", "reward", "rollouts", "student"]
 
 
