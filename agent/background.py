@@ -79,21 +79,34 @@ class BankPass:
     applied: list[int] = field(default_factory=list)  # change ids applied by the safety rule
     queued: list[int] = field(default_factory=list)  # change ids waiting for review
     dropped: dict[int, str] = field(default_factory=dict)  # change id -> the app's write that refused it
-    known: int = 0  # changes left out: already pending or rejected
+    known: int = 0  # changes left out: already pending, rejected or undone
     imported: str | None = None  # the import's summary (live store)
+    from_app: str = ""  # what the import brought from the app, in a phrase ("" for nothing)
+    made: list[int] = field(default_factory=list)  # change ids this pass proposed (the others: an earlier pass's)
     export: LiveExport | None = None
     seconds: float = 0.0
 
     def summary(self) -> str:
+        parts = [self.from_app] if self.from_app else []
         if self.reason is None:
-            head = f"{self.bank}: nothing to do"
+            parts.append("nothing to compact")
         else:
-            head = (f"{self.bank}: {self.reason}; {len(self.applied)} changes applied, {len(self.queued)} queued for review"
-                    + (f", {len(self.dropped)} dropped (the app wrote their memories meanwhile)" if self.dropped else "")
-                    + (f", {self.known} already pending or rejected" if self.known else ""))
-        if self.export is not None and (self.export.written or self.export.already or self.export.conflicts):
-            head += f"; {self.export.summary().split(': ', 1)[1]}"
-        return head + f" ({self.seconds:.1f} s)"
+            parts.append(f"{self.reason}; {_count(len(self.applied), 'change')} applied, {len(self.queued)} queued for review"
+                         + (f", {self.known} already pending, rejected or undone" if self.known else ""))
+        # A change an earlier pass made but a kill kept from the store meets the app's later writes: not "meanwhile".
+        earlier = [i for i in self.dropped if i not in self.made]
+        if now := [i for i in self.dropped if i not in earlier]:
+            parts.append(f"{_count(len(now), 'change')} dropped: the app wrote their memories meanwhile")
+        if earlier:
+            parts.append(f"{_count(len(earlier), 'change')} left by an earlier, interrupted pass dropped: the app "
+                         "wrote their memories after that pass")
+        if self.export is not None and (self.export.written or self.export.already):
+            parts.append(self.export.summary(conflicts=False).split(": ", 1)[1])
+        return f"{self.bank}: " + "; ".join(parts) + f" ({self.seconds:.1f} s)"
+
+
+def _count(count: int, noun: str) -> str:
+    return f"{count} {noun}{'s' if count != 1 else ''}"
 
 
 class BackgroundCompactor:
@@ -196,7 +209,7 @@ class BackgroundCompactor:
                 break
             bank = self.root.scoped(report.bank)
             done = self.compact_bank_if_needed(bank)
-            done.imported = report.summary()
+            done.imported, done.from_app = report.summary(), report.from_app()
             self._step("export", bank.path)
             done.export = export_changes(bank, url=self.source, before_commit=lambda b=bank.path: self._step("export-commit", b),
                                          after_commit=lambda b=bank.path: self._step("exported", b))
@@ -235,6 +248,7 @@ class BackgroundCompactor:
         if not parts:
             fork.drop()
             return
+        done.made = [part.id for part in parts]
         done.queued += [part.id for part in parts if part.details["held"]]
         self._apply_safe(bank, [part for part in parts if not part.details["held"]], done)
         if done.queued:

@@ -143,6 +143,15 @@ def superseded_rows(bank: MemoryStore, change_id: int | None = None) -> list[dic
         return [dict(row) for row in conn.execute(query.order_by(superseded.c.id)).mappings()]
 
 
+def change_writes(bank: MemoryStore, change_id: int) -> list[tuple[str, str, dict | None, dict | None]]:
+    """What applying the change wrote to the bank, in order: (key, op, before, after) of its events."""
+    query = select(events.c.memory_key, events.c.op, events.c.before, events.c.after).where(
+        events.c.namespace == bank.path, events.c.episode == f"change:{change_id}"
+    )
+    with bank.engine.connect() as conn:
+        return [tuple(row) for row in conn.execute(query.order_by(events.c.id))]
+
+
 # -- apply -------------------------------------------------------------------------------------------
 
 

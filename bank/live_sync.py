@@ -61,13 +61,14 @@ class LiveExport:
     already: list[int] = field(default_factory=list)  # found there (a run killed after the store committed)
     conflicts: dict[int, str] = field(default_factory=dict)  # change id -> the item the app changed
 
-    def summary(self) -> str:
-        parts = [f"{self.bank}: {len(self.written)} changes written to the store"]
+    def summary(self, *, conflicts: bool = True) -> str:
+        """One line; without `conflicts` when the caller says why those were dropped itself."""
+        parts = [f"{self.bank}: {len(self.written)} change{'s' if len(self.written) != 1 else ''} written to the store"]
         if self.already:
             parts.append(f"{len(self.already)} found there already")
-        if self.conflicts:
+        if self.conflicts and conflicts:
             first = next(iter(self.conflicts.values()))
-            parts.append(f"{len(self.conflicts)} dropped because the app wrote the same items meanwhile ({first})")
+            parts.append(f"{len(self.conflicts)} dropped because the app wrote the same items after the change was made ({first})")
         return "; ".join(parts)
 
 

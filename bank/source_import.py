@@ -59,6 +59,15 @@ class ImportReport:
     removed_here: list[str] = field(default_factory=list)  # an applied edit removed them: not resurrected
     mirrored_removals: list[str] = field(default_factory=list)  # removed at the source, so removed here (mirror)
 
+    def from_app(self) -> str:
+        """What this import brought from the app, in a phrase; '' when nothing moved at the source."""
+        if self.first_import:
+            return f"imported {len(self.created)} item{'s' if len(self.created) != 1 else ''} from the app"
+        counts = (len(self.new_at_source), len(self.changed_at_source), len(self.removed_at_source))
+        if not any(counts):
+            return ""
+        return "from the app: {} new, {} changed, {} removed item{}".format(*counts, "" if sum(counts) == 1 else "s")
+
     def summary(self) -> str:
         if self.first_import:
             head = f"{self.bank}: imported {len(self.created)} memories"

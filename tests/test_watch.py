@@ -90,11 +90,11 @@ def test_live_store_safe_changes_apply_in_place_and_undo_restores_the_store(fres
 
         merge = next(c for c in history(bank) if c.status == "applied" and c.details["review_change"]["kind"] == "merge")
         output = invoke("undo", bank.path, "--change", merge.id, "--url", database_url)  # one change, not the latest
-        assert "1 changes written to the store" in output
+        assert "1 change written to the store" in output
         lisbon = held(lg)
         assert lisbon[keys[FACTS[0]]] == FACTS[0] and lisbon[keys[FACTS[1]]] == FACTS[1] and len(lisbon) == 6
         output = invoke("undo", bank.path, "--to", "0", "--url", database_url)
-        assert "1 changes written to the store" in output
+        assert "1 change written to the store" in output
         restored = held(lg)
         assert sorted(restored.values()) == sorted([*FACTS, "Alice started learning Portuguese"])
         assert all(restored[k] == fact for fact, k in keys.items())  # same keys, same texts
@@ -116,10 +116,12 @@ def test_a_merge_of_unrelated_memories_waits_for_review_and_is_decided_there(sto
     assert review["alike"]["unrelated"] and review["alike"]["min_similarity"] < 0.75
     assert any("not alike" in reason for reason in queued.details["held"])
 
-    page, data = tmp_path / "queue.html", tmp_path / "queue.json"
-    output = invoke("review", "--under", store.namespace[0] + "/" + store.namespace[1], "--html", page, "--json", data, "--url", database_url)
-    assert "1 changes wait for review" in output
-    (pending,) = json.loads(data.read_text())["pending"]
+    page = tmp_path / "queue.html"
+    under = store.namespace[0] + "/" + store.namespace[1]
+    output = invoke("review", "--under", under, "--html", page, "--url", database_url)
+    assert "1 change waits for review" in output
+    assert "…" not in output and all(word in output for text in SAM for word in text.split())  # whole texts
+    (pending,) = json.loads(invoke("review", "--under", under, "--json", "--url", database_url))["pending"]
     assert pending["id"] == queued.id and pending["bank"] == bank.path
     assert f"id='{queued.id}'" in page.read_text() and "sources not alike" in page.read_text()
 
@@ -188,10 +190,23 @@ def test_an_undone_change_stays_undone_until_its_sources_change(store: MemorySto
     """Issue 36: `undo --change N` put the originals back and the next pass applied the same merge again.
     An undo is a "no": the change is not proposed again while its sources are what they were."""
     bank = store.scoped((*store.namespace, "alice"))
-    bank.create_many([NewMemory(text) for text in FACTS])
+    bank.create_many([NewMemory(text, metadata={"date": "2023-05-08"}) for text in FACTS])  # "yesterday" gets dated
     compactor = BackgroundCompactor(store, bank.path)
     (done,) = compactor.run_once()
     merge = next(c for c in history(bank) if c.id in done.applied and c.details["review_change"]["kind"] == "merge")
+    dating = next(c for c in history(bank) if c.id in done.applied and c.details["review_change"]["kind"] == "update")
+
+    listing = invoke("history", bank.path, "--url", database_url)  # 80 columns under the test runner
+    assert "…" not in listing and "applied" in listing and "1 merge" in listing and "heuristic" in listing
+    shown = invoke("history", bank.path, "--change", dating.id, "--url", database_url)
+    assert FACTS[3] in shown.replace("\n", " ") or all(w in shown for w in FACTS[3].split())
+    assert "+ (7 May 2023)" in shown and f"undo {bank.path} --change {dating.id}" in shown.replace("\n", "")
+    (edit,) = json.loads(invoke("history", bank.path, "--change", merge.id, "--json", "--url", database_url))["edits"]
+    assert edit["kind"] == "merge" and sorted(s["content"] for s in edit["sources"]) == sorted(FACTS[:2])
+    assert edit["results"][0]["content"] in FACTS[:2]
+    listed = json.loads(invoke("history", bank.path, "--json", "--url", database_url))
+    assert {c["id"] for c in listed} >= {merge.id, dating.id} and all(c["edits"] for c in listed)
+
     invoke("undo", bank.path, "--change", merge.id, "--url", database_url)
     assert FACTS[0] in bank_texts(bank) and FACTS[1] in bank_texts(bank)
 

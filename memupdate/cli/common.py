@@ -244,3 +244,31 @@ def bank_questions(bank, path: Path | None, locomo: Path | None) -> list[Any]:
     except ValueError:
         return []
     return list(conversation.qa)
+
+
+def plural(count: int, noun: str, nouns: str | None = None) -> str:
+    """`1 change`, `2 changes`: a count with its noun in the right number."""
+    return f"{count} {noun if count == 1 else nouns or noun + 's'}"
+
+
+def article(noun: str) -> str:
+    """`a merge`, `an update`."""
+    return f"{'an' if noun[:1].lower() in 'aeiou' else 'a'} {noun}"
+
+
+def changed_words(before: str, after: str) -> str:
+    """The words that differ between two texts, as `old -> new` (`+ new`, `- old`) joined by `; `; '' when
+    none do. A dating that appends "(8 May 2023)" to a long text shows as `+ (8 May 2023)`."""
+    import difflib
+
+    a, b = before.split(), after.split()
+    parts = []
+    for op, i1, i2, j1, j2 in difflib.SequenceMatcher(a=a, b=b, autojunk=False).get_opcodes():
+        old, new = " ".join(a[i1:i2]), " ".join(b[j1:j2])
+        if op == "replace":
+            parts.append(f"{old} -> {new}")
+        elif op == "insert":
+            parts.append(f"+ {new}")
+        elif op == "delete":
+            parts.append(f"- {old}")
+    return "; ".join(parts)

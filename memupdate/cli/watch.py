@@ -18,11 +18,13 @@ from memupdate.cli.common import (
     LOCOMO_OPTION,
     MODEL_OPTION,
     URL_OPTION,
+    changed_words,
     check_output,
     check_policy_endpoint,
     console,
     err_console,
     open_store,
+    plural,
     user_errors,
 )
 from memupdate.store.errors import MemupdateError
@@ -119,12 +121,13 @@ def _print_pass(passes, as_json: bool) -> None:
                  "export": p.export.__dict__ if p.export is not None else None} for p in passes]
         console.print_json(json.dumps(rows, default=str))
         return
-    worked = [p for p in passes if p.reason is not None or (p.export and (p.export.written or p.export.conflicts))]
+    worked = [p for p in passes if p.reason is not None or p.from_app or (p.export and (p.export.written or p.export.conflicts))]
     for done in worked:
         console.print(done.summary(), highlight=False, markup=False, soft_wrap=True)
     stamp = time.strftime("%H:%M:%S")
-    console.print(f"{stamp} pass over {len(passes)} banks: {len(worked)} compacted; "
-                  f"{sum(len(p.queued) for p in passes)} changes queued (`memupdate review`)", highlight=False)
+    compacted = sum(p.reason is not None for p in passes)
+    console.print(f"{stamp} pass over {plural(len(passes), 'bank')}: {compacted} compacted; "
+                  f"{plural(sum(len(p.queued) for p in passes), 'change')} queued (`memupdate review`)", highlight=False)
 
 
 @user_errors
@@ -134,7 +137,7 @@ def review_command(
     reject: int | None = typer.Option(None, "--reject", help="Discard this pending change; it is not proposed again."),
     reason: str | None = typer.Option(None, "--reason", help="With --reject: why (kept with the change)."),
     html: Path | None = typer.Option(None, "--html", help="Write the queue as one static HTML page."),
-    json_out: Path | None = typer.Option(None, "--json", help="Write the queue as JSON."),
+    as_json: bool = typer.Option(False, "--json", help="Print the queue as JSON to stdout instead of a table."),
     source_url: str | None = typer.Option(None, "--source-url", help="The LangGraph store's URL, if the recorded one lacks its password."),
     url: str | None = URL_OPTION,
 ) -> None:
@@ -149,21 +152,32 @@ def review_command(
     if accept is not None or reject is not None:
         _decide(root, accept, reject, reason, source_url)
         return
-    for path, option, suffixes in ((html, "--html", (".html", ".htm")), (json_out, "--json", (".json",))):
-        check_output(path, option, suffixes)
+    check_output(html, "--html", (".html", ".htm"))
     queued = [q.review for q in review_queue.pending(root.engine, under.strip("/") if under else None)]
     if html:
         html.write_text(render_queue_html(queued), encoding="utf-8")
-    if json_out:
-        json_out.write_text(json.dumps({"pending": queued}, indent=1, ensure_ascii=False, default=str) + "\n", encoding="utf-8")
-    table = Table("change", "bank", "kind", "sources -> results", "waits because")
+    if as_json:
+        console.print_json(json.dumps({"pending": queued}, ensure_ascii=False, default=str))
+        return
+    # Whole texts, wrapped: a dating differs in its last words, which a cut at 60 characters hid.
+    table = Table("change", "kind", "sources -> results", "waits because", show_lines=True)
+    for column in table.columns:
+        column.overflow = "fold"  # a long key or bank path breaks across lines rather than ending in "…"
     for change in queued:
-        texts = " | ".join(s["content"][:60] for s in change["sources"]) + " -> " + " | ".join(r["content"][:60] for r in change["results"])
-        table.add_row(str(change["id"]), change["bank"], change["kind"], texts, "; ".join(change["held"])[:120])
+        table.add_row(f"{change['id']}\n{change['bank']}", change["kind"], _change_texts(change), "; ".join(change["held"]))
     if queued:
-        console.print(table)
-    console.print(f"{len(queued)} changes wait for review" + (": `memupdate review --accept ID` or `--reject ID`" if queued else ""),
-                  highlight=False)
+        console.print(table, markup=False)
+    console.print(f"{plural(len(queued), 'change')} {'waits' if len(queued) == 1 else 'wait'} for review"
+                  + (": `memupdate review --accept ID` or `--reject ID`" if queued else ""), highlight=False)
+
+
+def _change_texts(change: dict) -> str:
+    """A change's sources, then its results, each whole; for one text rewritten, the words that changed."""
+    lines = [f"[{m['key']}] {m['content']}" for m in change["sources"]] + ["->"]
+    lines += [f"[{m['key']}] {m['content']}" for m in change["results"]] or ["(removed)"]
+    if len(change["sources"]) == len(change["results"]) == 1:
+        lines.append("changed: " + (changed_words(change["sources"][0]["content"], change["results"][0]["content"]) or "nothing"))
+    return "\n".join(lines)
 
 
 def _decide(root, accept: int | None, reject: int | None, reason: str | None, source_url: str | None) -> None:
@@ -181,7 +195,8 @@ def _decide(root, accept: int | None, reject: int | None, reason: str | None, so
     bank, change = review_queue.accept(root, accept)
     applied = change.summary.get("applied", {})
     console.print(f"applied change {change.id} to {bank.path}: {applied.get('removed', 0)} removed, {applied.get('changed', 0)} "
-                  f"changed, {applied.get('added', 0)} added; `memupdate undo {bank.path}` reverts it", highlight=False)
+                  f"changed, {applied.get('added', 0)} added; `memupdate undo {bank.path} --change {change.id}` reverts it",
+                  highlight=False, soft_wrap=True)
     export_live(bank, source_url)
 
 
