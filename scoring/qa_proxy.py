@@ -10,11 +10,22 @@ the answer is there as a phrase:
    budget of `context_tokens` tokens, the same budget for a base and its forks. Tokens are LoCoMo's
    normalised, stemmed answer tokens (`scoring/metrics.py`), the very tokens the score counts, so no
    punctuation or spacing trick packs more into the budget: a comma-joined blob is one token.
-2. **Phrase-level credit.** Each gold piece (category 1 answers are comma-separated lists, category 3
-   answers stop at the first `;`, as in LoCoMo's scoring) earns the best LoCoMo F1 of any
-   answer-sized window of one memory's tokens. A bag of candidate tokens spread over a memory earns
-   little: the window must hold the answer's tokens together.
-3. **Adversarial questions** (category 5) score 0 on every side: a retrieval proxy cannot tell a right
+2. **Phrase-level credit, from memories about the question.** Each gold piece (category 1 answers are
+   comma-separated lists, category 3 answers stop at the first `;`, as in LoCoMo's scoring) earns the
+   LoCoMo F1 of an answer-sized window of one memory's tokens; a bag of candidate tokens spread over a
+   memory earns little: the window must hold the answer's tokens together. Only a memory *about the
+   question* earns: one whose provenance (`dia_ids`) holds some of the question's evidence, or whose
+   tokens hold more than half of the question's content tokens (its tokens that are not stop words). A
+   date written into an unrelated memory earns nothing.
+3. **A rival value costs.** A memory that holds every content token of the question, is not from its
+   evidence, and holds no piece of the answer is a *rival* (it says all the question asks with another
+   value: the stale "X's sport is ice hockey" for "What is X's sport?" answered "pesäpallo"). A piece's
+   credit from memory i is its F1 there × the *consistent share* at i: of the holders (memories about the
+   question that hold some piece of the answer) and rivals ranked at or above i, the holders' share; the
+   piece takes its best credit over the memories. The answer under one rival earns half; a rival below
+   the answer, or none, costs nothing, and the credit is then v2's (before issue 34) restricted to the
+   memories about the question.
+4. **Adversarial questions** (category 5) score 0 on every side: a retrieval proxy cannot tell a right
    refusal from missing memory, so writing "not mentioned" can only cost (context budget, faithfulness).
    The LLM answerer (`scoring/answerer.py`) scores them with LoCoMo's own rule.
 `evidence_recall` is the share of the question's evidence dia_ids covered by the provenance of the
@@ -36,6 +47,7 @@ from memupdate.scoring.categories import ADVERSARIAL
 from memupdate.scoring.faithfulness import NEAREST_SOURCES
 from memupdate.scoring.metrics import answer_parts, normalized_tokens, token_f1
 from memupdate.settings import DEFAULT_CONTEXT_TOKENS
+from memupdate.text.strategies import STOPWORDS
 from memupdate.store import MemoryStore, NamespaceChanges, ScoredMemory
 from memupdate.store.fork_diff import changes_from
 
@@ -43,6 +55,8 @@ DEFAULT_CANDIDATES = 20
 # score_fork keeps this many times `candidates` of the base's hits per question: a fork that replaces
 # more than the surplus among them is searched directly instead.
 BASE_HITS_FACTOR = 2
+# What a question's content tokens leave out: stop words (question words, auxiliaries) as the proxy tokenises them.
+QUESTION_STOP_TOKENS = frozenset(token for word in STOPWORDS for token in normalized_tokens(word))
 
 
 class Question(Protocol):
@@ -65,12 +79,14 @@ class QAScore:
 
 @dataclass(frozen=True)
 class Context:
-    """What fits in the budget: each memory's tokens (windows never cross memories) and text."""
+    """What fits in the budget: each memory's tokens (windows never cross memories), text, key and
+    provenance (its `dia_ids`), in rank order."""
 
     segments: tuple[tuple[str, ...], ...]
     texts: tuple[str, ...]
     keys: tuple[str, ...]
     whole: tuple[ScoredMemory, ...]  # the memories that fit entirely
+    provenance: tuple[frozenset[str], ...]
 
     @property
     def tokens(self) -> int:
@@ -83,7 +99,7 @@ class Context:
 
 def build_context(hits: Sequence[ScoredMemory], budget: int) -> Context:
     """Fill `budget` tokens with `hits` in rank order; the last memory may be cut at a word boundary."""
-    segments, texts, keys, whole = [], [], [], []
+    segments, texts, keys, whole, provenance = [], [], [], [], []
     used = 0
     for hit in hits:
         if used >= budget:
@@ -102,7 +118,8 @@ def build_context(hits: Sequence[ScoredMemory], budget: int) -> Context:
         segments.append(segment)
         texts.append(text)
         keys.append(hit.memory.key)
-    return Context(tuple(segments), tuple(texts), tuple(keys), tuple(whole))
+        provenance.append(frozenset(hit.memory.metadata.get("dia_ids") or ()))
+    return Context(tuple(segments), tuple(texts), tuple(keys), tuple(whole), tuple(provenance))
 
 
 @dataclass(frozen=True)
@@ -149,15 +166,38 @@ def phrase_f1(gold: Sequence[str], segments: Sequence[Sequence[str]]) -> float:
     return best
 
 
+@lru_cache(maxsize=65536)
+def question_words(question: str) -> frozenset[str]:
+    """The question's content tokens: its normalised, stemmed tokens that are not stop words."""
+    return frozenset(normalized_tokens(question)) - QUESTION_STOP_TOKENS
+
+
 def qa_score(question: Question, context: Context) -> float:
-    """Phrase-level credit for the question's answer in `context` (0 for adversarial questions)."""
+    """Credit for the question's answer in `context` (0 for adversarial questions): each piece's best
+    phrase F1 in a memory about the question times the consistent share there (see the module docstring)."""
     if question.category == ADVERSARIAL or not question.answer:
         return 0.0
     parts = [normalized_tokens(part) for part in answer_parts(question.answer, question.category)]
     parts = [part for part in parts if part]
     if not parts:
         return 0.0
-    return sum(phrase_f1(part, context.segments) for part in parts) / len(parts)
+    words, evidence = question_words(question.question), frozenset(question.evidence)
+    holders = rivals = 0  # so far, in rank order
+    best = [0.0] * len(parts)
+    for segment, turns in zip(context.segments, context.provenance, strict=True):
+        by_evidence = not evidence.isdisjoint(turns)
+        shared = len(words.intersection(segment))
+        if not (by_evidence or 2 * shared > len(words)):
+            continue  # not about the question: neither credit nor rival
+        f1s = [phrase_f1(part, [segment]) for part in parts]
+        if not any(f1s):
+            # A memory of the question's own evidence is never a rival; a rival says all the question says.
+            rivals += not by_evidence and shared == len(words)
+            continue
+        holders += 1
+        share = holders / (holders + rivals)
+        best = [max(b, f1 * share) for b, f1 in zip(best, f1s, strict=True)]
+    return sum(best) / len(parts)
 
 
 def evidence_recall(evidence: Sequence[str], hits: Sequence[ScoredMemory]) -> float | None:

@@ -24,7 +24,7 @@ from memupdate.agent.policies.heuristic import HeuristicPolicy
 from memupdate.rl.data.ingest import ingest_conversation
 from memupdate.rl.data.locomo import load_locomo, load_sample
 from memupdate.rl.distill.compaction import CompactionTask, WholeBank
-from memupdate.rl.distill.targeted import spread
+from memupdate.rl.distill.task import spread
 from memupdate.rl.evaluate import EvalConfig, eval_questions
 from memupdate.scoring.reward import RewardConfig, compute_compaction_reward
 from memupdate.store import MemoryStore
@@ -56,7 +56,7 @@ def question_changes(base: MemoryStore, fork: MemoryStore, questions, keys=None)
 
 
 def mean_reward(task: CompactionTask, policy, base: MemoryStore, units) -> float:
-    return statistics.mean(task.rollout(policy, base, unit)["reward"] for unit in units)
+    return statistics.mean(task.rollout(policy, base, unit).reward for unit in units)
 
 
 def test_a_no_op_scores_exactly_zero(root: MemoryStore) -> None:
@@ -65,9 +65,9 @@ def test_a_no_op_scores_exactly_zero(root: MemoryStore) -> None:
         task = CompactionTask(root, RewardConfig())
         for unit in [*task.training_units([conversation], 2), WholeBank(conversation)]:
             record = task.rollout(None, base, unit)
-            assert record["reward"] == 0.0 and record["reward_parts"]["performance_delta"] == 0.0
-            assert record["reward_parts"]["reach"] >= 1
-        assert set(task.rollout(None, base, WholeBank(conversation))["question_deltas"]) == {0.0}
+            assert record.reward == 0.0 and record.reward_parts["performance_delta"] == 0.0
+            assert record.reward_parts["reach"] >= 1
+        assert set(task.rollout(None, base, WholeBank(conversation)).facts["question_deltas"]) == {0.0}
     finally:
         base.drop()
 
@@ -78,10 +78,10 @@ def test_refused_calls_earn_less_than_no_edits(root: MemoryStore) -> None:
     try:
         task = CompactionTask(root, RewardConfig())
         records = [task.rollout(RefusedUpdates(store=root), base, unit) for unit in task.training_units([conversation], 2)]
-        assert all(r["failed_calls"] > 0 and r["ok_calls"] == 0 for r in records)
+        assert all(r.failed_calls > 0 and r.ok_calls == 0 for r in records)
         for record in records:
-            assert record["reward_parts"]["performance_delta"] == 0.0
-            assert record["reward"] == pytest.approx(-RewardConfig().failed_call_cost * record["failed_calls"])
+            assert record.reward_parts["performance_delta"] == 0.0
+            assert record.reward == pytest.approx(-RewardConfig().failed_call_cost * record.failed_calls)
     finally:
         base.drop()
 
@@ -95,9 +95,11 @@ def test_spraying_updates_over_every_memory_earns_less_than_choosing(root: Memor
     task = CompactionTask(root, RewardConfig())
     units = spread(task.training_units([conversation], 0), NEIGHBOURHOODS)
     records = [task.rollout(SprayedUpdates(store=root), base, unit) for unit in units]
-    assert sum(r["ok_calls"] for r in records) > 0 and sum(r["failed_calls"] for r in records) > 0
-    sprayed = statistics.mean(r["reward"] for r in records)
-    assert sprayed < mean_reward(task, HeuristicPolicy(store=root), base, units)
+    assert sum(r.ok_calls for r in records) > 0 and sum(r.failed_calls for r in records) > 0
+    sprayed = statistics.mean(r.reward for r in records)
+    heuristic = mean_reward(task, HeuristicPolicy(store=root), base, units)
+    print(f"\n[exploit means] compaction: heuristic {heuristic:+.4f}; SprayedUpdates {sprayed:+.4f}")
+    assert sprayed < heuristic
 
 
 @pytest.mark.locomo
@@ -140,6 +142,8 @@ def test_no_blind_exploit_wins(root: MemoryStore, dev_bank) -> None:
     heuristic = mean_reward(task, HeuristicPolicy(store=root), base, units)
     assert heuristic > 0.01, f"the heuristic must gain for the comparison to mean anything: {heuristic}"
     rewards = {name: mean_reward(task, cls(store=root), base, units) for name, cls in BLIND_EXPLOITS.items()}
+    print(f"\n[exploit means] compaction: heuristic {heuristic:+.4f}; "
+          + ", ".join(f"{name} {r:+.4f}" for name, r in rewards.items()))
     winners = {name: r for name, r in rewards.items() if r > 0.1 * heuristic}
     assert not winners, f"blind exploits over 10% of the heuristic's {heuristic:.4f}: {winners}"
 
@@ -151,6 +155,8 @@ def test_a_merge_of_unrelated_memories_that_keeps_every_word_still_costs(root: M
     task = CompactionTask(root, RewardConfig())
     units = spread(task.training_units([conversation], 0), NEIGHBOURHOODS)
     records = [task.rollout(UnrelatedMerges(store=root), base, unit) for unit in units]
-    assert sum(r["reward_parts"]["lost_sources"] for r in records) == 0
-    assert sum(r["ok_calls"] for r in records) > 0, "the merges ran"
-    assert statistics.mean(r["reward"] for r in records) <= 0.0
+    assert sum(r.reward_parts["lost_sources"] for r in records) == 0
+    assert sum(r.ok_calls for r in records) > 0, "the merges ran"
+    merged = statistics.mean(r.reward for r in records)
+    print(f"\n[exploit means] compaction: UnrelatedMerges {merged:+.4f}")
+    assert merged <= 0.0

@@ -170,7 +170,8 @@ def test_merging_true_duplicates_earns_reward(store: MemoryStore) -> None:
     fork = store.fork((*store.namespace, "traj", "dedup"))
     fork.replace(["f0000", "f0001"], [NewMemory(duplicate, metadata={"merged_from": ["f0000", "f0001"]})])
     breakdown = compute_reward(store, fork, [qa], config)
-    assert breakdown.qa_before == 0.0 and breakdown.qa_after == 1.0
+    # Proxy v3: the kept copy says all the question says and not the answer, above it: a rival, half the credit.
+    assert breakdown.qa_before == 0.0 and breakdown.qa_after == 0.5
     assert breakdown.faithfulness.unsupported_tokens == 0 and breakdown.reward > 0
 
 
