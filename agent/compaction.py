@@ -9,7 +9,8 @@
     result.neighbourhoods       # the memory keys each episode saw
 
 A bank of any size is cut into neighbourhoods of at most `size` memories that lie close together in
-embedding space (`neighbourhoods`): near-duplicates (cosine >= 0.85) always share an episode, and
+embedding space (`neighbourhoods`): near-duplicates (cosine >= 0.85) and mutual nearest neighbours
+(an update's two statements) always share an episode, and
 each episode is a seed and the memories nearest to it. Each episode runs the policy in blind mode (no target question) within the agent's budgets
 on a scratch namespace holding only its neighbourhood, so a search or a sample sees the memories it
 is meant to edit; its edits and event rows are then folded into the fork in one transaction
@@ -47,6 +48,8 @@ DEFAULT_NEIGHBOURHOOD = 20
 CELL_SIZE = 1500
 # Memories this alike (cosine) are kept in one episode: near-duplicates must meet to be merged.
 TIGHT = 0.85
+# Mutual nearest neighbours at least this alike are kept in one episode too (see `_close`).
+MUTUAL_FLOOR = 0.5
 
 
 @dataclass
@@ -116,7 +119,7 @@ def _greedy(matrix: np.ndarray, members: np.ndarray, size: int) -> list[list[int
     in one unit, and each group is a seed unit (in bank order) plus the units nearest to it that fit."""
     members = np.sort(members)  # bank order
     sims = matrix[members] @ matrix[members].T
-    units = [u[i : i + size] for u in _tight_units(sims >= TIGHT) for i in range(0, len(u), size)]
+    units = [u[i : i + size] for u in _tight_units(_close(sims)) for i in range(0, len(u), size)]
     units.sort(key=lambda u: u[0])
     centres = np.stack([matrix[members[u]].mean(axis=0) for u in units])
     free = np.ones(len(units), dtype=bool)
@@ -135,6 +138,21 @@ def _greedy(matrix: np.ndarray, members: np.ndarray, size: int) -> list[list[int
                 break
         groups.append(sorted(int(members[k]) for k in group))
     return groups
+
+
+def _close(sims: np.ndarray) -> np.ndarray:
+    """Pairs that must share an episode: near-duplicates (cosine >= TIGHT), and mutual nearest neighbours
+    at least MUTUAL_FLOOR alike: two statements of one fact with different values ("... ice hockey" /
+    "... pesäpallo") are each other's nearest memory though often under TIGHT, and a policy can only
+    resolve an update it sees whole."""
+    close = sims >= TIGHT
+    if len(sims) > 1:
+        others = sims - 2.0 * np.eye(len(sims))
+        nearest = np.argmax(others, axis=1)
+        rows = np.arange(len(sims))
+        mutual = (nearest[nearest] == rows) & (others[rows, nearest] >= MUTUAL_FLOOR)
+        close[rows[mutual], nearest[mutual]] = True
+    return close
 
 
 def _tight_units(close: np.ndarray) -> list[list[int]]:
