@@ -17,11 +17,12 @@ Questions will later be answered from the memories most similar to the question,
 similarity up to a fixed length (about {context_tokens} words in all). Edit the bank so those future questions are answered better:
 - anchor relative time ("yesterday", "last week", "two weekends ago") to absolute dates, using the memory's date \
 (manage_memory update with memory_id and no content does it for you);
+- when two memories state the same subject and attribute with different values, the one stated later is current: delete the older with superseded_by set to the newer (it is kept as history, out of what questions read); never merge them;
 - merge memories that say the same thing; split memories that pack unrelated facts;
 - fix or delete memories that are wrong or useless; keep each memory short and self-contained, naming who it is about;
 - write only what the memories you edit (and their dates) support: invented words cost, and so does losing what other questions need.
 Tools: search_memory, manage_memory (create/update), delete_memory, sample_memory, merge_memory, split_memory. \
-Memories are shown as [handle] (date) text; refer to them by handle. \
+Memories are shown as [handle] (date or time stated) text; refer to them by handle. \
 (date; relative time) marks a memory whose relative time an update with no content dates, and a \
 "to date" line lists them (first in a look, and after each dating update the ones left).
 Budget: at most {max_turns} turns and {max_operations} tool calls. Stop calling tools when the bank is good."""
@@ -62,8 +63,9 @@ def parse_task(text: str) -> tuple[str | None, str | None]:
 # tokens instead of ~240 (the tools are listed by the student's chat template).
 COMPACT_SYSTEM_PROMPT = f"""Edit this memory bank so questions answered later from the ~{DEFAULT_CONTEXT_TOKENS} words of memories most \
 similar to them are answered better: anchor relative dates ("yesterday") to absolute ones (update a memory without content: the tool dates it); \
+when a later memory gives the same fact a new value, delete the older with superseded_by the newer; \
 merge duplicates; fix or delete wrong memories; keep each memory short and self-contained, naming who it is about; \
-write only what the memories support. Memories show as [handle] (date) text; refer to them by handle; \
+write only what the memories support. Memories show as [handle] (date or time stated) text; refer to them by handle; \
 a "to date" line (first in a look; after each dating update, those left) lists those an update without content dates. \
 Stop calling tools when done."""
 
