@@ -43,7 +43,6 @@ from typing import Any
 from langchain_core.language_models import BaseChatModel
 from sqlalchemy import select
 
-from memupdate.agent.compaction import DEFAULT_NEIGHBOURHOOD, TIGHT, compact
 from memupdate.agent.safety import SafetyRule
 from memupdate.bank.change_log import (
     ChangeConflict,
@@ -119,7 +118,7 @@ class BackgroundCompactor:
         self, root: MemoryStore, source: str, *, prefix: Sequence[str] = (), into: Namespace | None = None,
         policy: str | BaseChatModel = "heuristic", model: str | None = None, base_url: str | None = None,
         api_key: str | None = None, rule: SafetyRule | None = None, grow_by: int = DEFAULT_GROW_BY,
-        size: int = DEFAULT_NEIGHBOURHOOD, interval: float = 60.0,
+        size: int | None = None, interval: float = 60.0,
         questions: Callable[[MemoryStore], Sequence[Any]] | None = None,
         skip_labels: Sequence[str] = (COMPACTION_LABEL,), on_step: Callable[[str, str], None] | None = None,
     ):
@@ -231,9 +230,12 @@ class BackgroundCompactor:
 
     def _compact(self, bank: MemoryStore, done: BankPass) -> None:
         self._step("compact", bank.path)
+        # Here, not at the top: compaction brings the scorers (nltk, ~2 s) that an idle pass never needs.
+        from memupdate.agent.compaction import DEFAULT_NEIGHBOURHOOD, compact
+
         change_id = next_change_id(bank)
         compacted = compact(self.policy(), bank, compaction_namespace(bank.namespace, change_id),
-                               self.questions(bank) if self.questions else (), size=self.size, check_moved=False)
+                               self.questions(bank) if self.questions else (), size=self.size or DEFAULT_NEIGHBOURHOOD, check_moved=False)
         result, fork, review = compacted.result, compacted.fork, compacted.review
         touched = {e.memory_key for e in fork.events() if e.op in ("create", "update", "delete")}
         seen = known_signatures(bank)
@@ -316,6 +318,8 @@ def needs_work(bank: MemoryStore, grow_by: int) -> str | None:
     if len(vectors) >= grow_by:
         return f"grown by {len(vectors)} memories since its last compaction"
     keys = list(vectors)
+    if keys:
+        from memupdate.agent.compaction import TIGHT  # only with new memories: see `_compact`
     for key, hits in zip(keys, bank.search_many_by_vector([vectors[k] for k in keys], top_k=2) if keys else [], strict=True):
         twin = next((h for h in hits if h.memory.key != key and h.score >= TIGHT), None)
         if twin is not None:

@@ -251,3 +251,26 @@ def test_the_app_edits_what_the_compactor_wrote_with_langmem(fresh_database, sto
         compactor.run_once()
         assert "Alice moved to Porto in 2021" not in bank_texts(bank) and merged not in held(lg)
         assert {m.content for m in bank.list()} == set(held(lg).values())
+
+
+def test_commands_that_only_read_rows_load_no_model(store: MemoryStore, database_url) -> None:
+    """Issue 36: `review` took 11-24 s, an idle `watch --once` 13 s, loading torch and the embedding model
+    to read rows. `review`, `history`, `undo` and an idle pass load neither (nor the scorers' nltk)."""
+    import subprocess
+    import sys
+
+    bank = store.scoped((*store.namespace, "alice"))
+    bank.create_many([NewMemory(text) for text in FACTS])
+    (done,) = BackgroundCompactor(store, bank.path).run_once()  # compacted: the pass below has nothing to do
+    commands = [["review", "--url", database_url], ["history", bank.path, "--url", database_url],
+                ["history", bank.path, "--change", str(done.applied[0]), "--url", database_url],
+                ["watch", bank.path, "--once", "--url", database_url],
+                ["undo", bank.path, "--change", str(done.applied[0]), "--url", database_url]]
+    script = (
+        "import sys\nfrom memupdate.cli import app\n"
+        f"for args in {commands!r}:\n    app(args, standalone_mode=False)\n"
+        "print('LOADED', [m for m in ('torch', 'sentence_transformers', 'nltk') if m in sys.modules])"
+    )
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    assert "LOADED []" in run.stdout and "undid change" in run.stdout and "pass over 1 bank" in run.stdout

@@ -39,6 +39,7 @@ class Benchmark(StrEnum):
     student = "student"
     compactor = "compactor"
     factconsolidation = "factconsolidation"
+    startup = "startup"
     all = "all"
 
 

@@ -188,8 +188,10 @@ def check_policy_endpoint(policy: str, model: str | None, base_url: str | None, 
     check_openai_endpoint(model, base_url, api_key)
 
 
-def open_store(url: str | None = None):
-    """The root store on the configured database, migrated to head first (the embedded one needs it)."""
+def open_store(url: str | None = None, *, embed_on_demand: bool = False):
+    """The root store on the configured database, migrated to head first (the embedded one needs it).
+    `embed_on_demand`: load the embedding model only when something is embedded (commands that read or
+    restore rows, `history`, `undo`, `review`, an idle `watch` pass, never pay for torch and the model)."""
     from memupdate.store import MemoryStore
     from memupdate.store.database import get_engine
     from memupdate.store.embeddings import get_embedder
@@ -198,7 +200,7 @@ def open_store(url: str | None = None):
     engine = get_engine(url)
     if current_revision(engine) != head_revision():
         upgrade(engine)
-    return MemoryStore(engine, get_embedder(), ("memupdate",))
+    return MemoryStore(engine, EmbedderOnFirstUse() if embed_on_demand else get_embedder(), ("memupdate",))
 
 
 def require_bank(bank, namespace: str) -> None:
@@ -272,3 +274,30 @@ def changed_words(before: str, after: str) -> str:
         elif op == "delete":
             parts.append(f"- {old}")
     return "; ".join(parts)
+
+
+class EmbedderOnFirstUse:
+    """The configured embedder, loaded at its first `embed`. Until then it stands for the configured model
+    and vector size; the loaded model must make vectors of that size."""
+
+    def __init__(self) -> None:
+        from memupdate.settings import get_settings
+
+        settings = get_settings()
+        self.name, self.dims = settings.embedding_model, settings.embedding_dims
+        self._loaded = None
+        self._lock = threading.Lock()
+
+    def embed(self, texts):
+        with self._lock:  # a watcher's thread and its caller may embed at once: load the model once
+            if self._loaded is None:
+                from memupdate.store.embeddings import get_embedder
+
+                loaded = get_embedder()
+                if loaded.dims != self.dims:
+                    raise MemupdateError(
+                        f"embedding model {loaded.name!r} makes {loaded.dims}-dim vectors but MEMUPDATE_EMBEDDING_DIMS "
+                        f"is {self.dims}: set MEMUPDATE_EMBEDDING_DIMS={loaded.dims} (and run `memupdate db upgrade`)"
+                    )
+                self._loaded = loaded
+        return self._loaded.embed(texts)

@@ -36,7 +36,7 @@ def history_command(
     from memupdate.bank.change_log import get_change, history
     from memupdate.store import to_namespace
 
-    bank = open_store(url).scoped(to_namespace(namespace))
+    bank = open_store(url, embed_on_demand=True).scoped(to_namespace(namespace))
     require_bank(bank, namespace)
     if change is not None:
         _show_change(bank, get_change(bank, change), as_json)
@@ -148,7 +148,7 @@ def undo_command(
     from memupdate.cli.watch import export_live
     from memupdate.store import to_namespace
 
-    bank = open_store(url).scoped(to_namespace(namespace))
+    bank = open_store(url, embed_on_demand=True).scoped(to_namespace(namespace))
     require_bank(bank, namespace)
     if change is not None and to is not None:
         raise MemupdateError("give --to or --change, not both")

@@ -42,7 +42,7 @@ def import_command(
 
     prefix_labels = tuple(label for label in prefix.split("/") if label)
     into_namespace = to_namespace(into) if into else None
-    root = open_store(url)  # first: the source may live on the embedded server this starts
+    root = open_store(url, embed_on_demand=True)  # first: the source may live on the embedded server this starts
     if "://" in source:
         items = read_langgraph_items(source, prefix_labels)
         spec = Source("langgraph", langgraph_uri(source), prefix_labels, into_namespace)
@@ -80,7 +80,7 @@ def export_command(
     from memupdate.cli.common import check_output
     from memupdate.store import to_namespace
 
-    bank = open_store(url).scoped(to_namespace(namespace))
+    bank = open_store(url, embed_on_demand=True).scoped(to_namespace(namespace))
     require_bank(bank, namespace)
     if bank.count() == 0:
         raise MemupdateError(

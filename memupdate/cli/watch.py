@@ -74,7 +74,7 @@ def watch_command(
         rule = SafetyRule.review_everything() if review_everything else SafetyRule(kinds=kinds, min_similarity=min_similarity)
     except ValueError as exc:
         raise MemupdateError(f"--auto-kinds {auto_kinds!r}: {exc}") from None
-    root = open_store(url)  # first: the source may live on the embedded server this starts
+    root = open_store(url, embed_on_demand=True)  # first: the source may live on the embedded server this starts
     if "://" not in source:
         _require_banks(root, source)
     check_policy_endpoint(policy, model, base_url, api_key)
@@ -148,7 +148,7 @@ def review_command(
 
     if accept is not None and reject is not None:
         raise MemupdateError("give --accept or --reject, not both")
-    root = open_store(url)
+    root = open_store(url, embed_on_demand=True)
     if accept is not None or reject is not None:
         _decide(root, accept, reject, reason, source_url)
         return
