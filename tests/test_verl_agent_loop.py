@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import uuid
 
 import pytest
 
@@ -18,11 +17,15 @@ pytest.importorskip("verl")
 
 from verl_support import (
     HELPFUL_FACT,
+    SAMPLING,
     TOOL_CONFIG,
     ScriptedServer,
     compose,
     cpu_overrides,
     load_base,
+    make_loop,
+    masked_text,
+    rollout_kwargs,
     row_for,
     tool_call,
 )
@@ -31,7 +34,6 @@ from memupdate.rl.verl import forks
 from memupdate.store import drop_fork
 
 CREATE_HELPFUL = tool_call("manage_memory", {"action": "create", "content": HELPFUL_FACT})
-SAMPLING = {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "repetition_penalty": 1.0, "logprobs": True}
 
 
 @pytest.fixture(scope="module")
@@ -59,32 +61,6 @@ def base(store, worker_root):
     return store
 
 
-def make_loop(agent: str, config, server, tokenizer, tools):
-    """One agent loop, as verl's AgentLoopWorker instantiates it for each rollout (inside the running loop)."""
-    from hydra.utils import instantiate
-    from verl.experimental.agent_loop.agent_loop import DictConfigWrap, ToolListWrap, _agent_loop_registry
-    from verl.utils.dataset.rl_dataset import RLHFDataset
-
-    registry = {
-        "memupdate_agent": {"_target_": "memupdate.rl.verl.agent_loop.MemoryAgentLoop"},
-        **_agent_loop_registry,
-    }
-    return instantiate(
-        registry[agent], trainer_config=DictConfigWrap(config), server_manager=server, tokenizer=tokenizer,
-        processor=None, hf_model_type="qwen2", dataset_cls=RLHFDataset, data_config=DictConfigWrap(config.data),
-        tools=ToolListWrap(tools),
-    )
-
-
-def rollout_kwargs(row: dict) -> dict:
-    """The dataset fields verl passes to `run` (RLHFDataset's row after `repeat(n)`)."""
-    return {
-        "raw_prompt": row["prompt"], "tools_kwargs": row["extra_info"]["tools_kwargs"], "extra_info": row["extra_info"],
-        "index": row["extra_info"]["index"], "uid": str(uuid.uuid4()), "data_source": row["data_source"],
-        "reward_model": row["reward_model"],
-    }
-
-
 async def run_group(agent: str, scripts, config, tokenizer, tools, row, **server_options):
     server = ScriptedServer(tokenizer, scripts, **server_options)
     loops = [make_loop(agent, config, server, tokenizer, tools) for _ in scripts]
@@ -100,12 +76,6 @@ def by_script(outputs, scripts, tokenizer) -> dict:
         (index,) = [i for i, script in enumerate(scripts) if script[0] in written]
         found[index] = output
     return found
-
-
-def masked_text(tokenizer, output, value: int) -> str:
-    return tokenizer.decode(
-        [t for t, m in zip(output.response_ids, output.response_mask, strict=True) if m == value]
-    )
 
 
 def forks_left(base, row) -> list:

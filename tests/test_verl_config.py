@@ -10,19 +10,7 @@ import pytest
 
 pytest.importorskip("verl")
 
-from verl_support import AGENT_LOOP_CONFIG, CONFIGS, REPO, TOOL_CONFIG, compose
-
-
-def validate(config) -> None:
-    """What `python -m verl.trainer.main_ppo` checks before it starts Ray."""
-    from verl.trainer.ppo.utils import need_critic, need_reference_policy
-    from verl.utils.config import omega_conf_to_dataclass, validate_config
-    from verl.workers.config import RolloutConfig
-
-    validate_config(config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config))
-    rollout = omega_conf_to_dataclass(config.actor_rollout_ref.rollout)
-    assert isinstance(rollout, RolloutConfig)
-    assert rollout.multi_turn.max_tool_response_length == 2048 and rollout.multi_turn.format == "hermes"
+from verl_support import AGENT_LOOP_CONFIG, CONFIGS, REPO, TOOL_CONFIG, compose, validate
 
 
 def test_grpo_config_composes_over_verl_and_validates() -> None:
@@ -69,7 +57,7 @@ def test_agent_loop_config_names_our_loop() -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["locomo_memory_grpo", "locomo_memory_dapo"])
+@pytest.mark.parametrize("name", ["locomo_memory_grpo", "locomo_memory_dapo", "locomo_memory_compaction_grpo"])
 def test_verls_own_entry_point_composes_our_configs(name: str) -> None:
     """`python -m verl.trainer.main_ppo ... --cfg job` prints the config and exits (~13 s each)."""
     result = subprocess.run(

@@ -46,7 +46,11 @@ def root(worker_root):
 @pytest.fixture
 def row(store, root):
     """A loaded base and one preprocessed row on it (what `memupdate data preprocess` writes)."""
-    store.create_many([NewMemory(text, kind="episodic", key=f"f{i:04d}") for i, text in enumerate(FACTS)])
+    # Fact i told in turn D1:i+1: the QA proxy credits an answer from the memory of the question's evidence.
+    store.create_many([
+        NewMemory(text, kind="episodic", key=f"f{i:04d}", metadata={"dia_ids": [f"D1:{i + 1}"]})
+        for i, text in enumerate(FACTS)
+    ])
     trajectory = f"t-qa0-{uuid.uuid4().hex[:8]}"
     create_kwargs = {
         "base_namespace": store.path,
@@ -55,7 +59,7 @@ def row(store, root):
     }
     extra_info = {
         "question": "Where did Ann move in 2020?", "answer": "Lisbon", "qa_index": 0, "category": 4,
-        "evidence": [], "collateral": [{"qa_index": 1, "question": "What is Ann's job?", "answer": "nurse"}],
+        "evidence": [], "collateral": [{"qa_index": 1, "question": "What is Ann's job?", "answer": "nurse", "evidence": ["D1:2"]}],
         "trajectory_id": trajectory, "base_namespace": store.path, "namespace": create_kwargs["namespace"],
         "tools_kwargs": {name: {"create_kwargs": create_kwargs} for name in MEMORY_TOOLS},
     }

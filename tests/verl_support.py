@@ -31,6 +31,7 @@ FACTS = [
 ]
 QUESTION, ANSWER = "Where did Ann move in 2020?", "Lisbon"
 HELPFUL_FACT = "Ann moved to Lisbon in 2020."
+SAMPLING = {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "repetition_penalty": 1.0, "logprobs": True}
 
 
 def compose(name: str, overrides: Sequence[str] = ()) -> Any:
@@ -43,6 +44,18 @@ def compose(name: str, overrides: Sequence[str] = ()) -> Any:
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(CONFIGS), version_base=None):
         return hydra_compose(config_name=name, overrides=list(overrides))
+
+
+def validate(config) -> None:
+    """What `python -m verl.trainer.main_ppo` checks before it starts Ray."""
+    from verl.trainer.ppo.utils import need_critic, need_reference_policy
+    from verl.utils.config import omega_conf_to_dataclass, validate_config
+    from verl.workers.config import RolloutConfig
+
+    validate_config(config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config))
+    rollout = omega_conf_to_dataclass(config.actor_rollout_ref.rollout)
+    assert isinstance(rollout, RolloutConfig)
+    assert rollout.multi_turn.max_tool_response_length == 2048 and rollout.multi_turn.format == "hermes"
 
 
 def cpu_overrides(
@@ -119,9 +132,14 @@ class ScriptedServer:
 
 
 def load_base(store: Any) -> None:
+    """FACTS as a LoCoMo-like base: fact i told in turn D1:i+1 (its provenance), so the QA proxy credits a
+    question's answer from the memory of its evidence (`row_for`'s questions cite D1:1 and D1:2)."""
     from memupdate.store import NewMemory
 
-    store.create_many([NewMemory(text, kind="episodic", key=f"f{i:04d}") for i, text in enumerate(FACTS)])
+    store.create_many([
+        NewMemory(text, kind="episodic", key=f"f{i:04d}", metadata={"dia_ids": [f"D1:{i + 1}"]})
+        for i, text in enumerate(FACTS)
+    ])
 
 
 def row_for(
@@ -161,3 +179,35 @@ def write_parquet(rows: list[dict[str, Any]], path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     pq.write_table(pa.Table.from_pylist(rows), path)
     return path
+
+
+def make_loop(agent: str, config, server, tokenizer, tools):
+    """One agent loop, as verl's AgentLoopWorker instantiates it for each rollout (inside the running loop)."""
+    from hydra.utils import instantiate
+    from verl.experimental.agent_loop.agent_loop import DictConfigWrap, ToolListWrap, _agent_loop_registry
+    from verl.utils.dataset.rl_dataset import RLHFDataset
+
+    registry = {
+        "memupdate_agent": {"_target_": "memupdate.rl.verl.agent_loop.MemoryAgentLoop"},
+        **_agent_loop_registry,
+    }
+    return instantiate(
+        registry[agent], trainer_config=DictConfigWrap(config), server_manager=server, tokenizer=tokenizer,
+        processor=None, hf_model_type="qwen2", dataset_cls=RLHFDataset, data_config=DictConfigWrap(config.data),
+        tools=ToolListWrap(tools),
+    )
+
+
+def rollout_kwargs(row: dict) -> dict:
+    """The dataset fields verl passes to `run` (RLHFDataset's row after `repeat(n)`)."""
+    return {
+        "raw_prompt": row["prompt"], "tools_kwargs": row["extra_info"]["tools_kwargs"], "extra_info": row["extra_info"],
+        "index": row["extra_info"]["index"], "uid": str(uuid.uuid4()), "data_source": row["data_source"],
+        "reward_model": row["reward_model"],
+    }
+
+
+def masked_text(tokenizer, output, value: int) -> str:
+    return tokenizer.decode(
+        [t for t, m in zip(output.response_ids, output.response_mask, strict=True) if m == value]
+    )

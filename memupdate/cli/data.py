@@ -73,13 +73,42 @@ def data_preprocess(
     conversations: str | None = CONVERSATIONS_OPTION,
     n_train: int = typer.Option(7, "--n-train", help="The first N conversations train, the rest test."),
     include_adversarial: bool = typer.Option(False, "--include-adversarial", help="Keep category 5 items."),
+    task: str = typer.Option(
+        "targeted", "--task",
+        help="targeted: one row per QA pair (configs/locomo_memory_grpo.yaml). compaction: one row per "
+        "neighbourhood of a bank, edited blind and scored on every question of the bank "
+        "(configs/locomo_memory_compaction_grpo.yaml); loads the banks into the database.",
+    ),
+    factconsolidation: Path | None = typer.Option(
+        None, "--factconsolidation",
+        help="compaction: also MemoryAgentBench's FactConsolidation JSONL. Contexts nested in a larger one (the 6k "
+        "in the 32k) are evaluation banks and write no row; the larger one's other facts train.",
+    ),
+    size: int | None = typer.Option(
+        None, "--size", min=2, help="compaction: memories per neighbourhood (default: the offline learner's, 10)."
+    ),
+    url: str | None = URL_OPTION,
 ) -> None:
-    """Write verl's RL dataset (one row per QA pair, unique trajectory ids)."""
-    from memupdate.rl.data.preprocess import preprocess
+    """Write verl's RL dataset: one row per QA pair (unique trajectory ids), or per neighbourhood of a bank."""
+    from memupdate.errors import MemupdateError
+    from memupdate.rl.data.preprocess import preprocess, preprocess_compaction
 
-    counts = preprocess(
-        load_conversations(locomo, conversations), out, n_train=n_train, include_adversarial=include_adversarial
-    )
+    chosen = load_conversations(locomo, conversations)
+    if task == "targeted":
+        if factconsolidation is not None or size is not None:
+            raise MemupdateError("--factconsolidation and --size belong to --task compaction; add it, or drop them")
+        counts = preprocess(chosen, out, n_train=n_train, include_adversarial=include_adversarial)
+    elif task == "compaction":
+        from memupdate.rl.data.factconsolidation import load_factconsolidation
+
+        sets = load_factconsolidation(factconsolidation) if factconsolidation is not None else []
+        store = open_store(url)
+        with progress_bar("banks") as bar:
+            job = bar.add_task("loading banks and cutting neighbourhoods", total=None)
+            counts = preprocess_compaction(
+                store, chosen, out, factconsolidation=sets, n_train=n_train, size=size,
+                include_adversarial=include_adversarial, progress=lambda _: bar.advance(job),
+            )
+    else:
+        raise MemupdateError(f"--task {task!r}: choose targeted or compaction")
     console.print(f"wrote {out}/train.parquet ({counts['train']} rows) and {out}/test.parquet ({counts['test']} rows)")
-
-

@@ -7,13 +7,32 @@ prompt and the task naming the trajectory's bank and target question), `ability`
 `reward_model.ground_truth` (the answer) and `extra_info` (sample_id, qa index, category, evidence,
 `collateral`: other questions of the conversation the reward also scores, the unique trajectory id, the base and trajectory namespaces, and `tools_kwargs`: the per-tool
 `create_kwargs` verl hands to each tool's `create`, which forks the base into the trajectory bank).
+
+The compaction task (`--task compaction`, `preprocess_compaction`) writes one row per neighbourhood of a
+bank instead, the unit the offline learner trains on (`rl.distill.compaction`) and `memupdate compact`
+runs: the cut `agent.compaction.neighbourhoods` makes of the bank's embeddings, so the database must hold
+the banks (this loads them). Such a row has no target question (the episode is blind) and its
+`extra_info` adds `task: "compaction"`, `neighbourhood` (the memory keys the rollout may edit, also in
+each tool's `create_kwargs`) and `questions` (every scorable question of the bank, `qa_row` shape): its
+rollout copies the neighbourhood into its fork and is scored by `compute_compaction_reward`.
+
+    memupdate data preprocess --task compaction --locomo locomo10.json --factconsolidation fc.jsonl --out data/compaction
+
+LoCoMo: the first `n_train` conversations' banks train, the others' validate. FactConsolidation: a
+context nested in a larger one (all its facts among the larger one's, as the 6k context is in the 32k) is
+an evaluation bank and writes no row; each larger context gives a training bank holding its facts that
+no nested context holds, keyed and timed by their serial in the larger context
+(`("factconsolidation", "<context id>-train")`), scored on its questions except those an evaluation bank
+also asks.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from memupdate.agent.prompts import system_prompt, task_prompt
 from memupdate.agent.tools import MEMORY_TOOLS
@@ -23,8 +42,17 @@ from memupdate.rl.data.namespaces import base_namespace, trajectory_id, trajecto
 from memupdate.scoring.questions import COLLATERAL_QUESTIONS, collateral_sample, qa_row, scorable_questions
 from memupdate.store.records import namespace_path
 
+if TYPE_CHECKING:
+    from memupdate.rl.data.factconsolidation import FactConsolidationSet
+    from memupdate.scoring.questions import QAItem
+    from memupdate.store import MemoryStore
+
 DATA_SOURCE = DATASET
 ABILITY = "memory_editing"
+# `extra_info["task"]` of a compaction row (a targeted row has none).
+COMPACTION = "compaction"
+# A FactConsolidation training bank's label: `("factconsolidation", "<context id>-train")`.
+TRAINING_BANK_SUFFIX = "-train"
 
 
 def qa_rows(
@@ -65,20 +93,172 @@ def qa_rows(
     return rows
 
 
-def preprocess(
-    conversations: Sequence[Conversation], out_dir: Path, *, n_train: int = 7, include_adversarial: bool = False
-) -> dict[str, int]:
-    """Write `train.parquet` and `test.parquet` under `out_dir`; returns the row count of each."""
+def write_splits(splits: Mapping[str, list[dict[str, Any]]], out_dir: Path) -> dict[str, int]:
+    """`<split>.parquet` under `out_dir` for each split, rows numbered (`extra_info.index`); the row counts."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    counts = {}
-    for split, part in zip(("train", "test"), split_conversations(list(conversations), n_train), strict=True):
-        rows = [row for c in part for row in qa_rows(c, split, include_adversarial)]
+    for split, rows in splits.items():
         for index, row in enumerate(rows):
             row["extra_info"]["index"] = index
         pq.write_table(pa.Table.from_pylist(rows), out_dir / f"{split}.parquet")
-        counts[split] = len(rows)
-    return counts
+    return {split: len(rows) for split, rows in splits.items()}
+
+
+def preprocess(
+    conversations: Sequence[Conversation], out_dir: Path, *, n_train: int = 7, include_adversarial: bool = False
+) -> dict[str, int]:
+    """Write `train.parquet` and `test.parquet` under `out_dir`; returns the row count of each."""
+    train, test = split_conversations(list(conversations), n_train)
+    return write_splits(
+        {
+            "train": [row for c in train for row in qa_rows(c, "train", include_adversarial)],
+            "test": [row for c in test for row in qa_rows(c, "test", include_adversarial)],
+        },
+        out_dir,
+    )
+
+
+# -- the compaction task: one row per neighbourhood of a bank -----------------------------------------
+
+
+@dataclass(frozen=True)
+class CompactionBank:
+    """A loaded bank whose neighbourhoods become rows: its base, the id rows name it by, its questions."""
+
+    base: MemoryStore
+    sample_id: str
+    data_source: str
+    questions: tuple[QAItem, ...]
+
+
+def compaction_rows(bank: CompactionBank, split: str, size: int) -> list[dict[str, Any]]:
+    """One row per neighbourhood of `bank` (the cut `memupdate compact --size {size}` makes)."""
+    from memupdate.agent.compaction import neighbourhoods
+
+    if not bank.questions:
+        return []  # nothing to score an edit on
+    keys, vectors = bank.base.vectors()
+    questions = [qa_row(q) for q in bank.questions]
+    rows = []
+    for unit, neighbourhood in enumerate(neighbourhoods(keys, vectors, size)):
+        trajectory = f"{bank.sample_id}-n{unit:03d}-{uuid.uuid4().hex[:8]}"
+        namespace = namespace_path(trajectory_namespace(bank.base.namespace, trajectory))
+        create_kwargs = {
+            "base_namespace": bank.base.path, "namespace": namespace, "trajectory_id": trajectory,
+            "neighbourhood": list(neighbourhood),
+        }
+        rows.append(
+            {
+                "data_source": bank.data_source,
+                # What a blind episode of the graph starts from (`agent.graph.initial_state`, no question).
+                "prompt": [
+                    {"role": "system", "content": system_prompt()},
+                    {"role": "user", "content": task_prompt(namespace, None, len(neighbourhood))},
+                ],
+                "ability": ABILITY,
+                "reward_model": {"style": "rule", "ground_truth": ""},  # no one answer: `questions` are scored
+                "extra_info": {
+                    "split": split,
+                    "task": COMPACTION,
+                    "sample_id": bank.sample_id,
+                    "unit": unit,
+                    "neighbourhood": list(neighbourhood),
+                    "questions": questions,
+                    "trajectory_id": trajectory,
+                    "base_namespace": bank.base.path,
+                    "namespace": namespace,
+                    "need_tools_kwargs": True,
+                    "tools_kwargs": {name: {"create_kwargs": create_kwargs} for name in MEMORY_TOOLS},
+                },
+            }
+        )
+    return rows
+
+
+def is_compaction_row(extra_info: Mapping[str, Any]) -> bool:
+    return extra_info.get("task") == COMPACTION
+
+
+def compaction_unit(extra_info: Mapping[str, Any]) -> tuple[list[str], list[QAItem]]:
+    """(the neighbourhood's memory keys, the questions to score) of a compaction row's extra_info."""
+    from memupdate.scoring.questions import qa_from_row
+
+    return [str(k) for k in extra_info["neighbourhood"]], [qa_from_row(q) for q in extra_info["questions"]]
+
+
+def locomo_banks(store: MemoryStore, conversations: Sequence[Conversation], include_adversarial: bool = False) -> list[CompactionBank]:
+    """Each conversation's base, loaded (`memupdate data load`, idempotent), with its scorable questions."""
+    from memupdate.rl.data.ingest import ingest_conversation
+
+    return [
+        CompactionBank(
+            ingest_conversation(store, c), c.sample_id, DATA_SOURCE,
+            tuple(scorable_questions(c, include_adversarial)[0]),
+        )
+        for c in conversations
+    ]
+
+
+def factconsolidation_banks(store: MemoryStore, sets: Sequence[FactConsolidationSet]) -> list[CompactionBank]:
+    """The training banks of FactConsolidation's contexts (see the module docstring), loaded."""
+    from memupdate.rl.data.factconsolidation import DATASET as FACTS_DATASET
+    from memupdate.rl.data.factconsolidation import fact_memories
+
+    contexts = {s.context.context_id: s.context for s in sets}
+    nested = {
+        inner: outer
+        for inner, small in contexts.items()
+        for outer, large in contexts.items()
+        if inner != outer and set(small.facts) <= set(large.facts)
+    }
+    banks = []
+    for context_id, context in contexts.items():
+        if context_id in nested:
+            continue  # an evaluation bank
+        held_out = [c for c, outer in nested.items() if outer == context_id]
+        held_facts = {fact for c in held_out for fact in contexts[c].facts}
+        asked = {q.question for s in sets if s.context.context_id in held_out for q in s.qa}
+        own = [q for s in sets if s.context.context_id == context_id for q in s.qa]
+        questions = [replace(q, index=i) for i, q in enumerate(q for q in own if q.question not in asked and q.answer)]
+        sample_id = f"{context_id}{TRAINING_BANK_SUFFIX}"
+        base = store.scoped((FACTS_DATASET, sample_id))
+        present = set(base.snapshot())
+        new = [m for m in fact_memories(context) if m.content not in held_facts and m.key not in present]
+        if new:
+            base.create_many(new, skip_existing=True)
+        banks.append(CompactionBank(base, sample_id, FACTS_DATASET, tuple(questions)))
+    return banks
+
+
+def preprocess_compaction(
+    store: MemoryStore,
+    conversations: Sequence[Conversation],
+    out_dir: Path,
+    *,
+    factconsolidation: Sequence[FactConsolidationSet] = (),
+    n_train: int = 7,
+    size: int | None = None,
+    include_adversarial: bool = False,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, int]:
+    """Load the banks, then write `train.parquet` (the first `n_train` conversations' neighbourhoods and
+    FactConsolidation's training banks') and `test.parquet` (the other conversations'); the row counts.
+    `size`: memories per neighbourhood, the offline learner's by default."""
+    from memupdate.rl.distill.config import STUDENT_NEIGHBOURHOOD
+
+    size = size or STUDENT_NEIGHBOURHOOD
+    train, test = split_conversations(list(conversations), n_train)
+    splits: dict[str, list[dict[str, Any]]] = {"train": [], "test": []}
+    for split, banks in (
+        ("train", locomo_banks(store, train, include_adversarial)),
+        ("test", locomo_banks(store, test, include_adversarial)),
+        ("train", factconsolidation_banks(store, factconsolidation) if factconsolidation else []),
+    ):
+        for bank in banks:
+            splits[split] += compaction_rows(bank, split, size)
+            if progress:
+                progress(bank.sample_id)
+    return write_splits(splits, out_dir)

@@ -13,6 +13,13 @@ that namespace plus a label of its own (`.../conv-26-qa3-1a2b3c4d/r5f0c9a1b2c3d`
 rollout's record (fork path, tool-call counts) lives in verl's `agent_data.extra_fields`, which verl
 pickles and hands to the reward; nothing lives on the tool objects, which verl shares between rollouts.
 
+A compaction row (`memupdate data preprocess --task compaction`) names a neighbourhood: the rollout's
+first call copies only those memories into its fork (`MemoryStore.fork_keys`, as `memupdate compact`'s
+scratch namespace holds one neighbourhood), so a search or a sample sees what the episode may edit.
+Its reward folds the fork's edits into a fork of the whole bank (`MemoryStore.fold`, as
+`agent.compaction.neighbourhood_episode` does) and scores that with `compute_compaction_reward` on every
+question of the bank, as the offline learner scores the same unit (`rl.distill.compaction`).
+
 Unlike an evaluation's episode (`rl.episode`), a rollout is opened by one verl callback and closed by
 another, so it cannot sit in `MemoryStore.forked`; it drops its fork with the same `drop_fork`, after
 scoring or when verl cancels it. Database work runs on the worker's threads (`rl.verl.worker_db`).
@@ -28,10 +35,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from memupdate.rl.data.namespaces import TRAJ_LABEL, rollout_label, rollout_namespace
+from memupdate.rl.data.preprocess import compaction_unit, is_compaction_row
 from memupdate.rl.verl.worker_db import in_db_thread, worker_store
 from memupdate.scoring.reward import (
     RewardBreakdown,
     RewardConfig,
+    compute_compaction_reward,
     compute_reward,
     questions_from_extra_info,
 )
@@ -59,11 +68,12 @@ class ForkError(MemupdateError):
 @dataclass(frozen=True)
 class RowBank:
     """What a preprocessed row tells a tool (`tools_kwargs.<tool>.create_kwargs`): the base to fork and
-    the row's trajectory namespace, shared by all rollouts of the row."""
+    the row's trajectory namespace, shared by all rollouts of the row; a compaction row's neighbourhood."""
 
     base: str
     namespace: str
     trajectory_id: str
+    neighbourhood: tuple[str, ...] = ()  # the memory keys a compaction rollout's fork holds; () for all
 
     @classmethod
     def from_create_kwargs(cls, create_kwargs: Mapping[str, Any] | None) -> RowBank:
@@ -80,7 +90,8 @@ class RowBank:
                 f"trajectory namespace {namespace_path(namespace)!r} is not under {namespace_path(base)!r}/{TRAJ_LABEL}: "
                 "write the dataset with `memupdate data preprocess`"
             )
-        return cls(namespace_path(base), namespace_path(namespace), str(kwargs["trajectory_id"]))
+        neighbourhood = tuple(str(key) for key in kwargs.get("neighbourhood") or ())
+        return cls(namespace_path(base), namespace_path(namespace), str(kwargs["trajectory_id"]), neighbourhood)
 
 
 # One lock per rollout, keyed by the object verl keeps for it (its AgentData): extra_fields must stay
@@ -112,13 +123,30 @@ def _fork(store: MemoryStore, bank: RowBank, label: str) -> str:
     base = store.scoped(bank.base)
     if bank.base not in _loaded_bases:
         if base.count() == 0:
-            raise ForkError(
-                f"base namespace {bank.base!r} holds no memories: load it with "
-                f"`memupdate data load --locomo FILE --conversations {base.namespace[-1]}`"
-            )
+            raise ForkError(f"base namespace {bank.base!r} holds no memories: {load_hint(bank.base)}")
         _loaded_bases.add(bank.base)
     target = rollout_namespace(bank.namespace, label)
-    return base.fork(target, episode=_episode(namespace_path(target))).path
+    episode = _episode(namespace_path(target))
+    if not bank.neighbourhood:
+        return base.fork(target, episode=episode).path
+    part = store.scoped(target, episode=episode)
+    copied = base.fork_keys(part, bank.neighbourhood)
+    if copied != len(bank.neighbourhood):
+        drop_fork(part)
+        raise ForkError(
+            f"base namespace {bank.base!r} holds {copied} of the row's {len(bank.neighbourhood)} neighbourhood "
+            "memories: the bank changed since the dataset was written; write it again with "
+            "`memupdate data preprocess --task compaction`"
+        )
+    return part.path
+
+
+def load_hint(base: str) -> str:
+    """How to load a base namespace a dataset forks from."""
+    labels = base.split(SEPARATOR)
+    if labels[0] == "factconsolidation":
+        return "load it with `memupdate data preprocess --task compaction --factconsolidation FILE --out DIR`"
+    return f"load it with `memupdate data load --locomo FILE --conversations {labels[-1]}`"
 
 
 def _episode(path: str) -> str:
@@ -177,26 +205,56 @@ def finish_rollout_sync(
 ) -> RolloutScore:
     store = worker_store()
     fork_path = state.get(FORK_KEY)
+    bank_path = None  # a compaction rollout's whole bank, its neighbourhood's edits folded in
     try:
-        questions = questions_from_extra_info(dict(extra_info))
         base_path = state.get(BASE_KEY) or _base_of_row(extra_info)
         base = store.scoped(base_path)
+        if is_compaction_row(extra_info):
+            keys, questions = compaction_unit(extra_info)
+            failed_calls = int(state.get(FAILED_CALLS_KEY, 0))
+
+            def score(fork: MemoryStore) -> RewardBreakdown:
+                return compute_compaction_reward(base, fork, questions, keys, config, failed_calls)
+        else:
+            questions = questions_from_extra_info(dict(extra_info))
+
+            def score(fork: MemoryStore) -> RewardBreakdown:
+                return compute_reward(base, fork, questions, config)
+
         # The base's scores and snapshot are kept between rollouts while its version holds (`base_cache`).
-        if fork_path:
-            breakdown = compute_reward(base, store.scoped(fork_path), questions, config)
+        if fork_path and is_compaction_row(extra_info):
+            bank_path = fold_into_bank(store, base, fork_path)
+            breakdown = score(store.scoped(bank_path))
+            reward, reason = breakdown.reward, None
+        elif fork_path:
+            breakdown = score(store.scoped(fork_path))
             reward, reason = breakdown.reward, None
         else:
             # Nothing was forked, so nothing was edited: the parts are the base's own (a no-op), reward 0.
             reason = state.get(ERROR_KEY) or "the rollout made no tool call, so nothing was forked or edited"
-            breakdown = compute_reward(base, base, questions, config)
+            breakdown = score(base)
             reward = 0.0
             log.info("rollout %s scores 0: %s", extra_info.get("trajectory_id"), reason)
     finally:
-        if fork_path:
-            drop_fork(store.scoped(fork_path))
+        for path in (fork_path, bank_path):
+            if path:
+                drop_fork(store.scoped(path))
     return RolloutScore(
         float(reward), reward_parts(breakdown, state, forked=bool(fork_path), crashed=crashed), reason
     )
+
+
+def fold_into_bank(store: MemoryStore, base: MemoryStore, part_path: str) -> str:
+    """A fork of the whole `base` beside the rollout's fork of part of it, with that part's edits and event
+    rows folded in (the part is dropped); its path."""
+    part = store.scoped(part_path)
+    bank = base.fork((*part.namespace[:-1], f"{part.namespace[-1]}-bank"), episode=_episode(part_path))
+    try:
+        bank.fold(part)
+    except BaseException:
+        drop_fork(bank)
+        raise
+    return bank.path
 
 
 async def drop_rollout_fork(state: Mapping[str, Any]) -> None:

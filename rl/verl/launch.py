@@ -279,10 +279,14 @@ def check_database(
     counts = root.list_namespaces(with_counts=True)
     empty = [b for b in bases if counts.get(tuple(b.split("/")), 0) == 0]
     if empty:
-        ids = ",".join(b.split("/")[-1] for b in empty)
+        locomo = [b for b in empty if not b.startswith("factconsolidation/")]
+        ids = ",".join(b.split("/")[-1] for b in locomo)
+        hints = [f"`memupdate data load --locomo FILE --conversations {ids}`"] if locomo else []
+        if len(locomo) < len(empty):  # FactConsolidation's training banks are loaded by the preprocessing
+            hints.append("`memupdate data preprocess --task compaction --factconsolidation FILE --out DIR`")
         raise LaunchError(
             f"{len(empty)} base namespace(s) the dataset forks from hold no memories in {shown}: {', '.join(empty[:8])}"
-            f"{' ...' if len(empty) > 8 else ''}. Load them: `memupdate data load --locomo FILE --conversations {ids}`"
+            f"{' ...' if len(empty) > 8 else ''}. Load them: {' and '.join(hints)}"
         )
     done = [f"database {shown}: migrated, {len(bases)} base namespaces loaded"]
     if prune_after is not None and dry_run:
