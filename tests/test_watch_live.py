@@ -20,6 +20,7 @@ from langgraph_source import langgraph_store, langmem_tool, remember
 
 from memupdate.agent.background import BackgroundCompactor
 from memupdate.bank.change_log import history, superseded_rows
+from memupdate.bank.sources import read_source, store_key
 from memupdate.store import MemoryStore, NewMemory
 from memupdate.store.langgraph_store import PostgresMemoryStore
 
@@ -50,8 +51,14 @@ def check_nothing_lost(lg, bank: MemoryStore, app_final: dict[str, str | None]) 
     superseded it with a record (its text kept whole) and its replacements are in the store; an item
     the app deleted is not there."""
     now = held(lg)
-    assert {m.key: m.content for m in bank.list()} == now
-    kept = superseded_rows(bank)
+    mapped = {state["key"]: source_key for source_key, state in read_source(bank)["items"].items()}
+
+    def in_store(key: str) -> str:  # a memory's key as an item: the app's own, or the UUID memupdate gave it
+        return mapped.get(key) or store_key(bank.path, key)
+
+    assert {in_store(m.key): m.content for m in bank.list()} == now
+    kept = [{**r, "key": in_store(r["key"]), "superseded_by": [in_store(k) for k in r["superseded_by"] or []]}
+            for r in superseded_rows(bank)]
     for key, content in app_final.items():
         if content is None:
             assert key not in now, f"{key}, deleted by the app, came back"
