@@ -114,27 +114,27 @@ def rollouts(path: str, store: Any, task: Any, units: list, student: Any, member
     n = len(records)
     return {
         "path": path, "temperature": temperature, "rollouts": n, "wall_s": round(wall, 1),
-        "rollouts_per_min": round(60 * n / wall, 2), "turns_per_rollout": round(sum(r.get("turns", 0) or 0 for r in records) / n, 2),
+        "rollouts_per_min": round(60 * n / wall, 2), "turns_per_rollout": round(sum(r.turns for r in records) / n, 2),
         "replies": meter.replies, "new_tokens_per_rollout": round(meter.new / n, 1),
         "prompt_tokens_per_rollout": round(meter.prompt / n, 1), "prefill_tokens_per_rollout": round(meter.prefill / n, 1),
         "scoring_s_per_rollout": round(meter.scoring_s / n, 2),
-        "reward_mean": round(sum(r["reward"] for r in records) / n, 4), "load_before": before, "load_after": load(),
+        "reward_mean": round(sum(r.reward for r in records) / n, 4), "load_before": before, "load_after": load(),
         "records": records,
     }
 
 
-def same_calls(a: list[dict], b: list[dict]) -> list[bool]:
-    """Per rollout pair: the same tool calls (names, arguments) and the same assistant texts."""
-    def calls(record: dict) -> Any:
-        said = [m["content"] for m in record["messages"] if m["role"] == "assistant"]
-        return [(c["name"], c["args"]) for c in record["calls"]], said
+def same_calls(a: list[Any], b: list[Any]) -> list[bool]:
+    """Per rollout pair (`task.Rollout`s): the same tool calls (names, arguments) and the same assistant texts."""
+    def calls(record: Any) -> Any:
+        said = [m["content"] for m in record.messages if m["role"] == "assistant"]
+        return [(c["name"], c["args"]) for c in record.calls], said
 
     return [calls(x) == calls(y) for x, y in zip(a, b, strict=True)]
 
 
 def compaction(store: Any, student: Any, memories: list, source: str) -> dict[str, Any]:
     """`compact_bank` of a bank of `memories` with the batched student, timed."""
-    from memupdate.agent.compaction import compact_bank
+    from memupdate.agent.compaction import DEFAULT_NEIGHBOURHOOD, compact_bank
 
     bank = store.scoped((*store.namespace, "compact-bank"))
     bank.create_many(memories)
@@ -142,7 +142,7 @@ def compaction(store: Any, student: Any, memories: list, source: str) -> dict[st
     before = load()
     started = time.perf_counter()
     with console.status(f"compacting a {len(memories)}-memory bank with the student ..."):
-        result = compact_bank(policy, bank, (*store.namespace, "compact-fork"), size=20, **BUDGETS)
+        result = compact_bank(policy, bank, (*store.namespace, "compact-fork"), size=DEFAULT_NEIGHBOURHOOD, **BUDGETS)
     wall = time.perf_counter() - started
     calls = len(result.calls)
     return {"memories": len(memories), "episodes": result.episodes, "failed_episodes": len(result.failed_episodes),

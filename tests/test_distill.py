@@ -74,9 +74,9 @@ def test_a_killed_run_resumes_from_its_jsonl(store: MemoryStore, sample, tmp_pat
     counting = PolicyGroup("heuristic", lambda seed: resumed.append(seed) or heuristic.member(seed))
     records = collect(store, TASK, counting, prompts, 2, "it1", TrajectoryLog(tmp_path / TRAJECTORIES))
     assert len(resumed) == 2 and set(resumed).isdisjoint(runs)  # only the two missing rollouts ran
-    assert [r["key"] for r in records] == [f"it1/{p.group}/g{m}" for p in prompts for m in range(2)]
+    assert [r.key for r in records] == [f"it1/{p.group}/g{m}" for p in prompts for m in range(2)]
     lines = [json.loads(line) for line in (tmp_path / TRAJECTORIES).read_text().splitlines()]
-    assert sorted(r["key"] for r in lines) == sorted(r["key"] for r in records)
+    assert sorted(r["key"] for r in lines) == sorted(r.key for r in records)
     first = lines[0]
     assert first["messages"][0]["role"] == "system" and first["calls"][0]["name"] == "search_memory"
     assert {"reward", "reward_parts", "valid_calls", "invalid_calls", "ok_calls", "stop_reason"} <= set(first)
@@ -221,3 +221,18 @@ def test_a_repeated_call_and_its_first_result_are_counted_apart() -> None:
     assert [c["ok"] for c in summary["calls"]] == [True, False, True, False]
     assert (summary["ok_calls"], summary["failed_calls"]) == (2, 2)
 
+
+
+def test_a_logged_record_reads_back_as_it_was_written() -> None:
+    """A trajectory log line (flat JSON, as runs before typed records wrote it too) reads back as a typed
+    Rollout and writes out the same object: a resumed run reads an earlier run's logs."""
+    from memupdate.rl.distill.task import Rollout
+
+    line = {"key": "teacher/conv-26/n000/g0", "policy": "heuristic", "member": 0, "seed": 7, "sample_id": "conv-26",
+            "group": "conv-26/n000", "messages": [{"role": "assistant", "content": "hi"}], "calls": [], "valid_calls": 0,
+            "invalid_calls": 0, "ok_calls": 0, "failed_calls": 0, "turns": 1, "reward": 0.25,
+            "reward_parts": {"performance_delta": 0.25}, "neighbourhood": ["f0000"], "stop_reason": "done", "seconds": 1.5}
+    record = Rollout.from_json(line)
+    assert (record.key, record.group, record.reward, record.stop_reason, record.turns) == (line["key"], "conv-26/n000", 0.25, "done", 1)
+    assert record.facts == {"sample_id": "conv-26", "neighbourhood": ["f0000"]}
+    assert record.as_json() == line and Rollout.from_json(record.as_json()) == record

@@ -15,6 +15,7 @@ from memupdate.rl.distill.advantages import (
     imitation_weights,
     zero_variance_groups,
 )
+from memupdate.rl.distill.task import Rollout
 
 
 def test_hand_worked_groups() -> None:
@@ -73,10 +74,10 @@ def test_mismatched_lengths_are_a_clear_error() -> None:
 def test_imitation_and_advantage_weights() -> None:
     look = {"name": "sample_memory", "ok": True}
     date = {"name": "manage_memory", "ok": True}
-    records = [{"group": "a", "reward": 0.4}, {"group": "a", "reward": 0.0}, {"group": "b", "reward": 0.2},
-               {"group": "b", "reward": 0.2}, {"group": "c", "reward": 0.0, "calls": [look]},
-               {"group": "c", "reward": 0.0, "calls": [look, date]}, {"group": "d", "reward": 0.3}, {"group": "d", "reward": 0.1},
-               {"group": "d", "reward": 0.0}]
+    records = [Rollout(group=g, messages=[], reward=reward, reward_parts={}, calls=calls) for g, reward, calls in [
+        ("a", 0.4, []), ("a", 0.0, []), ("b", 0.2, []), ("b", 0.2, []), ("c", 0.0, [look]), ("c", 0.0, [look, date]),
+        ("d", 0.3, []), ("d", 0.1, []), ("d", 0.0, []),
+    ]]
     advantages, stats = assign_advantages(records)
     assert (stats["groups"], stats["zero_variance_groups"], stats["positive"]) == (4, 2, 2)
     # Distillation imitates each group's best: above 0, or a look and no edit where nothing gained (not an

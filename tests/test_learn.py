@@ -117,6 +117,6 @@ def test_an_evaluation_is_reproducible(store: MemoryStore, sample, tiny_student)
     base = ingest_conversation(store, sample)
     policy = make_policy("hf", store, model=str(tiny_student), max_new_tokens=24, max_prose_tokens=12, seed=0)
     first, second = (task.rollout(policy, base, WholeBank(sample)) for _ in range(2))
-    replies = [[m["content"] for m in record["messages"] if m["role"] in ("assistant", "tool")] for record in (first, second)]
+    replies = [[m["content"] for m in record.messages if m["role"] in ("assistant", "tool")] for record in (first, second)]
     assert replies[0] and replies[0] == replies[1]
-    assert first["question_deltas"] == second["question_deltas"]
+    assert first.facts["question_deltas"] == second.facts["question_deltas"]

@@ -16,11 +16,15 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Hashable, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from memupdate.agent.tools import MEMORY_TOOLS
 from memupdate.scoring.summaries import mean
+
+if TYPE_CHECKING:
+    from memupdate.rl.distill.task import Rollout
 
 EPSILON = 1e-6
 
@@ -52,10 +56,10 @@ def zero_variance_groups(rewards: Sequence[float], groups: Sequence[Hashable], t
     return [g for g, values in by_group.items() if len(values) > 1 and max(values) - min(values) <= tolerance]
 
 
-def assign_advantages(records: Sequence[dict]) -> tuple[list[float], dict]:
+def assign_advantages(records: Sequence[Rollout]) -> tuple[list[float], dict]:
     """Each trajectory record's group-relative advantage (grouped by `group`), and the counts a report needs."""
-    rewards = [r["reward"] for r in records]
-    groups = [r["group"] for r in records]
+    rewards = [r.reward for r in records]
+    groups = [r.group for r in records]
     advantages = [float(a) for a in group_advantages(rewards, groups)] if records else []
     flat = zero_variance_groups(rewards, groups)
     return advantages, {
@@ -67,7 +71,7 @@ def assign_advantages(records: Sequence[dict]) -> tuple[list[float], dict]:
     }
 
 
-def imitation_weights(records: Sequence[dict]) -> list[float]:
+def imitation_weights(records: Sequence[Rollout]) -> list[float]:
     """Distillation's weights: 1 for a trajectory with its group's best reward (ties included) when that
     reward is above 0, or is 0 and the trajectory only looked (where the teacher found nothing to edit,
     stopping is what to learn); else 0. Never negative: the teacher is far from the student. Not every
@@ -75,18 +79,18 @@ def imitation_weights(records: Sequence[dict]) -> list[float]:
     earlier, and teaches stopping early."""
     best: dict[str, float] = defaultdict(lambda: -math.inf)
     for r in records:
-        best[r["group"]] = max(best[r["group"]], round(r["reward"], 9))
+        best[r.group] = max(best[r.group], round(r.reward, 9))
 
-    def imitated(r: dict) -> bool:
-        reward = round(r["reward"], 9)
-        return reward == best[r["group"]] and (reward > 0 or (reward == 0 and not edited(r)))
+    def imitated(r: Rollout) -> bool:
+        reward = round(r.reward, 9)
+        return reward == best[r.group] and (reward > 0 or (reward == 0 and not edited(r)))
 
     return [1.0 if imitated(r) else 0.0 for r in records]
 
 
-def edited(record: dict) -> bool:
+def edited(record: Rollout) -> bool:
     """Whether a trajectory made a call to a writing tool that ran (not only looks)."""
-    return any(c["ok"] and MEMORY_TOOLS[c["name"]].writes for c in record.get("calls", ()))
+    return any(c["ok"] and MEMORY_TOOLS[c["name"]].writes for c in record.calls)
 
 
 def advantage_weights(advantages: Sequence[float]) -> list[float]:

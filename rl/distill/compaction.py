@@ -23,24 +23,27 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from langchain_core.language_models import BaseChatModel
 
-from memupdate.agent.compaction import compact, neighbourhood_episode, neighbourhoods
-from memupdate.bank.change_log import bank_vectors
+from memupdate.agent.compaction import DEFAULT_NEIGHBOURHOOD, compact, neighbourhood_episode, neighbourhoods
 from memupdate.llm.chat import to_chat_dicts
 from memupdate.rl.data.conversation import Conversation
 from memupdate.rl.data.ingest import ingest_conversation
 from memupdate.rl.data.namespaces import trajectory_namespace
 from memupdate.rl.distill.config import STUDENT_NEIGHBOURHOOD
 from memupdate.rl.distill.rollouts import call_summary
-from memupdate.rl.distill.targeted import spread
+from memupdate.rl.distill.task import Rollout, spread
 from memupdate.rl.evaluate import EvalConfig, eval_questions
 from memupdate.scoring.questions import QAItem
 from memupdate.scoring.reward import RewardBreakdown, RewardConfig, compute_compaction_reward
+from memupdate.scoring.summaries import interval, mean
 from memupdate.store import MemoryStore
+
+if TYPE_CHECKING:
+    from memupdate.rl.distill.config import LearnConfig
 
 
 @dataclass(frozen=True)
@@ -75,6 +78,11 @@ class CompactionTask:
     max_turns: int | None = None
     max_operations: int | None = None
     name: str = "compaction"
+    score: ClassVar[str] = "qa_delta"  # each held-out question's QA proxy change on its compacted bank
+
+    @classmethod
+    def from_config(cls, config: LearnConfig, store: MemoryStore) -> CompactionTask:
+        return cls(store, config.reward, config.neighbourhood, config.max_turns, config.max_operations)
 
     def training_units(self, conversations: Sequence[Conversation], per_conversation: int) -> list[Neighbourhood]:
         """`per_conversation` neighbourhoods spread over each conversation's bank (all of them for 0)."""
@@ -91,10 +99,10 @@ class CompactionTask:
 
     def neighbourhoods(self, conversation: Conversation) -> list[list[str]]:
         """The conversation's bank cut as `memupdate compact --size {size}` cuts it."""
-        keys, vectors = bank_vectors(ingest_conversation(self.store, conversation))
+        keys, vectors = ingest_conversation(self.store, conversation).vectors()
         return neighbourhoods(keys, vectors, self.size)
 
-    def rollout(self, policy: BaseChatModel | None, base: MemoryStore, unit: Neighbourhood | WholeBank) -> dict[str, Any]:
+    def rollout(self, policy: BaseChatModel | None, base: MemoryStore, unit: Neighbourhood | WholeBank) -> Rollout:
         """Fork the bank, compact the unit (one neighbourhood, or the whole bank) blind, score it on every
         question, drop the fork."""
         started = time.perf_counter()
@@ -110,20 +118,67 @@ class CompactionTask:
                 messages = episode.messages if episode else []
                 calls = call_summary(messages)
                 reward = compute_compaction_reward(base, fork, questions, unit.keys, self.reward, calls["failed_calls"])
-            facts = {"neighbourhood": list(unit.keys), "stop_reason": episode.stop_reason if episode else None}
-        else:
+            stop_reason = episode.stop_reason if episode else None
+            facts = {"neighbourhood": list(unit.keys)}
+        else:  # a whole bank's stop reasons are in `facts["stop_reasons"]`
             messages, calls, reward, facts = self._compact_whole(policy, base, namespace, questions)
+            stop_reason = None
+        return Rollout(
+            unit.group,
+            to_chat_dicts(messages),  # a whole bank's: every episode's transcript, one after another
+            reward.reward, reward.as_dict(), **calls, stop_reason=stop_reason,
+            turns=sum(1 for m in messages if m.type == "ai"), seconds=round(time.perf_counter() - started, 2),
+            facts={"sample_id": sample_id, **facts},
+        )
+
+    # -- what learning reports of this task (task.Task) --
+
+    def teacher_options(self, stepwise: int) -> dict[str, Any]:
+        """Blind, the heuristic teacher's first look shows the whole neighbourhood and it makes one edit a
+        turn, so each edit follows the result that names what is left to date (`stepwise` is not used)."""
+        return {"stepwise": self.size, "calls_per_turn": 1}
+
+    def as_users_run(self) -> CompactionTask:
+        """The reference users have: `memupdate compact --policy heuristic`, as it runs (its neighbourhood,
+        no budgets)."""
+        return replace(self, size=DEFAULT_NEIGHBOURHOOD, max_turns=None, max_operations=None)
+
+    def evaluation(self, records: Sequence[Rollout]) -> dict[str, Any]:
+        """Whole banks: each question's QA change (paired per question), and what a compaction left."""
+        facts = [r.facts for r in records]
+        if not all("question_deltas" in f for f in facts):
+            return {}
         return {
-            "sample_id": sample_id,
-            "group": unit.group,
-            "messages": to_chat_dicts(messages),  # a whole bank's: every episode's transcript, one after another
-            **calls,
-            "turns": sum(1 for m in messages if m.type == "ai"),
-            "reward": reward.reward,
-            "reward_parts": reward.as_dict(),
-            **facts,
-            "seconds": round(time.perf_counter() - started, 2),
+            "question_deltas": [d for f in facts for d in f["question_deltas"]],
+            "qa_before": mean([q for f in facts for q in f["qa_before"]]),
+            "memories_before": sum(f["memories_before"] for f in facts),
+            "memories_after": sum(f["memories_after"] for f in facts),
+            "lost_sources": sum(f["lost_sources"] for f in facts),
+            "seconds": sum(r.seconds for r in records),
         }
+
+    def evaluation_row(self, result: dict[str, Any], reference: dict[str, Any] | None) -> dict[str, Any]:
+        """The QA change with its interval, its share of the heuristic compaction's, questions better and
+        worse, memories before and after, lost sources per 100 memories."""
+        if "question_deltas" not in result:
+            return {}
+        deltas = result["question_deltas"]
+        gain = mean(reference["question_deltas"]) if reference else 0.0
+        return {
+            "qa_delta": interval(deltas),
+            "qa_before": result["qa_before"],
+            "share_of_heuristic": round(mean(deltas) / gain, 3) if gain > 0 else None,
+            "better_worse": [sum(d > 1e-9 for d in deltas), sum(d < -1e-9 for d in deltas)],
+            "memories": [result["memories_before"], result["memories_after"]],
+            "lost_sources_per_100": round(100 * result["lost_sources"] / max(result["memories_before"], 1), 2),
+            "seconds": result["seconds"],
+        }
+
+    def paired_values(self, result: dict[str, Any]) -> list[float]:
+        return result.get("question_deltas", result["rewards"])
+
+    def held_out_skipped(self) -> dict[str, Any]:
+        return {}  # every held-out bank is compacted whole
 
     def _compact_whole(
         self, policy: BaseChatModel | None, base: MemoryStore, namespace: Sequence[str], questions: list[QAItem]
@@ -133,7 +188,7 @@ class CompactionTask:
         if policy is None:
             with base.forked(namespace) as fork:
                 reward = compute_compaction_reward(base, fork, questions, None, self.reward)
-            return [], call_summary([]), reward, bank_facts(reward, questions) | {"stop_reason": None}
+            return [], call_summary([]), reward, bank_facts(reward, questions)
         # The compaction users run (`memupdate compact`); the reward below scores its fork on every question.
         result = compact(policy, base, namespace, size=self.size, max_turns=self.max_turns, max_operations=self.max_operations,
                          review=False).result
@@ -144,7 +199,6 @@ class CompactionTask:
         finally:
             result.fork.drop()
         facts = bank_facts(reward, questions) | {
-            "stop_reason": None,  # a whole bank's are in `stop_reasons`
             "episodes": result.episodes, "failed_episodes": result.failed_episodes, "stop_reasons": result.stop_reasons,
         }
         return messages, calls, reward, facts

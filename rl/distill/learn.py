@@ -44,7 +44,6 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from memupdate.agent.compaction import DEFAULT_NEIGHBOURHOOD
 from memupdate.rl.data.locomo import Conversation
 from memupdate.rl.distill.advantages import advantage_weights, assign_advantages, imitation_weights
 from memupdate.rl.distill.compaction import CompactionTask
@@ -58,8 +57,8 @@ from memupdate.rl.distill.rollouts import (
     policy_group,
     summarize,
 )
-from memupdate.rl.distill.targeted import TargetedTask, spread
-from memupdate.rl.distill.task import Task, Unit
+from memupdate.rl.distill.targeted import TargetedTask
+from memupdate.rl.distill.task import Rollout, Task, Unit, spread
 from memupdate.scoring.summaries import interval, mean
 from memupdate.store import MemoryStore, MemupdateError
 
@@ -84,7 +83,7 @@ class Run:
     evals: list[Unit]
     kept_out: set[str]  # the held-out loss's units
     done: dict[str, Any]
-    teacher_records: list[dict[str, Any]] = field(default_factory=list)
+    teacher_records: list[Rollout] = field(default_factory=list)
     settings: dict[str, Any] = field(default_factory=dict)  # how the student sees its prompts (`prompt_settings`)
 
     def stage(self, name: str, fn: Callable[[], Any]) -> Any:
@@ -97,7 +96,7 @@ class Run:
             release_memory()
         return self.done[name]["result"]
 
-    def collect(self, group: PolicyGroup, units: Sequence[Unit], members: int, prefix: str, label: str) -> list[dict[str, Any]]:
+    def collect(self, group: PolicyGroup, units: Sequence[Unit], members: int, prefix: str, label: str) -> list[Rollout]:
         return collect(self.store, self.task, group, units, members, prefix, self.log, self.config.seed, self.progress, label)
 
 
@@ -124,8 +123,8 @@ def learn(
     start = student_start(run, teacher_records)
     run.settings = prompt_settings(start)
     run.stage("eval-teacher", lambda: evaluate(run, "teacher", teacher(run, 0.0, 0.0)))
-    if isinstance(task, CompactionTask):  # the reference users have: `memupdate compact --policy heuristic`, as it runs
-        as_users_run = replace(task, size=DEFAULT_NEIGHBOURHOOD, max_turns=None, max_operations=None)
+    as_users_run = task.as_users_run()  # the reference users have (compaction: `memupdate compact --policy heuristic`)
+    if as_users_run is not None:
         run.stage("eval-heuristic", lambda: evaluate(run, "heuristic", policy_group("heuristic", store), as_users_run))
     run.stage("eval-no-edits", lambda: evaluate(run, "no-edits", policy_group("none", store)))
     run.stage("eval-zero-shot", lambda: evaluate(run, "zero-shot", student(run, start, 0.0)))
@@ -142,7 +141,7 @@ def learn(
         run.stage(f"eval-rl-{k}", lambda k=k, target=target: evaluate(run, f"rl-{k}", student(run, target, 0.0)))
         current = target
 
-    metrics = collect_metrics(run.done, config, train, held_out, current) | {"held_out_skipped": getattr(task, "skipped", {})}
+    metrics = collect_metrics(run.done, config, task, train, held_out, current) | {"held_out_skipped": task.held_out_skipped()}
     (run.out / "metrics.json").write_text(json.dumps(metrics, indent=2))
     plot_learning_curve(metrics, run.out / "learning_curve.png")
     return metrics
@@ -151,13 +150,15 @@ def learn(
 # -- set-up ---------------------------------------------------------------------------------------------
 
 
+# What a run can learn: a task's name (`--task`) -> its class (`task.Task`). Add a task here.
+TASKS: dict[str, type[Task]] = {"compaction": CompactionTask, "targeted": TargetedTask}
+
+
 def make_task(config: LearnConfig, store: MemoryStore) -> Task:
     """The config's task with its budgets and reward."""
-    if config.task == "compaction":
-        return CompactionTask(store, config.reward, config.neighbourhood, config.max_turns, config.max_operations)
-    if config.task == "targeted":
-        return TargetedTask(config.reward, config.max_turns, config.max_operations, store=store)
-    raise MemupdateError(f"--task {config.task!r}: choose compaction or targeted")
+    if config.task not in TASKS:
+        raise MemupdateError(f"--task {config.task!r}: choose {' or '.join(TASKS)}")
+    return TASKS[config.task].from_config(config, store)
 
 
 def check_config(config: LearnConfig, train: Sequence[Conversation], held_out: Sequence[Conversation]) -> LearnConfig:
@@ -216,15 +217,11 @@ def kept_out(units: Sequence[Unit]) -> set[str]:
 def teacher(run: Run, explore: float, temperature: float) -> PolicyGroup:
     """The teacher's group: the heuristic in its stepwise form (seeded `explore`), or any other policy."""
     config = run.config
-    if config.teacher == "heuristic":
-        # Blind, its first look shows the whole neighbourhood and it makes one edit a turn, so each edit
-        # follows the result that names what is left to date; targeted, its search shows `stepwise` memories.
-        blind = isinstance(run.task, CompactionTask)
-        shown = config.neighbourhood if blind else config.stepwise
+    if config.teacher == "heuristic":  # what its first look shows and how it edits: the task's (`teacher_options`)
+        options = run.task.teacher_options(config.stepwise)
         return policy_group(
-            "heuristic", run.store, label=f"heuristic(stepwise={shown}, explore={explore})",
-            max_operations=config.teacher_operations, explore=explore, stepwise=shown, look_first=True,
-            **({"calls_per_turn": 1} if blind else {}),
+            "heuristic", run.store, label=f"heuristic(stepwise={options['stepwise']}, explore={explore})",
+            max_operations=config.teacher_operations, explore=explore, look_first=True, **options,
         )
     return policy_group(
         config.teacher, run.store, label=f"{config.teacher}:{config.teacher_model}" if config.teacher_model else config.teacher,
@@ -242,10 +239,10 @@ def student(run: Run, path: str | Path, temperature: float) -> PolicyGroup:
     )
 
 
-def check_teacher_signal(run: Run, teacher_records: list[dict[str, Any]]) -> None:
+def check_teacher_signal(run: Run, teacher_records: list[Rollout]) -> None:
     """Before any evaluation: the teacher's groups hold something to imitate, else one clear error."""
     _, stats = assign_advantages(teacher_records)
-    if not any(r["reward"] > 0 for r in teacher_records):
+    if not any(r.reward > 0 for r in teacher_records):
         raise MemupdateError(
             f"no teacher trajectory earned a reward above 0 ({stats['zero_variance_groups']} of "
             f"{stats['groups']} groups have equal rewards within the group): nothing to imitate; raise --explore "
@@ -253,7 +250,7 @@ def check_teacher_signal(run: Run, teacher_records: list[dict[str, Any]]) -> Non
         )
 
 
-def student_start(run: Run, teacher_records: Sequence[dict[str, Any]]) -> Path:
+def student_start(run: Run, teacher_records: Sequence[Rollout]) -> Path:
     """The checkpoint SFT starts from: the configured one, or for `tiny` one built once from the teacher's
     trajectories (a tiny Qwen2 whose tokenizer is trained on them; nothing downloaded)."""
     config = run.config
@@ -265,7 +262,7 @@ def student_start(run: Run, teacher_records: Sequence[dict[str, Any]]) -> Path:
         from memupdate.rl.distill.tiny_student import build_tiny_checkpoint, train_tokenizer
 
         renderer = train_tokenizer()  # only its chat template is used, to render the texts the real one learns from
-        texts = [render_transcript(renderer, r["messages"]) for r in teacher_records if r["messages"]]
+        texts = [render_transcript(renderer, r.messages) for r in teacher_records if r.messages]
         build_tiny_checkpoint(
             path, config.tiny_vocab_size, texts=texts, hidden_size=config.tiny_hidden_size, layers=config.tiny_layers,
             max_positions=max(config.max_length, 4096),
@@ -280,28 +277,19 @@ def teacher_groups(run: Run) -> list[str]:
     """`group_size` seeded rollouts of the teacher per training unit; their keys in the trajectory log."""
     config = run.config
     records = run.collect(teacher(run, config.explore, config.temperature), run.units, config.group_size, "teacher", "teacher groups")
-    return [r["key"] for r in records]
+    return [r.key for r in records]
 
 
 def evaluate(run: Run, label: str, group: PolicyGroup, task: Task | None = None) -> dict[str, Any]:
     """One greedy rollout of `group` per held-out unit (of the run's task, or `task`), logged under
     `eval/{label}`; the summary and rewards."""
-    records = collect(run.store, task or run.task, group, run.evals, 1, f"eval/{label}", run.eval_log, run.config.seed, run.progress, f"eval {label}")
-    result = {**summarize(records), "rewards": [r["reward"] for r in records], "groups": [r["group"] for r in records],
-              "tokens_per_rollout": mean([_tokens(r) for r in records])}
-    if all("question_deltas" in r for r in records):  # whole banks: paired per question, and what a compaction left
-        result |= {
-            "question_deltas": [d for r in records for d in r["question_deltas"]],
-            "qa_before": mean([q for r in records for q in r["qa_before"]]),
-            "memories_before": sum(r["memories_before"] for r in records),
-            "memories_after": sum(r["memories_after"] for r in records),
-            "lost_sources": sum(r["lost_sources"] for r in records),
-            "seconds": sum(r["seconds"] for r in records),
-        }
-    return result
+    task = task or run.task
+    records = collect(run.store, task, group, run.evals, 1, f"eval/{label}", run.eval_log, run.config.seed, run.progress, f"eval {label}")
+    return {**summarize(records), "rewards": [r.reward for r in records], "groups": [r.group for r in records],
+            "tokens_per_rollout": mean([_tokens(r) for r in records])} | task.evaluation(records)
 
 
-def sft(run: Run, start: Path, teacher_records: list[dict[str, Any]]) -> dict[str, Any]:
+def sft(run: Run, start: Path, teacher_records: list[Rollout]) -> dict[str, Any]:
     """Fine-tune `start` into `out/sft` on the best of each teacher group (`imitation_weights`)."""
     _, stats = assign_advantages(teacher_records)
     weights = imitation_weights(teacher_records)
@@ -310,21 +298,21 @@ def sft(run: Run, start: Path, teacher_records: list[dict[str, Any]]) -> dict[st
     return {**stats, "training": training}
 
 
-def rl_iteration(run: Run, k: int, start: Path, target: Path, teacher_records: list[dict[str, Any]]) -> dict[str, Any]:
+def rl_iteration(run: Run, k: int, start: Path, target: Path, teacher_records: list[Rollout]) -> dict[str, Any]:
     """The student at `start` rolls out its own groups, joined by the teacher's; advantage-weighted into `target`."""
     config = run.config
     chosen = spread([u for u in run.units if u.group not in run.kept_out], config.rl_questions)
     own = run.collect(student(run, start, config.temperature), chosen, config.student_group_size, f"rl-{k}", f"rl-{k} student groups")
-    minutes = sum(r["seconds"] for r in own) / 60  # each rollout's own time: right on a resumed stage too
+    minutes = sum(r.seconds for r in own) / 60  # each rollout's own time: right on a resumed stage too
     groups = {u.group for u in chosen}
-    records = own + [r for r in teacher_records if r["group"] in groups]
+    records = own + [r for r in teacher_records if r.group in groups]
     advantages, stats = assign_advantages(records)
     weights = advantage_weights(advantages)
-    students = [w for w, r in zip(weights, records, strict=True) if r["policy"].startswith("student")]
+    students = [w for w, r in zip(weights, records, strict=True) if r.policy.startswith("student")]
     return {
         **stats,
         "student": summarize(own),
-        "student_reward_mean": mean([r["reward"] for r in own]),
+        "student_reward_mean": mean([r.reward for r in own]),
         "rollouts_per_minute": round(len(own) / minutes, 2) if minutes > 0 else None,
         "tokens_per_rollout": mean([_tokens(r) for r in own]),
         "student_trajectories_trained": sum(w > 0 for w in students),
@@ -334,13 +322,13 @@ def rl_iteration(run: Run, k: int, start: Path, target: Path, teacher_records: l
 
 
 def train_stage(
-    run: Run, start: Path, target: Path, records: list[dict[str, Any]], weights: list[float], epochs: int,
+    run: Run, start: Path, target: Path, records: list[Rollout], weights: list[float], epochs: int,
     learning_rate: float, sweep: tuple = (),
 ) -> dict[str, Any]:
     """Fine-tune `start` into `target` on the weighted records, as the student saw them; the kept-out units'
     teacher trajectories give the held-out loss."""
     config = run.config
-    examples = [(_seen(r, run.settings), w) for r, w in zip(records, weights, strict=True) if r["group"] not in run.kept_out and r["messages"]]
+    examples = [(_seen(r, run.settings), w) for r, w in zip(records, weights, strict=True) if r.group not in run.kept_out and r.messages]
     train_config = config.training(learning_rate=learning_rate, epochs=epochs, sweep=sweep)
     return finetune(start, target, examples, held_out_trajectories(run), train_config, progress=run.progress)
 
@@ -354,17 +342,19 @@ def rl_learning_rate(run: Run) -> float:
 def held_out_trajectories(run: Run) -> list[list[dict[str, str]]]:
     """The kept-out units' teacher trajectories that earned a reward (all of them if none did: a loss is
     still measured, and the learning-rate sweep still has something to choose by)."""
-    kept = [r for r in run.teacher_records if r["group"] in run.kept_out and r["messages"]]
-    return [_seen(r, run.settings) for r in [r for r in kept if r["reward"] > 0] or kept]
+    kept = [r for r in run.teacher_records if r.group in run.kept_out and r.messages]
+    return [_seen(r, run.settings) for r in [r for r in kept if r.reward > 0] or kept]
 
 
 # -- metrics --------------------------------------------------------------------------------------------
 
 
-def collect_metrics(done: dict[str, Any], config: LearnConfig, train: Sequence[Conversation], held_out: Sequence[Conversation], final: Path) -> dict[str, Any]:
+def collect_metrics(
+    done: dict[str, Any], config: LearnConfig, task: Task, train: Sequence[Conversation], held_out: Sequence[Conversation], final: Path,
+) -> dict[str, Any]:
     evals = {name.removeprefix("eval-"): stage["result"] for name, stage in done.items() if name.startswith("eval-")}
     teacher_mean = evals["teacher"]["reward_mean"]
-    reference = evals.get("heuristic")  # compaction: the heuristic compaction users have
+    reference = evals.get("heuristic")  # the task as users run it (`as_users_run`), if it has one
     table = {}
     for name, result in evals.items():
         table[name] = {
@@ -375,39 +365,22 @@ def collect_metrics(done: dict[str, Any], config: LearnConfig, train: Sequence[C
             "calls_per_episode": result["calls_per_episode"],
             "tokens_per_rollout": result["tokens_per_rollout"],
             "tool_calls": result["tool_calls"],
-        }
-        if "question_deltas" in result:
-            gain = mean(reference["question_deltas"]) if reference else 0.0
-            table[name] |= {
-                "qa_delta": interval(result["question_deltas"]),
-                "qa_before": result["qa_before"],
-                "share_of_heuristic": round(mean(result["question_deltas"]) / gain, 3) if gain > 0 else None,
-                "better_worse": [sum(d > 1e-9 for d in result["question_deltas"]), sum(d < -1e-9 for d in result["question_deltas"])],
-                "memories": [result["memories_before"], result["memories_after"]],
-                "lost_sources_per_100": round(100 * result["lost_sources"] / max(result["memories_before"], 1), 2),
-                "seconds": result["seconds"],
-            }
+        } | task.evaluation_row(result, reference)
     rl = [n for n in evals if n.startswith("rl-")]
     if rl and "sft" in evals:  # paired per question: did the last RL iteration beat SFT alone?
-        last, sft = paired_values(evals[rl[-1]]), paired_values(evals["sft"])
+        last, sft = task.paired_values(evals[rl[-1]]), task.paired_values(evals["sft"])
         table["rl_minus_sft"] = interval([a - b for a, b in zip(last, sft, strict=True)])
     return {
         "config": _plain(config),
         "train_conversations": [c.sample_id for c in train],
         "held_out_conversations": [c.sample_id for c in held_out],
         "task": config.task,
-        "held_out_questions": len(paired_values(evals["teacher"])),
-        "score": "qa_delta" if "question_deltas" in evals["teacher"] else "reward",
+        "held_out_questions": len(task.paired_values(evals["teacher"])),
+        "score": task.score,
         "final_checkpoint": str(final),
         "evaluations": table,
         "stages": {name: {"seconds": s["seconds"], "load": s["load"], **_stage_facts(s["result"])} for name, s in done.items()},
     }
-
-
-def paired_values(result: dict[str, Any]) -> list[float]:
-    """What a stage's evaluation is compared on, per question: each question's QA change on a compacted
-    bank, else each held-out question's reward."""
-    return result.get("question_deltas", result["rewards"])
 
 
 def release_memory() -> None:
@@ -481,15 +454,15 @@ def plot_learning_curve(metrics: dict[str, Any], path: Path) -> None:
     plt.close(fig)
 
 
-def _seen(record: dict[str, Any], settings: dict[str, Any]) -> list[dict[str, str]]:
+def _seen(record: Rollout, settings: dict[str, Any]) -> list[dict[str, str]]:
     from memupdate.rl.distill.render import as_student_saw
 
-    return as_student_saw(record["messages"], settings)
+    return as_student_saw(record.messages, settings)
 
 
-def _tokens(record: dict[str, Any]) -> float:
+def _tokens(record: Rollout) -> float:
     """Characters / 4 of what the policy wrote (a token estimate that needs no tokenizer)."""
-    return sum(len(m["content"]) for m in record["messages"] if m["role"] == "assistant") / 4
+    return sum(len(m["content"]) for m in record.messages if m["role"] == "assistant") / 4
 
 
 def _plain(config: LearnConfig) -> dict[str, Any]:

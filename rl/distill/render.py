@@ -2,10 +2,10 @@
 `<tool_call>` format, and a loss mask over the assistant's tokens only.
 
     from memupdate.rl.distill.render import render_transcript, tokenize_with_mask
-    text = render_transcript(tokenizer, record["messages"])          # what the student sees and writes
-    ids, mask = tokenize_with_mask(tokenizer, record["messages"], max_length=4096)
+    text = render_transcript(tokenizer, record.messages)          # what the student sees and writes
+    ids, mask = tokenize_with_mask(tokenizer, record.messages, max_length=4096)
 
-`record["messages"]` are chat-template dicts as the `hf` policy builds them (`to_chat_dicts`): an
+`record.messages` (a `task.Rollout`'s) are chat-template dicts as the `hf` policy builds them (`to_chat_dicts`): an
 assistant turn's tool calls are written inline as Hermes blocks, exactly what the policy generates and
 parses back, and what verl's multi-turn rollout trains. The mask is built by rendering the prefix up to
 each assistant turn (Qwen2.5's template has no generation markers to ask the tokenizer for): the

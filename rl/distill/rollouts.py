@@ -18,7 +18,7 @@ import hashlib
 import json
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +29,7 @@ from memupdate.agent.policies import make_policy, with_seed
 from memupdate.agent.policies.batched import iter_together
 from memupdate.rl.data.ingest import ingest_conversation
 from memupdate.rl.data.locomo import Conversation
+from memupdate.rl.distill.task import Rollout
 from memupdate.scoring.summaries import mean
 from memupdate.store import MemoryStore, MemupdateError
 
@@ -85,11 +86,12 @@ def call_summary(messages: Sequence) -> dict[str, Any]:
 
 
 class TrajectoryLog:
-    """An append-only JSONL of records keyed by `key`; what is already there is not rolled out again."""
+    """An append-only JSONL of rollout records (`Rollout.as_json`) keyed by `key`; what is already there
+    is not rolled out again."""
 
     def __init__(self, path: Path):
         self.path = path
-        self.records: dict[str, dict[str, Any]] = {}
+        self.records: dict[str, Rollout] = {}
         if path.is_file():
             lines = path.read_text().splitlines()
             for number, line in enumerate(lines):
@@ -99,18 +101,18 @@ class TrajectoryLog:
                     if number == len(lines) - 1:  # a run killed mid-write leaves a partial last line
                         break
                     raise MemupdateError(f"{path}, line {number + 1}, is not JSON: fix or delete that line to resume") from None
-                self.records[record["key"]] = record
+                self.records[record["key"]] = Rollout.from_json(record)
             # Rewrite without a partial tail, so appends start on a fresh line.
-            path.write_text("".join(json.dumps(r) + "\n" for r in self.records.values()))
+            path.write_text("".join(json.dumps(r.as_json()) + "\n" for r in self.records.values()))
         path.touch()  # the dataset's place exists from the start, even if the first rollout fails
 
     def __contains__(self, key: str) -> bool:
         return key in self.records
 
-    def append(self, record: dict[str, Any]) -> None:
-        self.records[record["key"]] = record
+    def append(self, record: Rollout) -> None:
+        self.records[record.key] = record
         with self.path.open("a") as f:
-            f.write(json.dumps(record) + "\n")
+            f.write(json.dumps(record.as_json()) + "\n")
 
 
 def collect(
@@ -124,7 +126,7 @@ def collect(
     seed: int = 0,
     progress: Progress | None = None,
     stage: str = "rollouts",
-) -> list[dict[str, Any]]:
+) -> list[Rollout]:
     """`members` rollouts of `policy` per unit, keyed `{prefix}/{group}/g{member}`; logged ones are reused.
     A local checkpoint's rollouts run together (up to 16 at once, across units and conversations), their
     turns decoded in batches (`agent.policies.batched`); each is logged in order as it and those before
@@ -142,7 +144,7 @@ def collect(
         [lambda member_policy, unit=unit, base=base: task.rollout(member_policy, base, unit) for base, unit, _, _ in pending[: len(chosen)]],
     )
     seeds = {key: draw for _, _, key, draw in pending}
-    records: list[dict[str, Any]] = []
+    records: list[Rollout] = []
     for done, (_, _, member, key) in enumerate(todo, 1):
         if key in seeds:  # rolled out now, in order (the log keeps the order of an uninterrupted run)
             outcome = failure[1] if failure and failure[0] == key else next(outcomes)
@@ -165,7 +167,7 @@ def _members(policy: PolicyGroup, pending: Sequence[tuple[str, int]]) -> tuple[l
     return members, None
 
 
-def _record(policy: PolicyGroup, key: str, member: int, seed: int, outcome: Any, log: TrajectoryLog) -> dict[str, Any]:
+def _record(policy: PolicyGroup, key: str, member: int, seed: int, outcome: Any, log: TrajectoryLog) -> Rollout:
     """One rollout's log record; a failing policy (an endpoint, a checkpoint) is one clear error, the log kept."""
     if isinstance(outcome, MemupdateError):
         raise outcome
@@ -174,7 +176,7 @@ def _record(policy: PolicyGroup, key: str, member: int, seed: int, outcome: Any,
             f"policy {policy.name} failed on {key}: {type(outcome).__name__}: {outcome}. The {len(log.records)} "
             f"trajectories so far are kept in {log.path}; fix it and rerun the same command to resume"
         ) from outcome
-    return {"key": key, "policy": policy.name, "member": member, "seed": seed, **outcome}
+    return replace(outcome, key=key, policy=policy.name, member=member, seed=seed)
 
 
 def _by_conversation(units: Sequence[Unit]) -> list[tuple[Conversation, list[Unit]]]:
@@ -187,18 +189,18 @@ def _by_conversation(units: Sequence[Unit]) -> list[tuple[Conversation, list[Uni
 # -- summaries ------------------------------------------------------------------------------------------
 
 
-def summarize(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    valid = sum(r["valid_calls"] for r in records)
-    invalid = sum(r["invalid_calls"] for r in records)
-    tools = Counter(c["name"] for r in records for c in r["calls"])
-    tools_ok = Counter(c["name"] for r in records for c in r["calls"] if c["ok"])
+def summarize(records: Sequence[Rollout]) -> dict[str, Any]:
+    valid = sum(r.valid_calls for r in records)
+    invalid = sum(r.invalid_calls for r in records)
+    tools = Counter(c["name"] for r in records for c in r.calls)
+    tools_ok = Counter(c["name"] for r in records for c in r.calls if c["ok"])
     return {
         "questions": len(records),
-        "reward_mean": mean([r["reward"] for r in records]),
-        "qa_delta_mean": mean([r["reward_parts"]["performance_delta"] for r in records]),
+        "reward_mean": mean([r.reward for r in records]),
+        "qa_delta_mean": mean([r.reward_parts["performance_delta"] for r in records]),
         "valid_call_share": valid / (valid + invalid) if valid + invalid else None,
-        "ok_call_share": sum(r["ok_calls"] for r in records) / valid if valid else None,
+        "ok_call_share": sum(r.ok_calls for r in records) / valid if valid else None,
         "calls_per_episode": (valid + invalid) / len(records) if records else 0.0,
         "tool_calls": {name: {"calls": n, "ok": tools_ok[name]} for name, n in sorted(tools.items())},
-        "stop_reasons": dict(Counter(str(r["stop_reason"]) for r in records)),
+        "stop_reasons": dict(Counter(str(r.stop_reason) for r in records)),
     }

@@ -6,17 +6,16 @@
 
 The reward (`compute_reward`) compares the untouched base with the edited fork on the target question
 plus `reward.collateral_questions` other questions of the conversation (collateral damage). This is the
-seed's setting and verl's; `task.Task` is the seam a compaction task plugs into beside it.
+seed's setting and verl's; `task.Task` is the seam it and the compaction task (`compaction.py`) plug into.
 """
 
 from __future__ import annotations
 
-import math
 import time
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from langchain_core.language_models import BaseChatModel
 
@@ -25,11 +24,15 @@ from memupdate.rl.data.ingest import ingest_conversation
 from memupdate.rl.data.locomo import Conversation, QAItem
 from memupdate.rl.data.namespaces import trajectory_id
 from memupdate.rl.distill.rollouts import call_summary
+from memupdate.rl.distill.task import Rollout, spread
 from memupdate.rl.episode import scored_episode
 from memupdate.rl.evaluate import EvalConfig, eval_questions
 from memupdate.scoring.questions import collateral_sample
 from memupdate.scoring.reward import RewardConfig, compute_reward, score
 from memupdate.store import MemoryStore
+
+if TYPE_CHECKING:
+    from memupdate.rl.distill.config import LearnConfig
 
 
 @dataclass(frozen=True)
@@ -45,13 +48,6 @@ class Prompt:
         return f"{self.conversation.sample_id}/qa{self.qa.index}"
 
 
-def spread(items: Sequence[Any], n: int) -> list[Any]:
-    """`n` items evenly spaced over `items` (LoCoMo lists questions by kind; the first n are alike)."""
-    if n >= len(items):
-        return list(items)
-    return [items[math.floor(i * len(items) / n)] for i in range(n)]
-
-
 @dataclass(frozen=True)
 class TargetedTask:
     reward: RewardConfig
@@ -60,6 +56,11 @@ class TargetedTask:
     name: str = "targeted"
     store: MemoryStore | None = None  # where held-out banks are scored to draw questions with headroom
     skipped: dict[str, dict[str, int]] = field(default_factory=dict, compare=False)  # per held-out conversation
+    score: ClassVar[str] = "reward"  # each held-out question's reward
+
+    @classmethod
+    def from_config(cls, config: LearnConfig, store: MemoryStore) -> TargetedTask:
+        return cls(config.reward, config.max_turns, config.max_operations, store=store)
 
     def training_units(self, conversations: Sequence[Conversation], per_conversation: int) -> list[Prompt]:
         """`per_conversation` answerable questions spread over each conversation, each with its collateral sample."""
@@ -98,7 +99,7 @@ class TargetedTask:
         self.skipped[conversation.sample_id] = {"questions": len(questions), "kept": len(kept), **skipped}
         return kept
 
-    def rollout(self, policy: BaseChatModel | None, base: MemoryStore, unit: Prompt) -> dict[str, Any]:
+    def rollout(self, policy: BaseChatModel | None, base: MemoryStore, unit: Prompt) -> Rollout:
         """Fork the base, let `policy` edit the fork for the question, score it with the reward, drop it."""
         started = time.perf_counter()
         sample_id = unit.conversation.sample_id
@@ -109,16 +110,30 @@ class TargetedTask:
         )
         episode, reward = done.result, done.score
         messages = episode.messages if episode else []
-        return {
-            "sample_id": sample_id,
-            "qa_index": unit.qa.index,
-            "question": unit.qa.question,
-            "group": unit.group,
-            "messages": to_chat_dicts(messages),
-            **call_summary(messages),
-            "stop_reason": episode.stop_reason if episode else None,
-            "turns": episode.turns if episode else 0,
-            "reward": reward.reward,
-            "reward_parts": reward.as_dict(),
-            "seconds": round(time.perf_counter() - started, 2),
-        }
+        return Rollout(
+            unit.group, to_chat_dicts(messages), reward.reward, reward.as_dict(), **call_summary(messages),
+            stop_reason=episode.stop_reason if episode else None, turns=episode.turns if episode else 0,
+            seconds=round(time.perf_counter() - started, 2),
+            facts={"sample_id": sample_id, "qa_index": unit.qa.index, "question": unit.qa.question},
+        )
+
+    # -- what learning reports of this task (task.Task) --
+
+    def teacher_options(self, stepwise: int) -> dict[str, Any]:
+        """The heuristic teacher's search shows `stepwise` memories; it edits only those."""
+        return {"stepwise": stepwise}
+
+    def as_users_run(self) -> None:
+        return None  # verl's and the seed's setting: no product command runs it
+
+    def evaluation(self, records: Sequence[Rollout]) -> dict[str, Any]:
+        return {}
+
+    def evaluation_row(self, result: dict[str, Any], reference: dict[str, Any] | None) -> dict[str, Any]:
+        return {}
+
+    def paired_values(self, result: dict[str, Any]) -> list[float]:
+        return result["rewards"]
+
+    def held_out_skipped(self) -> dict[str, Any]:
+        return self.skipped
