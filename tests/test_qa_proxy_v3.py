@@ -121,3 +121,21 @@ def test_pieces_of_one_answer_in_different_memories_are_not_rivals(store: Memory
     for order in (("calm", "pottery", "camping"), ("camping", "calm", "pottery")):
         context = build_context([hits[k] for k in order], 120)
         assert qa_score(qa, context) == 1.0, "a memory from the question's own evidence is never a rival"
+
+
+@pytest.mark.slow
+def test_a_conflicted_factconsolidation_bank_is_not_scored_as_perfect(store: MemoryStore) -> None:
+    """sh_6k as loaded (every stale fact beside its newer one): v2 scored 1.000 while the packaged reader
+    matched 30% (issue 34); v3 reads the stale value ranked above the answer as a rival. Measured: 0.65."""
+    from pathlib import Path
+
+    from memupdate.rl.data.factconsolidation import load_context, load_factconsolidation, select_sources
+
+    path = Path(__file__).resolve().parents[1].parent / "shared/data/memoryagentbench/factconsolidation-dev.jsonl"
+    if not path.is_file():
+        pytest.skip(f"FactConsolidation dev file not found at {path}")
+    (sh,) = select_sources(load_factconsolidation(path), "sh_6k")
+    bank = load_context(store, sh.context).base
+    scores = [s.qa_score for s in score_questions(bank, list(sh.qa))]
+    assert sum(scores) / len(scores) < 0.8
+    assert sum(s == 0.5 for s in scores) >= 20, "the answer read under one rival earns half"
