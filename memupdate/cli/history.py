@@ -22,8 +22,6 @@ from memupdate.cli.common import (
 )
 from memupdate.store.errors import MemupdateError
 
-KIND_COUNTS = ("merge", "split", "update", "delete", "create")
-
 
 @user_errors
 def history_command(
@@ -34,6 +32,7 @@ def history_command(
 ) -> None:
     """List the bank's changes (proposed, applied, undone, discarded), or with --change N what one did."""
     from memupdate.bank.change_log import get_change, history
+    from memupdate.bank.review import CHANGE_KINDS
     from memupdate.store import to_namespace
 
     bank = open_store(url, embed_on_demand=True).scoped(to_namespace(namespace))
@@ -54,7 +53,7 @@ def history_command(
         counts = c.summary.get("counts", {})
         applied = c.summary.get("applied") or counts
         memories = f"{applied.get('memories_before', '?')} -> {applied.get('memories_after', '?')}"
-        what = ", ".join(plural(counts[k], k) for k in KIND_COUNTS if counts.get(k)) or "-"
+        what = ", ".join(plural(counts[k], k) for k in CHANGE_KINDS if counts.get(k)) or "-"
         table.add_row(str(c.id), c.status, what, memories, when.strftime("%m-%d %H:%M"), c.policy or "-")
     if changes:
         console.print(table)
