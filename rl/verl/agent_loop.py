@@ -14,6 +14,11 @@ rollout fails: a crash mid-episode still returns the trajectory up to the crash,
 fork holds, with `crashed = 1` in its parts and the error logged. A rollout that never edited scores 0.
 Reward knobs come from `reward.custom_reward_function.reward_kwargs`, the same place as the
 `compute_score` route's.
+
+The loop is the same for both tasks; the row decides. A targeted row (one question) forks the whole
+base and is scored by `compute_reward`; a compaction row (`memupdate data preprocess --task compaction`,
+`configs/locomo_memory_compaction_grpo.yaml`) names no question, so the episode is blind, its fork holds
+only its neighbourhood, and it is scored by `compute_compaction_reward` on the whole bank (`forks`).
 """
 
 from __future__ import annotations

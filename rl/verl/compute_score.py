@@ -10,7 +10,8 @@
 verl's reward worker calls it once per finished rollout with the row's `extra_info`, into which it
 has merged the rollout's `extra_fields`: the fork the rollout's first tool call made
 (`memupdate.rl.verl.forks.FORK_KEY`). The fork is scored against its base while it is open, then dropped.
-A rollout without a fork (no tool call, or the fork failed) scores 0, and the reason is logged.
+A rollout without a fork (no tool call, or the fork failed) scores 0, and the reason is logged. A
+compaction row's fork is folded into a fork of the whole bank and scored by `compute_compaction_reward`.
 It is a coroutine (verl's naive, dapo and limited reward managers await it), so reward work queues
 for the worker's few database threads instead of filling verl's executor.
 """
