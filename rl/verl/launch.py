@@ -239,7 +239,7 @@ def check_data(files: Sequence[Path]) -> list[str]:
         if not path.is_file():
             raise LaunchError(
                 f"dataset file {path} does not exist: write it with `memupdate data preprocess --locomo FILE "
-                f"--out {path.parent}`, or set data.train_files / data.val_files"
+                f"--out {path.parent}` (add --task compaction for a compaction config), or set data.train_files / data.val_files"
             )
         table = pq.read_table(path, columns=["extra_info"])
         rows = table.column("extra_info").to_pylist()
