@@ -14,7 +14,7 @@ embedding space (`neighbourhoods`): near-duplicates (cosine >= 0.85) and mutual 
 each episode is a seed and the memories nearest to it. Each episode runs the policy in blind mode (no target question) within the agent's budgets
 on a scratch namespace holding only its neighbourhood, so a search or a sample sees the memories it
 is meant to edit; its edits and event rows are then folded into the fork in one transaction
-(`memupdate.bank.change_log.fold_into`) and the scratch namespace is dropped.
+(`MemoryStore.fold`) and the scratch namespace is dropped.
 
 `compact` is `compact_bank` followed by what every caller needs of it: the review of every change
 (`bank.review.build_review`) and the QA proxy before -> after on the bank's questions
@@ -38,7 +38,6 @@ from langchain_core.messages import AIMessage, ToolMessage
 from memupdate.agent.graph import EpisodeResult, run_episode
 from memupdate.agent.policies.batched import iter_together
 from memupdate.agent.tools import MEMORY_TOOLS
-from memupdate.bank.change_log import bank_vectors, bank_version, copy_keys, fold_into
 from memupdate.bank.review import build_review
 from memupdate.scoring.qa_change import QAChange, qa_change
 from memupdate.store import MemoryStore
@@ -190,11 +189,11 @@ def compact_bank(
     BankMoved if the bank was written meanwhile (the fork is then dropped), unless `check_moved` is
     False: a live bank's changes are then checked one by one as they apply (`bank.review_queue`). On
     any exception the fork and the scratch namespaces are dropped before it propagates."""
-    version = bank_version(bank)
+    version = bank.version()
     fork = bank.fork(tuple(fork_namespace))
     result = CompactionResult(fork, [])
     try:
-        keys, vectors = bank_vectors(fork)
+        keys, vectors = fork.vectors()
         result.neighbourhoods = neighbourhoods(keys, vectors, size)
         if on_plan is not None:
             on_plan(len(result.neighbourhoods))
@@ -206,7 +205,7 @@ def compact_bank(
         for episode, outcome in zip(labels, iter_together([policy] * len(jobs), jobs), strict=True):
             if not isinstance(outcome, BaseException):
                 try:
-                    fold_into(_scratch(fork, episode), fork)
+                    fork.fold(_scratch(fork, episode))
                 except Exception as exc:
                     _scratch(fork, episode).drop()
                     outcome = exc
@@ -220,7 +219,7 @@ def compact_bank(
             result.episodes += 1
             if on_episode is not None:
                 on_episode()
-        if check_moved and bank_version(bank) != version:
+        if check_moved and bank.version() != version:
             raise BankMoved(
                 f"bank {bank.path!r} was written while the compaction ran: nothing was proposed; run the compaction again"
             )
@@ -275,7 +274,7 @@ def neighbourhood_episode(
     exception the scratch is dropped and `fork` is unchanged."""
     outcome = _blind_episode(fork, keys, episode, max_turns, max_operations, policy)
     try:
-        fold_into(_scratch(fork, episode), fork)
+        fork.fold(_scratch(fork, episode))
     except BaseException:
         _scratch(fork, episode).drop()
         raise
@@ -294,7 +293,7 @@ def _blind_episode(
     """The episode of `neighbourhood_episode` on its scratch namespace, not yet folded into `fork`; on any
     exception the scratch is dropped."""
     scratch = _scratch(fork, episode)
-    copy_keys(fork, scratch, keys)
+    fork.fork_keys(scratch, keys)
     try:
         return run_episode(policy, scratch, None, max_turns=max_turns, max_operations=max_operations)
     except BaseException:

@@ -24,7 +24,6 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-import numpy as np
 from sqlalchemy import (
     Connection,
     Text,
@@ -42,7 +41,7 @@ from sqlalchemy.dialects.postgresql import JSONB
 from memupdate.store.errors import MemupdateError
 from memupdate.store.memory_store import MemoryStore, copy_rows
 from memupdate.store.models import MemoryChange, SupersededMemory
-from memupdate.store.records import MemoryEventRecord, MemoryRecord, NamespaceVersion, NewEvent
+from memupdate.store.records import MemoryEventRecord, MemoryRecord, NewEvent
 from memupdate.store.statements import DROP, RECORD_COLUMNS, events, memories
 
 changes = MemoryChange.__table__
@@ -367,33 +366,6 @@ def _undo_one(conn: Connection, bank: MemoryStore, change: ChangeRecord) -> None
             entries.append(NewEvent("create", key, None, before))
     writer.append_events(entries, connection=conn)
 
-
-# -- forks of part of a bank (a compaction's episodes): store operations, named here for older callers ---
-
-
-def bank_version(bank: MemoryStore) -> NamespaceVersion:
-    """`bank.version()`."""
-    return bank.version()
-
-
-def bank_vectors(bank: MemoryStore) -> tuple[list[str], np.ndarray]:
-    """`bank.vectors()`."""
-    return bank.vectors()
-
-
-def key_vectors(bank: MemoryStore, keys: Sequence[str]) -> dict[str, np.ndarray]:
-    """`bank.vectors_of(keys)`."""
-    return bank.vectors_of(keys)
-
-
-def copy_keys(source: MemoryStore, target: MemoryStore, keys: Sequence[str]) -> int:
-    """`source.fork_keys(target, keys)`."""
-    return source.fork_keys(target, keys)
-
-
-def fold_into(part: MemoryStore, fork: MemoryStore) -> None:
-    """`fork.fold(part)`."""
-    fork.fold(part)
 
 
 # -- change episodes and forks -----------------------------------------------------------------------

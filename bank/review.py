@@ -190,10 +190,8 @@ def _assess(bank: MemoryStore, changes: list[dict[str, Any]], before: dict[str, 
     cosine similarity of any two sources, the content words they all share, `unrelated` when the
     similarity is under UNRELATED_BELOW or they share no word) and the words its results hold that no
     source does (`unsupported`, dates its sources' relative time resolves to excepted)."""
-    from memupdate.bank.change_log import key_vectors
-
     several = [k["key"] for c in changes if len(c["sources"]) > 1 for k in c["sources"]]
-    vectors = key_vectors(bank, several)
+    vectors = bank.vectors_of(several)
     for change in changes:
         sources = [before[s["key"]] for s in change["sources"]]
         results = [after[r["key"]] for r in change["results"]]

@@ -31,7 +31,15 @@ import time
 import uuid
 from pathlib import Path
 
-from memupdate.bench.common import bench_main, bench_namespace, console, load_embedder, open_engine, print_table, server_line
+from memupdate.bench.common import (
+    bench_main,
+    bench_namespace,
+    console,
+    load_embedder,
+    open_engine,
+    print_table,
+    server_line,
+)
 
 ENV_VAR = "MEMUPDATE_FACTCONSOLIDATION_FILE"
 DEV_FILE = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "memoryagentbench" / "factconsolidation-dev.jsonl"
@@ -74,7 +82,6 @@ def peak_rss_gb() -> float:
 def run(args: argparse.Namespace) -> dict:
     from memupdate.agent.compaction import compact_bank, neighbourhoods
     from memupdate.agent.policies import make_policy
-    from memupdate.bank.change_log import bank_vectors
     from memupdate.bank.review import build_review
     from memupdate.rl.data.factconsolidation import load_context
 
@@ -100,7 +107,7 @@ def run(args: argparse.Namespace) -> dict:
 
         started = time.perf_counter()
         fork = bank.fork((*bank.namespace, "traj", "noedit"))
-        keys, vectors = bank_vectors(fork)
+        keys, vectors = fork.vectors()
         plan = neighbourhoods(keys, vectors)
         fork.drop()
         phase("no-edit pass", started, episodes=len(plan))

@@ -14,7 +14,7 @@ from memupdate.agent.compaction import compact
 from memupdate.agent.policies.heuristic import HeuristicPolicy
 from memupdate.agent.safety import SafetyRule
 from memupdate.agent.tools import run_tool
-from memupdate.bank.change_log import apply_change, history, propose_change_with_id, superseded_rows, undo_change
+from memupdate.bank.change_log import apply_change, history, next_change_id, propose_change_with_id, superseded_rows, undo_change
 from memupdate.bank.review import replaced_by
 from memupdate.store import MemoryStore, NewMemory
 from memupdate.text.facts import relation
@@ -77,7 +77,8 @@ def test_the_rule_supersedes_the_older_statement_and_undo_brings_it_back(store: 
         ("Goaltender is associated with the sport of pesäpallo.", "2026-11-03T10:00:00"),
         ("Alice works as a nurse at the city hospital", "2026-11-02T10:00:00"),
     ])
-    done = compact(HeuristicPolicy(store=bank), bank, (*bank.namespace, "compaction", "c1"))
+    change_id = next_change_id(bank)
+    done = compact(HeuristicPolicy(store=bank), bank, (*bank.namespace, "compaction", f"c{change_id}"))
     kinds = {c["kind"] for c in done.review["changes"]}
     assert kinds == {"supersede"}, done.review["changes"]
     by = {s["key"]: c for c in done.review["changes"] for s in c["sources"]}
@@ -85,7 +86,7 @@ def test_the_rule_supersedes_the_older_statement_and_undo_brings_it_back(store: 
     assert by[old]["coverage"]["superseded_by"] == {old: new} and not by[old]["coverage"]["flagged"]
     assert all(c["facts"]["clear"] and SafetyRule().holds(c) == [] for c in done.review["changes"])
 
-    change = propose_change_with_id(bank, 1, done.fork, policy="heuristic", summary={},
+    change = propose_change_with_id(bank, change_id, done.fork, policy="heuristic", summary={},
                                     details={"replaced": replaced_by(done.review), "review": done.review})
     apply_change(bank, change.id)
     assert {m.key for m in bank.list()} == {new, pesapallo, nurse}
