@@ -252,6 +252,21 @@ async def test_compaction_rollouts_run_blind_on_their_neighbourhood_and_score_li
     assert forks_left(fc_bank.base) == []
 
 
+async def test_calls_verl_never_ran_cost_as_the_graphs_failed_calls(config, tokenizer, tools, fc_bank) -> None:
+    """verl's parser drops a call it cannot read and ends the episode; the offline learner's graph counts
+    such a call as failed, and so does the compaction reward here (with or without a fork)."""
+    row = unit_row(fc_bank, "s000009")
+    broken = '<tool_call>\n{"name": "delete_memory", "arguments": {"memory_id": }\n</tool_call>'
+    scripts = [[broken + " Broke it."], [tool_call("search_memory", {"query": "Ann"}), broken + " Broke after a look."]]
+    (only_broken, looked_then_broke), _ = await run_group("memupdate_agent", scripts, config, tokenizer, tools, row)
+    cost = RewardConfig().failed_call_cost
+    assert only_broken.reward_score == pytest.approx(-cost) and looked_then_broke.reward_score == pytest.approx(-cost)
+    assert only_broken.extra_fields["reward_extra_info"]["forked"] == 0.0
+    assert looked_then_broke.extra_fields["reward_extra_info"]["failed_calls"] == 1.0
+    assert looked_then_broke.extra_fields["reward_extra_info"]["tool_calls"] == 1.0
+    assert forks_left(fc_bank.base) == []
+
+
 async def test_stock_tool_agent_loop_scores_a_compaction_row_with_compute_score(config, tokenizer, tools, fc_bank) -> None:
     from memupdate.rl.verl import forks
     from memupdate.rl.verl.compute_score import compute_score
@@ -262,7 +277,8 @@ async def test_stock_tool_agent_loop_scores_a_compaction_row_with_compute_score(
     assert edited.reward_score is None and edited.extra_fields[forks.FORK_KEY]
     in_loop, _ = await run_group("memupdate_agent", scripts[:1], config, tokenizer, tools, row)
     scores = [
-        await compute_score(row["data_source"], "...", "", {**row["extra_info"], **output.extra_fields})
+        await compute_score(row["data_source"], tokenizer.decode(output.response_ids), "",  # as verl's reward manager
+                            {**row["extra_info"], **output.extra_fields})
         for output in (edited, silent)
     ]
     assert scores[0]["score"] == pytest.approx(in_loop[0].reward_score, abs=1e-9) and scores[0]["score"] < 0

@@ -11,7 +11,8 @@ while the fork is still open, the reward (`memupdate.scoring.reward.compute_rewa
 `forks.finish_rollout`) becomes `reward_score`, so verl skips its reward workers; its parts go to
 `extra_fields["reward_extra_info"]`, which verl logs. The fork is dropped afterwards, also when the
 rollout fails: a crash mid-episode still returns the trajectory up to the crash, scored on what the
-fork holds, with `crashed = 1` in its parts and the error logged. A rollout that never edited scores 0.
+fork holds, with `crashed = 1` in its parts and the error logged. A rollout that never edited scores 0
+(a compaction rollout less the cost of each call it wrote that never ran, `forks.count_unrun_calls`).
 Reward knobs come from `reward.custom_reward_function.reward_kwargs`, the same place as the
 `compute_score` route's.
 
@@ -30,7 +31,7 @@ from typing import Any
 from verl.experimental.agent_loop.agent_loop import AgentLoopOutput
 from verl.experimental.agent_loop.tool_agent_loop import AgentData, AgentState, ToolAgentLoop
 
-from memupdate.rl.verl.forks import drop_rollout_fork, finish_rollout, reward_config
+from memupdate.rl.verl.forks import count_unrun_calls, drop_rollout_fork, finish_rollout, reward_config
 
 log = logging.getLogger("memupdate.rl.verl.agent_loop")
 
@@ -66,6 +67,9 @@ class MemoryAgentLoop(ToolAgentLoop):
             if self.agent_data is not None and self.agent_data.prompt_ids:
                 output = self._output_so_far(self.agent_data)
         state = self.agent_data.extra_fields if self.agent_data is not None else {}
+        if output is not None:
+            written = [t for t, m in zip(output.response_ids, output.response_mask, strict=False) if m]
+            count_unrun_calls(state, self.tokenizer.decode(written))
         score = await finish_rollout(state, extra_info, self.reward_config, crashed=failure is not None)
         if output is None:  # crashed before a prompt existed: nothing to train on
             raise failure

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from memupdate.rl.verl.forks import finish_rollout, reward_config
+from memupdate.rl.verl.forks import count_unrun_calls, finish_rollout, reward_config
 
 
 async def compute_score(
@@ -32,5 +32,7 @@ async def compute_score(
 ) -> dict[str, float]:
     """`{"score": reward, ...parts}`: the parts (delta, efficiency factors, memory counts, calls) have the
     same keys for every rollout, as verl's reward_extra_info needs. `kwargs`: RewardConfig fields."""
-    score = await finish_rollout(extra_info or {}, extra_info or {}, reward_config(kwargs))
+    state = dict(extra_info or {})
+    count_unrun_calls(state, solution_str)  # the response: what the model wrote, and the tool results
+    score = await finish_rollout(state, extra_info or {}, reward_config(kwargs))
     return {"score": score.reward, **score.parts}

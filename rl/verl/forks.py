@@ -56,6 +56,7 @@ ERROR_KEY = "memupdate_fork_error"  # why no fork could be made
 TOOL_CALLS_KEY = "memupdate_tool_calls"
 FAILED_CALLS_KEY = "memupdate_failed_calls"
 EDITS_KEY = "memupdate_edits"  # successful calls of a writing tool
+HERMES_CALL = "<tool_call>"  # what opens a call in the Hermes format verl parses
 
 
 # -- one fork per rollout ---------------------------------------------------------------------------
@@ -154,6 +155,16 @@ def _episode(path: str) -> str:
     return SEPARATOR.join(path.split(SEPARATOR)[-2:])
 
 
+def count_unrun_calls(state: dict[str, Any], written: str) -> None:
+    """Count as failed the tool calls the model wrote (`written`: its own tokens, decoded) that verl never
+    ran: its parser drops a block it cannot read (and ends the episode), and it runs at most
+    `max_parallel_calls` a turn. The graph counts a call it cannot parse as failed too, so the compaction
+    reward charges the same calls on both paths."""
+    unrun = written.count(HERMES_CALL) - state.get(TOOL_CALLS_KEY, 0)
+    if unrun > 0:
+        state[FAILED_CALLS_KEY] = state.get(FAILED_CALLS_KEY, 0) + unrun
+
+
 def count_call(state: dict[str, Any], ok: bool, writes: bool) -> None:
     """Add one tool call to the rollout's record."""
     state[TOOL_CALLS_KEY] = state.get(TOOL_CALLS_KEY, 0) + 1
@@ -230,10 +241,12 @@ def finish_rollout_sync(
             breakdown = score(store.scoped(fork_path))
             reward, reason = breakdown.reward, None
         else:
-            # Nothing was forked, so nothing was edited: the parts are the base's own (a no-op), reward 0.
+            # Nothing was forked, so nothing was edited: the parts are the base's own (a no-op), reward 0
+            # (a compaction rollout's calls that never ran still cost, as offline, unless the fork failed).
             reason = state.get(ERROR_KEY) or "the rollout made no tool call, so nothing was forked or edited"
             breakdown = score(base)
-            reward = 0.0
+            charged = is_compaction_row(extra_info) and ERROR_KEY not in state
+            reward = breakdown.reward if charged else 0.0
             log.info("rollout %s scores 0: %s", extra_info.get("trajectory_id"), reason)
     finally:
         for path in (fork_path, bank_path):
