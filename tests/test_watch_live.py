@@ -65,15 +65,17 @@ def check_nothing_lost(lg, bank: MemoryStore, app_final: dict[str, str | None]) 
         elif now.get(key) != content:
             records = [r for r in kept if r["key"] == key and r["content"] == content]
             assert records, f"the app's {key} ({content!r}) is neither in the store nor superseded"
-            assert any(all(_kept_on(k, now, kept) for k in r["superseded_by"]) for r in records), f"what replaced {key} is lost"
+            gone = {k for k, v in app_final.items() if v is None}  # the app deleted them: not lost
+            assert any(all(_kept_on(k, now, kept, gone) for k in r["superseded_by"]) for r in records), f"what replaced {key} is lost"
 
 
-def _kept_on(key: str, now: dict[str, str], kept: list[dict], depth: int = 0) -> bool:
-    """`key` is in the store, or every memory a later change replaced it by is (followed through)."""
-    if key in now:
+def _kept_on(key: str, now: dict[str, str], kept: list[dict], gone: set[str] = frozenset(), depth: int = 0) -> bool:
+    """`key` is in the store (or the app deleted it), or every memory a later change replaced it by is
+    (followed through)."""
+    if key in now or key in gone:
         return True
     later = [r for r in kept if r["key"] == key and r["superseded_by"]]
-    return depth < 10 and any(all(_kept_on(k, now, kept, depth + 1) for k in r["superseded_by"]) for r in later)
+    return depth < 10 and any(all(_kept_on(k, now, kept, gone, depth + 1) for k in r["superseded_by"]) for r in later)
 
 
 def test_langmem_writes_from_another_process_during_compaction_and_apply(fresh_database, store: MemoryStore) -> None:
@@ -167,3 +169,77 @@ def test_the_compactor_killed_at_each_step_loses_nothing(step, fresh_database, d
         bank = store.scoped((*store.namespace, "alice"))
         check_nothing_lost(lg, bank, final)
         assert not [c for c in history(bank) if c.status == "proposed" and not c.details.get("held")]
+
+
+@pytest.mark.slow
+def test_the_trial_a_langmem_app_beside_a_watcher_killed_at_random_with_undo_and_reject(
+    fresh_database, database_url, store: MemoryStore, tmp_path
+) -> None:
+    """Issue 36's trial, rerun: LangMem writing from another process for every write (edits of the items
+    the compactor wrote included), the watcher SIGKILLed at random steps and restarted, a person undoing
+    and rejecting changes in between. Nothing is lost, nothing deleted comes back, an undone change is
+    not applied again while its sources are unchanged."""
+    import random
+    import uuid
+
+    from typer.testing import CliRunner
+
+    from memupdate.cli import app
+
+    rng = random.Random(36)
+    runner = CliRunner()
+    with langgraph_store(fresh_database) as (url, lg):
+        seeds = [*FACTS, "Alice has a dog called Rex.", "Alice works as a nurse at the city hospital!",
+                 "Alice visited Porto last week", "Alice visited Faro last week"]
+        final: dict[str, str | None] = dict(zip(remember(lg, "alice", seeds), seeds, strict=True))
+        out = tmp_path / "app.json"
+        writer = subprocess.Popen([sys.executable, str(HERE / "langmem_app_job.py"), url, "alice", "--loop", "80", str(out)],
+                                  stderr=subprocess.PIPE, text=True)
+        bank = store.scoped((*store.namespace, "alice"))
+        undone_by_a_person: list[int] = []
+        edited = 0
+        for round_ in range(6):
+            step = rng.choice([*KILL_STEPS, "none"])
+            job = subprocess.run([sys.executable, str(HERE / "watch_kill_job.py"), database_url, url, store.path, step],
+                                 capture_output=True, text=True, timeout=600)
+            assert job.returncode in (0, -9), job.stdout + job.stderr[-2000:]
+            if round_ % 2 == 1:  # a person undoes the latest change that can be, and rejects it too
+                for change in reversed([c for c in history(bank) if c.status == "applied"]):
+                    done = runner.invoke(app, ["undo", bank.path, "--change", str(change.id), "--url", database_url])
+                    if done.exit_code == 0:
+                        undone_by_a_person.append(change.id)
+                        rejected = runner.invoke(app, ["review", "--reject", str(change.id), "--url", database_url])
+                        assert rejected.exit_code == 0 and "stays undone" in rejected.output, rejected.output
+                        break
+            # The app edits an item the compactor wrote, through LangMem's own tool (a UUID key it accepts).
+            record = read_source(bank)
+            now = held(lg)  # the items the bank maps to a key of its own are the ones memupdate wrote
+            ours = sorted(k for k, state in (record["items"] if record else {}).items() if state["key"] != k and k in now)
+            if ours:
+                key = rng.choice(ours)
+                assert str(uuid.UUID(key)) == key
+                if rng.random() < 0.7:
+                    text = f"Alice rewrote this merged memory in round {round_}"
+                    assert key in langmem_tool(lg, "update", "alice", id=key, content=text)
+                    final[key] = text
+                else:
+                    langmem_tool(lg, "delete", "alice", id=key)
+                    final[key] = None
+                edited += 1
+        writer.wait(timeout=600)
+        assert writer.returncode == 0, writer.stderr.read()[-2000:]
+        final |= json.loads(out.read_text())
+        compactor = BackgroundCompactor(store, url, prefix=("memories",), into=store.namespace)
+        compactor.run_once()
+        compactor.run_once()
+
+        check_nothing_lost(lg, bank, final)
+        changes = history(bank)
+        assert [c for c in changes if c.status == "applied"], "the compactor applied nothing: the trial proves nothing"
+        assert edited and undone_by_a_person, "no merged item was edited or no change undone: the trial proves nothing"
+        by_id = {c.id: c for c in changes}
+        for undone in undone_by_a_person:
+            assert by_id[undone].status == "undone"
+            again = [c.id for c in changes if c.id > undone and c.status == "applied"
+                     and c.details.get("signature") == by_id[undone].details["signature"]]
+            assert not again, f"change {undone} was undone, and applied again as {again} with its sources unchanged"
