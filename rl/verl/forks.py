@@ -247,7 +247,7 @@ def finish_rollout_sync(
             breakdown = score(base)
             charged = is_compaction_row(extra_info) and ERROR_KEY not in state
             reward = breakdown.reward if charged else 0.0
-            log.info("rollout %s scores 0: %s", extra_info.get("trajectory_id"), reason)
+            log.info("rollout %s scores %s: %s", extra_info.get("trajectory_id"), reward, reason)
     finally:
         for path in (fork_path, bank_path):
             if path:
