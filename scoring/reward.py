@@ -249,10 +249,15 @@ def scored_sides(
     fork_scores, changes = score_fork(base, fork, questions, context_tokens=config.context_tokens, candidates=config.candidates)
     fork_scores = _answered(fork, questions, fork_scores, config)
     version = changes.base_version
-    keys = [("qa", config.scoring_key, q.question, q.answer, q.category, tuple(q.evidence)) for q in questions]
-    base_scores = base_cache.lookup(base, version, keys, lambda missing: score(base, [questions[i] for i in missing], config))
     base_snapshot = base_cache.lookup(base, version, [("snapshot",)], lambda _: [base.snapshot()])[0]
-    return base_scores, fork_scores, changes, base_snapshot
+    return base_scores(base, questions, config, version), fork_scores, changes, base_snapshot
+
+
+def base_scores(base: MemoryStore, questions: Sequence[Question], config: RewardConfig, version: Any = None) -> list[QAScore]:
+    """The QA proxy of the untouched `base` on `questions`, kept while its version holds (`base_cache`)."""
+    keys = [("qa", config.scoring_key, q.question, q.answer, q.category, tuple(q.evidence)) for q in questions]
+    version = base.version() if version is None else version
+    return base_cache.lookup(base, version, keys, lambda missing: score(base, [questions[i] for i in missing], config))
 
 
 def compute_reward(

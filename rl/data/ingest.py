@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from memupdate.rl.data.conversation import Conversation, Fact, Turn
+from memupdate.rl.data.factconsolidation import FactBank
 from memupdate.rl.data.namespaces import base_namespace
 from memupdate.store import MemoryStore, NewMemory
 
@@ -88,3 +89,9 @@ def ingest(store: MemoryStore, conversation: Conversation) -> IngestReport:
 def ingest_conversation(store: MemoryStore, conversation: Conversation) -> MemoryStore:
     """`ingest`, returning the base namespace's store."""
     return ingest(store, conversation).base
+
+
+def load_bank(store: MemoryStore, bank: Conversation | FactBank) -> MemoryStore:
+    """The base namespace of a bank learning trains or evaluates on: a LoCoMo conversation's facts
+    (`ingest_conversation`), or FactConsolidation facts (`FactBank.load`)."""
+    return bank.load(store) if isinstance(bank, FactBank) else ingest_conversation(store, bank)

@@ -31,14 +31,20 @@ from langchain_core.language_models import BaseChatModel
 from memupdate.agent.compaction import DEFAULT_NEIGHBOURHOOD, compact, neighbourhood_episode, neighbourhoods
 from memupdate.llm.chat import to_chat_dicts
 from memupdate.rl.data.conversation import Conversation
-from memupdate.rl.data.ingest import ingest_conversation
+from memupdate.rl.data.ingest import load_bank
 from memupdate.rl.data.namespaces import trajectory_namespace
 from memupdate.rl.distill.config import STUDENT_NEIGHBOURHOOD
 from memupdate.rl.distill.rollouts import call_summary
 from memupdate.rl.distill.task import Rollout, spread
 from memupdate.rl.evaluate import EvalConfig, eval_questions
 from memupdate.scoring.questions import QAItem
-from memupdate.scoring.reward import RewardBreakdown, RewardConfig, compute_compaction_reward
+from memupdate.scoring.reward import (
+    RewardBreakdown,
+    RewardConfig,
+    base_scores,
+    compute_compaction_reward,
+    reachable,
+)
 from memupdate.scoring.summaries import interval, mean
 from memupdate.store import MemoryStore
 
@@ -85,11 +91,13 @@ class CompactionTask:
         return cls(store, config.reward, config.neighbourhood, config.max_turns, config.max_operations)
 
     def training_units(self, conversations: Sequence[Conversation], per_conversation: int) -> list[Neighbourhood]:
-        """`per_conversation` neighbourhoods spread over each conversation's bank (all of them for 0)."""
+        """`per_conversation` neighbourhoods spread over each bank (all of them for 0), of those that reach a
+        question: a neighbourhood no question's context reads (nor its evidence) scores 0 whatever a policy
+        does, so it teaches nothing (most of a FactConsolidation bank, whose 100 questions read few facts)."""
         units = []
         for conversation in conversations:
-            groups = self.neighbourhoods(conversation)
-            chosen = spread(list(enumerate(groups)), per_conversation) if per_conversation else list(enumerate(groups))
+            groups = [(index, keys) for index, keys in enumerate(self.neighbourhoods(conversation)) if self._reaches(conversation, keys)]
+            chosen = spread(groups, per_conversation) if per_conversation else groups
             units += [Neighbourhood(conversation, index, tuple(keys)) for index, keys in chosen]
         return units
 
@@ -97,9 +105,14 @@ class CompactionTask:
         """Every held-out bank, whole (`per_conversation` is not used: a bank is compacted whole)."""
         return [WholeBank(conversation) for conversation in conversations]
 
+    def _reaches(self, conversation: Conversation, keys: Sequence[str]) -> bool:
+        base = load_bank(self.store, conversation)
+        questions, _ = eval_questions(conversation, EvalConfig())
+        return reachable(questions, base_scores(base, questions, self.reward), base.get_many(list(keys))) > 0
+
     def neighbourhoods(self, conversation: Conversation) -> list[list[str]]:
         """The conversation's bank cut as `memupdate compact --size {size}` cuts it."""
-        keys, vectors = ingest_conversation(self.store, conversation).vectors()
+        keys, vectors = load_bank(self.store, conversation).vectors()
         return neighbourhoods(keys, vectors, self.size)
 
     def rollout(self, policy: BaseChatModel | None, base: MemoryStore, unit: Neighbourhood | WholeBank) -> Rollout:

@@ -298,15 +298,19 @@ def sft(run: Run, start: Path, teacher_records: list[Rollout]) -> dict[str, Any]
     return {**stats, "training": training}
 
 
+# Batches of units an RL iteration rolls out at most, looking for groups whose rewards differ.
+DYNAMIC_SAMPLING_ROUNDS = 3
+
+
 def rl_iteration(run: Run, k: int, start: Path, target: Path, teacher_records: list[Rollout]) -> dict[str, Any]:
     """The student at `start` rolls out its own groups, joined by the teacher's; advantage-weighted into `target`."""
     config = run.config
-    chosen = spread([u for u in run.units if u.group not in run.kept_out], config.rl_questions)
-    own = run.collect(student(run, start, config.temperature), chosen, config.student_group_size, f"rl-{k}", f"rl-{k} student groups")
+    own, groups, dropped = informative_groups(run, student(run, start, config.temperature), k, teacher_records)
     minutes = sum(r.seconds for r in own) / 60  # each rollout's own time: right on a resumed stage too
-    groups = {u.group for u in chosen}
+    own = [r for r in own if r.group in groups]
     records = own + [r for r in teacher_records if r.group in groups]
     advantages, stats = assign_advantages(records)
+    stats["groups_dropped_equal_rewards"] = dropped
     weights = advantage_weights(advantages)
     students = [w for w, r in zip(weights, records, strict=True) if r.policy.startswith("student")]
     return {
@@ -319,6 +323,39 @@ def rl_iteration(run: Run, k: int, start: Path, target: Path, teacher_records: l
         "student_trajectories_pushed_down": sum(w < 0 for w in students),
         "training": train_stage(run, start, target, records, weights, config.rl_epochs, rl_learning_rate(run)),
     }
+
+
+def informative_groups(run: Run, policy: PolicyGroup, k: int, teacher_records: list[Rollout]) -> tuple[list[Rollout], set[str], int]:
+    """DAPO's dynamic sampling: the student rolls out `rl_questions` units at a time, spread over the
+    training units, and a group whose rewards (the student's and the teacher's) are all equal is dropped,
+    since it carries no signal; more units are rolled out until `rl_questions` groups are kept or
+    `DYNAMIC_SAMPLING_ROUNDS` batches are spent (a resumed stage reads the same batches back from the log). (every rollout, the groups kept, how many were dropped)"""
+    config = run.config
+    pool = [u for u in run.units if u.group not in run.kept_out]
+    first = spread(pool, config.rl_questions)
+    order = first + [u for u in pool if u not in first]
+    teacher: dict[str, list[float]] = {}
+    for record in teacher_records:
+        teacher.setdefault(record.group, []).append(record.reward)
+    own: list[Rollout] = []
+    kept: set[str] = set()
+    dropped, cursor = 0, 0
+    for _ in range(DYNAMIC_SAMPLING_ROUNDS):
+        batch = order[cursor : cursor + config.rl_questions - len(kept)]
+        cursor += len(batch)
+        if not batch:
+            break
+        rolled = run.collect(policy, batch, config.student_group_size, f"rl-{k}", f"rl-{k} student groups")
+        own += rolled
+        for unit in batch:
+            rewards = [r.reward for r in rolled if r.group == unit.group] + teacher.get(unit.group, [])
+            if max(rewards) - min(rewards) > 1e-9:
+                kept.add(unit.group)
+            else:
+                dropped += 1
+        if len(kept) >= config.rl_questions:
+            break
+    return own, kept, dropped
 
 
 def train_stage(

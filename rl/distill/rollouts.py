@@ -27,7 +27,7 @@ from langchain_core.messages import AIMessage, ToolMessage
 
 from memupdate.agent.policies import make_policy, with_seed
 from memupdate.agent.policies.batched import iter_together
-from memupdate.rl.data.ingest import ingest_conversation
+from memupdate.rl.data.ingest import load_bank
 from memupdate.rl.data.locomo import Conversation
 from memupdate.rl.distill.task import Rollout
 from memupdate.scoring.summaries import mean
@@ -133,7 +133,7 @@ def collect(
     it are done."""
     todo = []  # (base, unit, member, key) in the order an uninterrupted run logs them
     for conversation, group in _by_conversation(units):
-        base = ingest_conversation(store, conversation)
+        base = load_bank(store, conversation)
         if base.count() == 0:
             raise MemupdateError(f"conversation {conversation.sample_id} has no facts to remember: leave it out of --conversations")
         todo += [(base, unit, member, f"{prefix}/{unit.group}/g{member}") for unit in group for member in range(members)]
