@@ -47,9 +47,9 @@ from memupdate.scoring.categories import ADVERSARIAL
 from memupdate.scoring.faithfulness import NEAREST_SOURCES
 from memupdate.scoring.metrics import answer_parts, normalized_tokens, token_f1
 from memupdate.settings import DEFAULT_CONTEXT_TOKENS
-from memupdate.text.strategies import STOPWORDS
 from memupdate.store import MemoryStore, NamespaceChanges, ScoredMemory
 from memupdate.store.fork_diff import changes_from
+from memupdate.text.strategies import STOPWORDS
 
 DEFAULT_CANDIDATES = 20
 # score_fork keeps this many times `candidates` of the base's hits per question: a fork that replaces

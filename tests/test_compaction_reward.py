@@ -108,8 +108,10 @@ def test_neighbourhoods_add_up_to_the_whole_bank_where_they_do_not_meet(root: Me
     episode sees only its neighbourhood). A question no neighbourhood changes does not change; one that a
     single neighbourhood changes changes by as much in the whole (90% at least: another's new memory may
     crowd its context); only questions several neighbourhoods each fix alone differ, and there the parts
-    exceed the whole (a question's credit saturates at 1). Measured on LoCoMo's conv-26: parts 0.131, whole
-    0.086 per question, 21 of 22 singly-reached questions equal. Stated tolerance: whole <= parts <= 2 x whole."""
+    exceed the whole (a question's credit saturates at 1). Measured on LoCoMo's conv-26 (proxy v2): parts 0.131,
+    whole 0.086 per question, 21 of 22 singly-reached questions equal. Stated tolerance: whole <= parts <= 2 x
+    whole; with proxy v3, at most 1 question in 20 changed by the whole and by no part (rank order, below),
+    and whole / 2 <= parts (v3 also has complementary fixes: below)."""
     conversation, base = dev_bank
     questions, _ = eval_questions(conversation, EvalConfig())
     task = CompactionTask(root, RewardConfig())
@@ -122,16 +124,25 @@ def test_neighbourhoods_add_up_to_the_whole_bank_where_they_do_not_meet(root: Me
     result = compact_bank(heuristic, base, (*base.namespace, "traj", f"whole-{uuid.uuid4().hex[:6]}"), size=task.size)
     try:
         whole = question_changes(base, result.fork, questions)
+        whole_reward = compute_compaction_reward(base, result.fork, questions)
     finally:
         result.fork.drop()
     parts = np.stack(parts)
     reached_by = (np.abs(parts) > 1e-12).sum(axis=0)
-    assert np.all(whole[reached_by == 0] == 0.0)
+    unreached = [(questions[i].question, questions[i].answer, whole_reward.base_scores[i].context,
+                  whole_reward.fork_scores[i].context) for i in np.flatnonzero((reached_by == 0) & (whole != 0.0))]
+    # Proxy v3 reads rank order among the memories about a question (a rival above the answer halves it): two
+    # neighbourhoods' edits can swap a rival and the answer where neither alone does. On conv-26: 1 question
+    # ("Where has Melanie camped?": a camping memory with no place, over the mountains one). v2: none.
+    assert len(unreached) <= max(1, len(questions) // 20), f"changed in the whole, by no neighbourhood alone: {unreached}"
     single = reached_by == 1
     assert single.sum() >= 5, "too few singly reached questions for the check to mean anything"
     assert np.isclose(parts[:, single].sum(axis=0), whole[single]).mean() >= 0.9
     assert whole.sum() > 0
-    assert whole.sum() - 1e-9 <= parts.sum() <= 2 * whole.sum()
+    # v2's credit saturates, so the parts exceeded the whole; v3's credit is an F1 times a share that two
+    # neighbourhoods can each fix half of (one dates the answer, another moves a rival off it), so the whole
+    # may exceed the parts. Measured on conv-26 with v3: parts 5.25, whole 6.89 (summed over questions).
+    assert 0.5 * whole.sum() <= parts.sum() <= 2 * whole.sum()
 
 
 @pytest.mark.locomo
