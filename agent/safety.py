@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from memupdate.bank.review import CHANGE_KINDS, UNRELATED_BELOW
+from memupdate.text.strategies import article
 
 SAFE_KINDS = ("merge", "update", "supersede", "delete")
 
@@ -60,7 +61,7 @@ class SafetyRule:
         `qa_worse`: the memories retrieved for questions whose QA proxy fell (`QAChange.worse_keys`)."""
         reasons = []
         if change["kind"] not in self.kinds:
-            reasons.append(f"a {change['kind']} never applies itself under this rule")
+            reasons.append(f"{article(change['kind'])} never applies itself under this rule")
         if change["coverage"]["flagged"] and not self.allow_coverage_flags:
             reasons.append("coverage flag: " + "; ".join(f"{k} loses {', '.join(w)}" for k, w in change["coverage"]["missing"].items()))
         if change.get("unsupported") and not self.allow_unsupported_words:

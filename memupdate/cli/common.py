@@ -253,11 +253,6 @@ def plural(count: int, noun: str, nouns: str | None = None) -> str:
     return f"{count} {noun if count == 1 else nouns or noun + 's'}"
 
 
-def article(noun: str) -> str:
-    """`a merge`, `an update`."""
-    return f"{'an' if noun[:1].lower() in 'aeiou' else 'a'} {noun}"
-
-
 def changed_words(before: str, after: str) -> str:
     """The words that differ between two texts, as `old -> new` (`+ new`, `- old`) joined by `; `; '' when
     none do. A dating that appends "(8 May 2023)" to a long text shows as `+ (8 May 2023)`."""
