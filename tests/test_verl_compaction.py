@@ -41,13 +41,13 @@ from verl_support import (
 )
 
 from memupdate.agent.tools import MEMORY_TOOLS
-from memupdate.rl.data.factconsolidation import load_factconsolidation
+from memupdate.rl.data.factconsolidation import fact_banks, load_factconsolidation
 from memupdate.rl.data.namespaces import TRAJ_LABEL
 from memupdate.rl.data.preprocess import (
     COMPACTION,
+    compaction_banks,
     compaction_rows,
     compaction_unit,
-    factconsolidation_banks,
     preprocess_compaction,
 )
 from memupdate.scoring.reward import RewardConfig, compute_compaction_reward
@@ -98,7 +98,7 @@ def fc_sets(tmp_path, engine, embedder):
 
 @pytest.fixture
 def fc_bank(fc_sets, worker_root):
-    (bank,) = factconsolidation_banks(worker_root, fc_sets)
+    (bank,) = compaction_banks(worker_root, fact_banks(fc_sets)[0], size=4)
     return bank
 
 
@@ -130,7 +130,11 @@ def forks_left(base) -> list:
 
 def test_preprocess_writes_one_row_per_neighbourhood(store, sample, fc_sets, tmp_path) -> None:
     """LoCoMo banks (the first n_train conversations train, the rest validate) and FactConsolidation's
-    training bank (the large context minus the nested one's facts; the nested context writes no row)."""
+    training bank (the large context minus the nested one's facts; the nested context writes no row), cut
+    into the offline learner's units."""
+    from memupdate.rl.distill.compaction import CompactionTask
+    from memupdate.scoring.reward import RewardConfig
+
     held_out = replace(sample, sample_id=f"{sample.sample_id}-b")
     try:
         counts = preprocess_compaction(store, [sample, held_out], tmp_path / "out", factconsolidation=fc_sets, n_train=1, size=4)
@@ -145,12 +149,17 @@ def test_preprocess_writes_one_row_per_neighbourhood(store, sample, fc_sets, tmp
 
     locomo = [r for r in train if r["data_source"] == "locomo"]
     facts = [r for r in train if r["data_source"] == "factconsolidation"]
-    # The neighbourhoods cut each bank whole, each memory once, at most `size` a row.
+    # The rows are the offline learner's units: neighbourhoods of at most `size`, each memory in one at most.
+    task = CompactionTask(store, RewardConfig(), size=4)
+    (training_facts,) = fact_banks(fc_sets)[0]
+    for rows, bank in ((locomo, sample), (facts, training_facts)):
+        units = task.training_units([bank], 0)
+        assert [(r["extra_info"]["unit"], r["extra_info"]["neighbourhood"]) for r in rows] == [(u.index, list(u.keys)) for u in units]
     keys = [k for r in locomo for k in r["extra_info"]["neighbourhood"]]
-    assert sorted(keys) == sorted(store.scoped(("locomo", sample.sample_id)).snapshot()) and len(keys) == 31
+    assert len(set(keys)) == len(keys) and set(keys) <= set(store.scoped(("locomo", sample.sample_id)).snapshot())
     assert all(1 <= len(r["extra_info"]["neighbourhood"]) <= 4 for r in train)
-    fact_keys = sorted(k for r in facts for k in r["extra_info"]["neighbourhood"])
-    assert fact_keys == [f"s{serial:06d}" for serial in (1, 4, 5, 6, 7, 8, 9)]  # not 0, 2, 3: the nested context's
+    fact_keys = {k for r in facts for k in r["extra_info"]["neighbourhood"]}
+    assert {"s000001", "s000009"} <= fact_keys and not fact_keys & {"s000000", "s000002", "s000003"}  # the nested context's
     (bank,) = {r["extra_info"]["base_namespace"] for r in facts}
     assert bank.startswith("factconsolidation/c10-") and bank.endswith("-train")
     assert [q["question"] for q in facts[0]["extra_info"]["questions"]] == [
@@ -188,7 +197,7 @@ async def run_group(agent, scripts, config, tokenizer, tools, row):
 
 def unit_row(bank, key: str) -> dict:
     """The compaction row whose neighbourhood holds `key`."""
-    (row,) = [r for r in compaction_rows(bank, "train", 4) if key in r["extra_info"]["neighbourhood"]]
+    (row,) = [r for r in compaction_rows(bank, "train") if key in r["extra_info"]["neighbourhood"]]
     row["extra_info"]["index"] = 0  # as `write_splits` numbers it
     return row
 
@@ -317,7 +326,7 @@ async def test_agent_loop_worker_turns_compaction_parquet_into_rm_scores_and_grp
 
     from memupdate.rl.data.preprocess import write_splits
 
-    rows = compaction_rows(fc_bank, "train", 4)
+    rows = compaction_rows(fc_bank, "train")
     target = next(r for r in rows if "s000009" in r["extra_info"]["neighbourhood"])
     other = next(r for r in rows if r is not target)
     write_splits({"train": [target, other], "test": [other]}, tmp_path)

@@ -9,28 +9,27 @@ prompt and the task naming the trajectory's bank and target question), `ability`
 `create_kwargs` verl hands to each tool's `create`, which forks the base into the trajectory bank).
 
 The compaction task (`--task compaction`, `preprocess_compaction`) writes one row per neighbourhood of a
-bank instead, the unit the offline learner trains on (`rl.distill.compaction`) and `memupdate compact`
-runs: the cut `agent.compaction.neighbourhoods` makes of the bank's embeddings, so the database must hold
-the banks (this loads them). Such a row has no target question (the episode is blind) and its
+bank instead, the units the offline learner trains on (`rl.distill.compaction.CompactionTask.training_units`:
+of the cut `memupdate compact` makes of the bank's embeddings, the neighbourhoods that reach a question),
+so the database must hold the banks (this loads them). Such a row has no target question (the episode is blind) and its
 `extra_info` adds `task: "compaction"`, `neighbourhood` (the memory keys the rollout may edit, also in
 each tool's `create_kwargs`) and `questions` (every scorable question of the bank, `qa_row` shape): its
 rollout copies the neighbourhood into its fork and is scored by `compute_compaction_reward`.
 
     memupdate data preprocess --task compaction --locomo locomo10.json --factconsolidation fc.jsonl --out data/compaction
 
-LoCoMo: the first `n_train` conversations' banks train, the others' validate. FactConsolidation: a
-context nested in a larger one (all its facts among the larger one's, as the 6k context is in the 32k) is
-an evaluation bank and writes no row; each larger context gives a training bank holding its facts that
-no nested context holds, keyed and timed by their serial in the larger context
-(`("factconsolidation", "<context id>-train")`), scored on its questions except those an evaluation bank
-also asks.
+LoCoMo: the first `n_train` conversations' banks train, the others' validate. FactConsolidation
+(`rl.data.factconsolidation.fact_banks`): a context nested in a larger one (the 6k context in the 32k)
+is an evaluation bank and writes no row; each larger context gives a training bank holding its facts
+that no nested context holds (`("factconsolidation", "<context id>-train")`), scored on its questions
+except those an evaluation bank also asks.
 """
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -43,7 +42,7 @@ from memupdate.scoring.questions import COLLATERAL_QUESTIONS, collateral_sample,
 from memupdate.store.records import namespace_path
 
 if TYPE_CHECKING:
-    from memupdate.rl.data.factconsolidation import FactConsolidationSet
+    from memupdate.rl.data.factconsolidation import FactBank, FactConsolidationSet
     from memupdate.scoring.questions import QAItem
     from memupdate.store import MemoryStore
 
@@ -51,8 +50,6 @@ DATA_SOURCE = DATASET
 ABILITY = "memory_editing"
 # `extra_info["task"]` of a compaction row (a targeted row has none).
 COMPACTION = "compaction"
-# A FactConsolidation training bank's label: `("factconsolidation", "<context id>-train")`.
-TRAINING_BANK_SUFFIX = "-train"
 
 
 def qa_rows(
@@ -126,24 +123,21 @@ def preprocess(
 
 @dataclass(frozen=True)
 class CompactionBank:
-    """A loaded bank whose neighbourhoods become rows: its base, the id rows name it by, its questions."""
+    """A loaded bank and the neighbourhoods of it that become rows: its base, the id rows name it by, its
+    questions, and each unit's (index in the bank's cut, memory keys)."""
 
     base: MemoryStore
     sample_id: str
     data_source: str
     questions: tuple[QAItem, ...]
+    units: tuple[tuple[int, tuple[str, ...]], ...]
 
 
-def compaction_rows(bank: CompactionBank, split: str, size: int) -> list[dict[str, Any]]:
-    """One row per neighbourhood of `bank` (the cut `memupdate compact --size {size}` makes)."""
-    from memupdate.agent.compaction import neighbourhoods
-
-    if not bank.questions:
-        return []  # nothing to score an edit on
-    keys, vectors = bank.base.vectors()
+def compaction_rows(bank: CompactionBank, split: str) -> list[dict[str, Any]]:
+    """One row per unit of `bank`."""
     questions = [qa_row(q) for q in bank.questions]
     rows = []
-    for unit, neighbourhood in enumerate(neighbourhoods(keys, vectors, size)):
+    for unit, neighbourhood in bank.units:
         trajectory = f"{bank.sample_id}-n{unit:03d}-{uuid.uuid4().hex[:8]}"
         namespace = namespace_path(trajectory_namespace(bank.base.namespace, trajectory))
         create_kwargs = {
@@ -189,48 +183,27 @@ def compaction_unit(extra_info: Mapping[str, Any]) -> tuple[list[str], list[QAIt
     return [str(k) for k in extra_info["neighbourhood"]], [qa_from_row(q) for q in extra_info["questions"]]
 
 
-def locomo_banks(store: MemoryStore, conversations: Sequence[Conversation], include_adversarial: bool = False) -> list[CompactionBank]:
-    """Each conversation's base, loaded (`memupdate data load`, idempotent), with its scorable questions."""
-    from memupdate.rl.data.ingest import ingest_conversation
-
-    return [
-        CompactionBank(
-            ingest_conversation(store, c), c.sample_id, DATA_SOURCE,
-            tuple(scorable_questions(c, include_adversarial)[0]),
-        )
-        for c in conversations
-    ]
-
-
-def factconsolidation_banks(store: MemoryStore, sets: Sequence[FactConsolidationSet]) -> list[CompactionBank]:
-    """The training banks of FactConsolidation's contexts (see the module docstring), loaded."""
+def compaction_banks(
+    store: MemoryStore, banks: Sequence[Conversation | FactBank], size: int | None = None, include_adversarial: bool = False
+) -> list[CompactionBank]:
+    """Each bank loaded, with the offline learner's training units of it
+    (`rl.distill.compaction.CompactionTask.training_units`: the neighbourhoods `memupdate compact --size`
+    cuts that reach a question; the others score 0 whatever a policy does). `size`: the learner's by default."""
     from memupdate.rl.data.factconsolidation import DATASET as FACTS_DATASET
-    from memupdate.rl.data.factconsolidation import fact_memories
+    from memupdate.rl.data.factconsolidation import FactBank
+    from memupdate.rl.data.ingest import load_bank
+    from memupdate.rl.distill.compaction import CompactionTask
+    from memupdate.rl.distill.config import STUDENT_NEIGHBOURHOOD
+    from memupdate.scoring.reward import RewardConfig
 
-    contexts = {s.context.context_id: s.context for s in sets}
-    nested = {
-        inner: outer
-        for inner, small in contexts.items()
-        for outer, large in contexts.items()
-        if inner != outer and set(small.facts) <= set(large.facts)
-    }
-    banks = []
-    for context_id, context in contexts.items():
-        if context_id in nested:
-            continue  # an evaluation bank
-        held_out = [c for c, outer in nested.items() if outer == context_id]
-        held_facts = {fact for c in held_out for fact in contexts[c].facts}
-        asked = {q.question for s in sets if s.context.context_id in held_out for q in s.qa}
-        own = [q for s in sets if s.context.context_id == context_id for q in s.qa]
-        questions = [replace(q, index=i) for i, q in enumerate(q for q in own if q.question not in asked and q.answer)]
-        sample_id = f"{context_id}{TRAINING_BANK_SUFFIX}"
-        base = store.scoped((FACTS_DATASET, sample_id))
-        present = set(base.snapshot())
-        new = [m for m in fact_memories(context) if m.content not in held_facts and m.key not in present]
-        if new:
-            base.create_many(new, skip_existing=True)
-        banks.append(CompactionBank(base, sample_id, FACTS_DATASET, tuple(questions)))
-    return banks
+    task = CompactionTask(store, RewardConfig(), size=size or STUDENT_NEIGHBOURHOOD)
+    loaded = []
+    for bank in banks:
+        units = tuple((u.index, tuple(u.keys)) for u in task.training_units([bank], 0))
+        source = FACTS_DATASET if isinstance(bank, FactBank) else DATA_SOURCE
+        questions = tuple(scorable_questions(bank, include_adversarial)[0])
+        loaded.append(CompactionBank(load_bank(store, bank), bank.sample_id, source, questions, units))
+    return loaded
 
 
 def preprocess_compaction(
@@ -244,21 +217,18 @@ def preprocess_compaction(
     include_adversarial: bool = False,
     progress: Callable[[str], None] | None = None,
 ) -> dict[str, int]:
-    """Load the banks, then write `train.parquet` (the first `n_train` conversations' neighbourhoods and
-    FactConsolidation's training banks') and `test.parquet` (the other conversations'); the row counts.
-    `size`: memories per neighbourhood, the offline learner's by default."""
-    from memupdate.rl.distill.config import STUDENT_NEIGHBOURHOOD
+    """Load the banks, then write `train.parquet` (the first `n_train` conversations' units and
+    FactConsolidation's training banks', `fact_banks`) and `test.parquet` (the other conversations'); the
+    row counts. `size`: memories per neighbourhood, the offline learner's by default."""
+    from memupdate.rl.data.factconsolidation import fact_banks
 
-    size = size or STUDENT_NEIGHBOURHOOD
     train, test = split_conversations(list(conversations), n_train)
+    training_facts = fact_banks(list(factconsolidation))[0] if factconsolidation else []
     splits: dict[str, list[dict[str, Any]]] = {"train": [], "test": []}
-    for split, banks in (
-        ("train", locomo_banks(store, train, include_adversarial)),
-        ("test", locomo_banks(store, test, include_adversarial)),
-        ("train", factconsolidation_banks(store, factconsolidation) if factconsolidation else []),
-    ):
+    for split, banks in (("train", [*train, *training_facts]), ("test", test)):
         for bank in banks:
-            splits[split] += compaction_rows(bank, split, size)
+            (loaded,) = compaction_banks(store, [bank], size, include_adversarial)
+            splits[split] += compaction_rows(loaded, split)
             if progress:
                 progress(bank.sample_id)
     return write_splits(splits, out_dir)
