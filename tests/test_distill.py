@@ -33,7 +33,7 @@ runner = CliRunner()
 SMALL = LearnConfig(  # the targeted task: its held-out questions are the ones `memupdate eval` runs below
     task="targeted", student="tiny", group_size=2, train_questions=2, eval_questions=1, iterations=0, sft_epochs=1, batch_size=2, max_turns=2,
     max_new_tokens=24, max_prose_tokens=12, tiny_vocab_size=600, tiny_hidden_size=32, tiny_layers=1, top_layers=0,
-    learning_rate=1e-3, sweep=(), explore=0.5,
+    learning_rate=1e-3, sweep=(), explore=0.5, max_length=4096,  # a 600-token vocabulary spells the prompt and tools out long
 )
 TASK = TargetedTask(RewardConfig(), max_turns=2)
 
