@@ -14,7 +14,14 @@ from memupdate.agent.compaction import compact
 from memupdate.agent.policies.heuristic import HeuristicPolicy
 from memupdate.agent.safety import SafetyRule
 from memupdate.agent.tools import run_tool
-from memupdate.bank.change_log import apply_change, history, next_change_id, propose_change_with_id, superseded_rows, undo_change
+from memupdate.bank.change_log import (
+    apply_change,
+    history,
+    next_change_id,
+    propose_change_with_id,
+    superseded_rows,
+    undo_change,
+)
 from memupdate.bank.review import replaced_by
 from memupdate.store import MemoryStore, NewMemory
 from memupdate.text.facts import relation
