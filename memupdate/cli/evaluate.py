@@ -450,7 +450,7 @@ def print_factconsolidation(report: dict[str, Any]) -> None:
             row += [f"{em['before']:.3f}", f"{em['after']:.3f}", change(em), "-" if r is None else f"{r:+.3f}"]
         table.add_row(*row)
     console.print(table)
-    for context_id, block in report["contexts"].items():
+    for block in report["contexts"].values():
         calls = ", ".join(f"{n} {tool}" for tool, n in block["write_calls"].items()) or "no writes"
         console.print(f"{block['namespace']}: {block['facts']} facts, loaded in {block['load_seconds']} s, compacted in "
                       f"{block['compact_seconds']} s ({block['episodes']} episodes; {calls})", highlight=False)
