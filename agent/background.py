@@ -41,7 +41,6 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from langchain_core.language_models import BaseChatModel
-from sqlalchemy import select
 
 from memupdate.agent.safety import SafetyRule
 from memupdate.bank.change_log import (
@@ -191,10 +190,10 @@ class BackgroundCompactor:
 
     def _live_pass(self) -> list[BankPass]:
         from memupdate.bank.source_import import import_items
-        from memupdate.bank.sources import Source, langgraph_uri, read_langgraph_items
+        from memupdate.bank.sources import Source, langgraph_uri, live_banks, read_langgraph_items
 
         uri = langgraph_uri(self.source)
-        known = _live_banks(self.root, uri)
+        known = live_banks(self.root, uri)
         for bank in known.values():
             self._step("resume", bank.path)
             export_changes(bank, url=self.source)
@@ -331,12 +330,3 @@ def mark_compacted(bank: MemoryStore, done: BankPass) -> None:
     """The event row `needs_work` counts growth from."""
     after: dict[str, Any] = {"memories": bank.count(), "applied": done.applied, "queued": done.queued, "reason": done.reason}
     bank.scoped(bank.namespace, episode=WATCH_EPISODE).append_events([NewEvent(COMPACTED_OP, None, None, after)])
-
-
-def _live_banks(root: MemoryStore, uri: str) -> dict[tuple[str, ...], MemoryStore]:
-    """The banks imported from the LangGraph store at `uri`, by their source namespace."""
-    from memupdate.bank.sources import sources
-
-    with root.engine.connect() as conn:
-        rows = conn.execute(select(sources.c.namespace, sources.c.source_namespace).where(sources.c.kind == "langgraph", sources.c.uri == uri))
-        return {tuple(ns): root.scoped(path) for path, ns in rows}

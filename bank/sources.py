@@ -292,6 +292,13 @@ def read_source(bank: MemoryStore) -> dict[str, Any] | None:
     return dict(row) if row else None
 
 
+def live_banks(root: MemoryStore, uri: str) -> dict[tuple[str, ...], MemoryStore]:
+    """The banks imported from the LangGraph store at `uri` (its URI without password), by their source namespace."""
+    with root.engine.connect() as conn:
+        rows = conn.execute(select(sources.c.namespace, sources.c.source_namespace).where(sources.c.kind == "langgraph", sources.c.uri == uri))
+        return {tuple(ns): root.scoped(path) for path, ns in rows}
+
+
 def write_source(bank: MemoryStore, source: Source, source_namespace: tuple[str, ...], items: dict[str, Any], *, exported: bool = False) -> None:
     """Record `items` (source key -> {key, updated_at, value_hash, content_hash}) as the bank's source state."""
     values = {"namespace": bank.path, "kind": source.kind, "uri": source.uri, "source_namespace": list(source_namespace), "items": items}

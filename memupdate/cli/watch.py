@@ -53,6 +53,8 @@ def watch_command(
         0.75, "--min-similarity", min=0.0, max=1.0, help="A merge applies itself only if its sources are at least this alike (cosine)."
     ),
     review_everything: bool = typer.Option(False, "--review-everything", help="Apply nothing: queue every change for review."),
+    apply_unclear_facts: bool = typer.Option(
+        False, "--apply-unclear-facts", help="Also apply a supersession the rule does not read as a clear update, and a merge of an update."),
     questions: Path | None = typer.Option(None, "--questions", help="JSON/JSONL of {question, answer}: a change lowering their QA proxy waits."),
     locomo: Path | None = LOCOMO_OPTION,
     as_json: bool = typer.Option(False, "--json", help="Print each pass as JSON."),
@@ -71,7 +73,8 @@ def watch_command(
     policy_kind(policy, editing=True)
     kinds = tuple(k.strip() for k in auto_kinds.split(",") if k.strip())
     try:
-        rule = SafetyRule.review_everything() if review_everything else SafetyRule(kinds=kinds, min_similarity=min_similarity)
+        rule = SafetyRule.review_everything() if review_everything else SafetyRule(kinds=kinds, min_similarity=min_similarity,
+                                                                                     allow_unclear_facts=apply_unclear_facts)
     except ValueError as exc:
         raise MemupdateError(f"--auto-kinds {auto_kinds!r}: {exc}") from None
     root = open_store(url, embed_on_demand=True)  # first: the source may live on the embedded server this starts
