@@ -95,7 +95,6 @@ def eval_command(
     """
     if ctx.invoked_subcommand is not None:  # `memupdate eval factconsolidation ...`: its own options
         return
-    from memupdate.agent.policies import make_policy
     from memupdate.rl.evaluate import EvalConfig
     from memupdate.scoring.reward import RewardConfig
 
@@ -108,14 +107,8 @@ def eval_command(
     check_output(plot, "--plot", PLOT_SUFFIXES)
     reader = checked_answerer(answerer, answerer_base_url, answerer_api_key, judge)  # before any work
     chosen = load_conversations(locomo, conversations)
-    check_policy_endpoint(policy, model, base_url, api_key)
-    store = open_store(url)
-    if reader is not None:
-        reader.use_cache(store.engine)
-    chat_model = make_policy(
-        policy, store, model=model, base_url=base_url, api_key=api_key, seed=seed, max_operations=max_operations,
-        max_new_tokens=max_new_tokens, max_prose_tokens=max_prose_tokens,
-    )
+    store, chat_model = _open_policy(url, reader, policy, model=model, base_url=base_url, api_key=api_key, seed=seed,
+                                     max_operations=max_operations, max_new_tokens=max_new_tokens, max_prose_tokens=max_prose_tokens)
     config = EvalConfig(
         mode=mode,
         include_adversarial=include_adversarial,
@@ -402,20 +395,13 @@ def factconsolidation_command(
 
     Exit codes: 0 done; 2 bad input; 130 Ctrl-C.
     """
-    from memupdate.agent.policies import make_policy
     from memupdate.rl.data.factconsolidation import load_factconsolidation, select_sources
 
     chosen = select_sources(load_factconsolidation(file), sources)
     check_output(json_out, "--json")
     reader = checked_answerer(answerer, answerer_base_url, answerer_api_key)
-    check_policy_endpoint(policy, model, base_url, api_key)
-    store = open_store(url)
-    if reader is not None:
-        reader.use_cache(store.engine)
-    chat_model = make_policy(
-        policy, store, model=model, base_url=base_url, api_key=api_key, seed=seed, max_operations=max_operations,
-        max_new_tokens=max_new_tokens, max_prose_tokens=max_prose_tokens,
-    )
+    store, chat_model = _open_policy(url, reader, policy, model=model, base_url=base_url, api_key=api_key, seed=seed,
+                                     max_operations=max_operations, max_new_tokens=max_new_tokens, max_prose_tokens=max_prose_tokens)
     with progress_bar("factconsolidation") as bar:
         task = bar.add_task("factconsolidation", total=None)
 
@@ -460,3 +446,14 @@ def print_factconsolidation(report: dict[str, Any]) -> None:
 eval_app = typer.Typer(invoke_without_command=True, no_args_is_help=False, add_completion=False)
 eval_app.callback()(eval_command)
 eval_app.command("factconsolidation")(factconsolidation_command)
+
+
+def _open_policy(url, reader, policy: str, **options):
+    """(the store, the policy's chat model), the endpoint checked first and the reader's cache in the store."""
+    from memupdate.agent.policies import make_policy
+
+    check_policy_endpoint(policy, options["model"], options["base_url"], options["api_key"])
+    store = open_store(url)
+    if reader is not None:
+        reader.use_cache(store.engine)
+    return store, make_policy(policy, store, **options)
