@@ -206,7 +206,7 @@ def test_rl_learn_options_are_the_configs_fields_with_its_defaults() -> None:
         if name == "sweep":  # given as text on the command line
             default = tuple(float(v) for v in default.split(","))
         assert default == expected, name
-    assert set(options) - set(shared) == {"locomo", "train_conversations", "eval_conversations", "out", "url"}
+    assert set(options) - set(shared) == {"locomo", "factconsolidation", "train_conversations", "eval_conversations", "out", "url"}
 
 
 def test_a_repeated_call_and_its_first_result_are_counted_apart() -> None:
