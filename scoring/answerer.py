@@ -26,6 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from sqlalchemy import Engine
 
+from memupdate.llm.models import resolve_model
 from memupdate.openai_endpoint import DEFAULT_RETRIES
 from memupdate.scoring.answer_prompts import (
     ANSWER_MAX_TOKENS,
@@ -38,14 +39,16 @@ from memupdate.scoring.answer_prompts import (
     parse_judgement,
 )
 from memupdate.scoring.categories import ADVERSARIAL
+from memupdate.scoring.hf_reader import HFReader
 from memupdate.scoring.llm_cache import LLMReplyCache, ReplyKey, prompt_digest
 from memupdate.scoring.metrics import locomo_f1
 from memupdate.scoring.readers import (
     DEFAULT_CONCURRENCY,
     DEFAULT_TIMEOUT,
+    HF_PREFIX,
     AnswererError,
+    ChatEndpoint,
     Reader,
-    make_reader,
 )
 
 Progress = Callable[[int, int], None]
@@ -152,6 +155,23 @@ class LLMAnswerer:
         self.answerer.close()
         if self.judge_endpoint is not None:
             self.judge_endpoint.close()
+
+
+def make_reader(
+    model: str,
+    base_url: str | None = None,
+    api_key: str | None = None,
+    *,
+    role: str = "answerer",
+    timeout: float = DEFAULT_TIMEOUT,
+    retries: int = DEFAULT_RETRIES,
+    concurrency: int = DEFAULT_CONCURRENCY,
+) -> Reader:
+    """`hf:DIR` is a local checkpoint on the CPU (`HFReader`; `hf:smollm2` the packaged model); any other
+    name a model on the endpoint."""
+    if model.startswith(HF_PREFIX):
+        return HFReader(resolve_model(model.removeprefix(HF_PREFIX)), role=role)
+    return ChatEndpoint(model, base_url, api_key, timeout=timeout, retries=retries, role=role, concurrency=concurrency)
 
 
 def make_answerer(

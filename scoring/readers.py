@@ -1,7 +1,7 @@
 """What reads a prompt and replies for the answerer and judge: a model on an OpenAI-compatible endpoint,
 or a local Hugging Face checkpoint (`hf:DIR`, see `hf_reader.py`).
 
-    from memupdate.scoring.readers import make_reader
+    from memupdate.scoring.answerer import make_reader
     reader = make_reader("qwen2.5-7b-instruct", base_url="http://localhost:30000/v1")   # ChatEndpoint
     reader = make_reader("hf:checkpoints/smollm2")                                     # HFReader, CPU
     reader.check()                                   # AnswererUnavailable: one line, before any work
@@ -144,26 +144,6 @@ class ChatEndpoint:
         self._client.close()
 
 
-def make_reader(
-    model: str,
-    base_url: str | None = None,
-    api_key: str | None = None,
-    *,
-    role: str = "answerer",
-    timeout: float = DEFAULT_TIMEOUT,
-    retries: int = DEFAULT_RETRIES,
-    concurrency: int = DEFAULT_CONCURRENCY,
-) -> Reader:
-    """`hf:DIR` is a local checkpoint on the CPU (`HFReader`; `hf:smollm2` the packaged model); any other
-    name a model on the endpoint."""
-    if model.startswith(HF_PREFIX):
-        from memupdate.llm.models import resolve_model
-        from memupdate.scoring.hf_reader import HFReader
-
-        return HFReader(resolve_model(model.removeprefix(HF_PREFIX)), role=role)
-    return ChatEndpoint(model, base_url, api_key, timeout=timeout, retries=retries, role=role, concurrency=concurrency)
-
-
 __all__ = [
     "DEFAULT_CONCURRENCY",
     "DEFAULT_TIMEOUT",
@@ -173,5 +153,4 @@ __all__ = [
     "ChatEndpoint",
     "Reader",
     "endpoint_role",
-    "make_reader",
 ]

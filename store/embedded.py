@@ -27,9 +27,10 @@ import time
 import warnings
 from pathlib import Path
 
-from sqlalchemy import Engine, text
-from sqlalchemy.engine import URL
+from sqlalchemy import Engine, create_engine, text
+from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import DBAPIError
+from sqlalchemy.pool import NullPool
 
 from memupdate.settings import get_settings
 from memupdate.store.errors import DatabaseError
@@ -52,8 +53,6 @@ def start_embedded_server(data_dir: Path | str | None = None) -> URL:
     """Start (or reuse) the embedded PostgreSQL under `data_dir/pg`, check that pgvector runs on this CPU,
     and return its URL. DatabaseError, naming the fix, on a data dir of another PostgreSQL major version,
     on a server that does not start, and on a pgvector build this CPU cannot run."""
-    from memupdate.store.database import normalize_url
-
     pgdata = Path(data_dir or get_settings().data_dir) / "pg"
     _require_compatible_data_dir(pgdata)
     # The server's own lock-guarded start creates `pg` with exist_ok=False first thing, so two processes
@@ -85,7 +84,7 @@ def start_embedded_server(data_dir: Path | str | None = None) -> URL:
         # Registered after the server's own cleanup, so it runs first (atexit is last-in first-out).
         atexit.register(drop_dead_holders, pgdata, PostgresServer._lock)
         _holding.add(pgdata)
-    url = normalize_url(server.get_uri())
+    url = make_url(server.get_uri()).set(drivername="postgresql+psycopg")  # the server's own URI: always PostgreSQL
     _checked_embedded(url, pgdata / "log")
     return url
 
@@ -148,9 +147,7 @@ def _checked_embedded(url: URL, log: Path) -> None:
     older package keeps its older catalog entry), then run every vector operation once."""
     if url in _checked:
         return
-    from memupdate.store.database import get_engine
-
-    engine = get_engine(url)
+    engine = create_engine(url, poolclass=NullPool)  # one check per server per process: no pool to keep
     with engine.begin() as conn:
         # Processes starting the same data dir together would race on the catalog (unique violation).
         conn.execute(text("SELECT pg_advisory_xact_lock(hashtext('memupdate.embedded.vector'))"))

@@ -15,11 +15,11 @@ from typer.testing import CliRunner
 
 from memupdate.cli import app
 from memupdate.scoring.answer_prompts import answer_prompt
-from memupdate.scoring.answerer import make_answerer
+from memupdate.scoring.answerer import make_answerer, make_reader
 from memupdate.scoring.hf_reader import HFReader
 from memupdate.scoring.llm_cache import LLMReplyCache
 from memupdate.scoring.questions import QAItem
-from memupdate.scoring.readers import AnswererUnavailable, make_reader
+from memupdate.scoring.readers import AnswererUnavailable
 
 QUESTIONS = [
     QAItem(0, "When did Nadia run her first 10k race?", "2 March 2024", None, (), 2),

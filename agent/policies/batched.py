@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from memupdate.llm import hermes
+from memupdate.llm.checkpoints import stop_and_pad_ids
 
 from .handles import HandleConstraint
 
@@ -79,8 +80,6 @@ class BatchDecoder:
     joined decodes alone at once."""
 
     def __init__(self, model: Any, tokenizer: Any):
-        from .hf import stop_and_pad_ids
-
         self._model, self.tokenizer = weakref.ref(model), tokenizer
         self.stop_ids = set(stop_and_pad_ids(model, tokenizer)["eos_token_id"])
         self._prefixes: dict[tuple[int, ...], Any] = {}
@@ -406,9 +405,8 @@ _DECODERS_LOCK = threading.Lock()
 def decoder_for(policy: Any) -> BatchDecoder | None:
     """The batch decoder of `policy`'s loaded model (one per model, shared by every copy and seeded member
     of it), or None for a policy that cannot batch (the heuristic, an endpoint, no policy)."""
-    from .hf import HuggingFaceChatModel
-
-    if not isinstance(policy, HuggingFaceChatModel) or not policy.batch_episodes:
+    # A local checkpoint's policy (`hf.HuggingFaceChatModel`) carries its loaded model; others cannot batch.
+    if getattr(policy, "hf_model", None) is None or not getattr(policy, "batch_episodes", False):
         return None
     with _DECODERS_LOCK:
         if policy.hf_model not in _DECODERS:
