@@ -17,11 +17,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from langchain_core.language_models import BaseChatModel
+from memupdate.errors import MemupdateError
 
-from memupdate.store import MemoryStore, MemupdateError
+if TYPE_CHECKING:  # types only: a command's --policy help must not load LangChain or the store
+    from langchain_core.language_models import BaseChatModel
+
+    from memupdate.store import MemoryStore
 
 
 @dataclass(frozen=True)
