@@ -36,6 +36,7 @@ from memupdate.cli.common import (
     raise_if_interrupted,
     user_errors,
 )
+from memupdate.cli.compact import SIZE_OPTION
 from memupdate.scoring.questions import COLLATERAL_QUESTIONS
 from memupdate.store.errors import MemupdateError
 
@@ -276,7 +277,7 @@ def demo(
 
 def factconsolidation_report(
     store, sets, chat_model, reader=None, *, policy_name: str = "heuristic", max_questions: int | None = None,
-    max_operations: int | None = None, progress=None,
+    max_operations: int | None = None, size: int | None = None, progress=None,
 ) -> dict[str, Any]:
     """Load each context of `sets` once, compact it with `chat_model` (None: no edits) through the one
     compaction service, and report per sub-dataset: the QA proxy before -> after and, with `reader`, its
@@ -314,7 +315,7 @@ def factconsolidation_report(
         else:
             done = compact(
                 chat_model, bank, trajectory_namespace(context_namespace(context), f"fc-{uuid.uuid4().hex[:8]}"),
-                questions, max_operations=max_operations, review=False,
+                questions, max_operations=max_operations, review=False, **({"size": size} if size else {}),
                 on_plan=(lambda n: progress("compacting", 0, n)) if progress else None,
                 on_episode=_counter(progress, "compacting"),
             )
@@ -379,6 +380,7 @@ def factconsolidation_command(
     api_key: str | None = API_KEY_OPTION,
     max_questions: int | None = typer.Option(None, "--max-questions", min=1, help="Per sub-dataset, for quick runs."),
     max_operations: int | None = typer.Option(None, "--max-operations", min=1, help="Tool calls per episode (default 30)."),
+    size: int = SIZE_OPTION,
     max_new_tokens: int = MAX_NEW_TOKENS_OPTION,
     max_prose_tokens: int | None = MAX_PROSE_TOKENS_OPTION,
     seed: int = SEED_OPTION,
@@ -410,7 +412,8 @@ def factconsolidation_command(
             raise_if_interrupted()
 
         report = factconsolidation_report(store, chosen, chat_model, reader, policy_name=policy,
-                                          max_questions=max_questions, max_operations=max_operations, progress=progress)
+                                          max_questions=max_questions, max_operations=max_operations, size=size,
+                                          progress=progress)
     if json_out:
         save_report(report, json_out, None)
     print_factconsolidation(report)
