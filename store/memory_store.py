@@ -92,6 +92,10 @@ SAMPLE_STRATEGIES: tuple[str, ...] = get_args(SampleStrategy)
 T = TypeVar("T")
 
 
+# Rows per multi-row INSERT (6 parameters each, under PostgreSQL's 65,535 a statement).
+INSERT_SLICE = 5000
+
+
 class MemoryStore:
     """The memories of one namespace: CRUD, vector search, sampling, fork, drop, diff and the event log.
 
@@ -394,13 +398,18 @@ class MemoryStore:
                     for item, vector in zip(items, vectors, strict=True)
                 ]
                 try:
-                    if skip_existing:  # one statement: ON CONFLICT waits for a concurrent insert of the key, then skips
-                        result = conn.execute(
-                            pg_insert(memories)
-                            .values(rows)
-                            .on_conflict_do_nothing(index_elements=[memories.c.namespace, memories.c.key])
-                            .returning(*RECORD_COLUMNS)
-                        )
+                    if skip_existing:  # ON CONFLICT waits for a concurrent insert of the key, then skips
+                        # A statement holds at most 65,535 parameters: rows go in slices, in this one transaction.
+                        result = [
+                            row
+                            for start in range(0, len(rows), INSERT_SLICE)
+                            for row in conn.execute(
+                                pg_insert(memories)
+                                .values(rows[start : start + INSERT_SLICE])
+                                .on_conflict_do_nothing(index_elements=[memories.c.namespace, memories.c.key])
+                                .returning(*RECORD_COLUMNS)
+                            )
+                        ]
                     else:
                         result = conn.execute(insert(memories).returning(*RECORD_COLUMNS, sort_by_parameter_order=True), rows)
                 except IntegrityError as exc:
