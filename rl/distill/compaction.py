@@ -96,7 +96,11 @@ class CompactionTask:
         does, so it teaches nothing (most of a FactConsolidation bank, whose 100 questions read few facts)."""
         units = []
         for conversation in conversations:
-            groups = [(index, keys) for index, keys in enumerate(self.neighbourhoods(conversation)) if self._reaches(conversation, keys)]
+            base = load_bank(self.store, conversation)
+            questions, _ = eval_questions(conversation, EvalConfig())
+            scores, memories = base_scores(base, questions, self.reward), base.snapshot()
+            groups = [(index, keys) for index, keys in enumerate(self._cut(base))
+                      if reachable(questions, scores, [memories[k] for k in keys]) > 0]
             chosen = spread(groups, per_conversation) if per_conversation else groups
             units += [Neighbourhood(conversation, index, tuple(keys)) for index, keys in chosen]
         return units
@@ -105,14 +109,12 @@ class CompactionTask:
         """Every held-out bank, whole (`per_conversation` is not used: a bank is compacted whole)."""
         return [WholeBank(conversation) for conversation in conversations]
 
-    def _reaches(self, conversation: Conversation, keys: Sequence[str]) -> bool:
-        base = load_bank(self.store, conversation)
-        questions, _ = eval_questions(conversation, EvalConfig())
-        return reachable(questions, base_scores(base, questions, self.reward), base.get_many(list(keys))) > 0
-
     def neighbourhoods(self, conversation: Conversation) -> list[list[str]]:
         """The conversation's bank cut as `memupdate compact --size {size}` cuts it."""
-        keys, vectors = load_bank(self.store, conversation).vectors()
+        return self._cut(load_bank(self.store, conversation))
+
+    def _cut(self, base: MemoryStore) -> list[list[str]]:
+        keys, vectors = base.vectors()
         return neighbourhoods(keys, vectors, self.size)
 
     def rollout(self, policy: BaseChatModel | None, base: MemoryStore, unit: Neighbourhood | WholeBank) -> Rollout:
