@@ -19,6 +19,7 @@ stale is the policy's decision.
 
 from __future__ import annotations
 
+import os
 import re
 from typing import TYPE_CHECKING, Literal
 
@@ -57,7 +58,7 @@ def relation(older: str, newer: str, *, events: bool = False) -> Relation:
     changed = (set(a) ^ set(b)) & CHANGE_WORDS
     if changed and len(set(a) ^ set(b) - CHANGE_WORDS) <= 2:
         return "update"  # the same words but for a change of state ("is vegetarian" / "is no longer vegetarian")
-    head = _shared_head(a, b)
+    head = len(os.path.commonprefix([a, b]))  # tokens the two statements begin with
     tail_a, tail_b = a[head:], b[head:]
     if (
         not events and head >= MIN_SHARED_HEAD and head >= MIN_SHARED_SHARE * max(len(a), len(b))
@@ -108,12 +109,3 @@ def is_newer(a: MemoryRecord, b: MemoryRecord) -> bool | None:
 def _comparable(value: str, other: str) -> str:
     # A day against a time cannot be ordered within that day: compare at the coarser grain of the two.
     return value[:10] if min(len(value), len(other)) <= 10 else value
-
-
-def _shared_head(a: list[str], b: list[str]) -> int:
-    n = 0
-    for x, y in zip(a, b, strict=False):
-        if x != y:
-            break
-        n += 1
-    return n
