@@ -45,7 +45,12 @@ from pathlib import Path
 from typing import Any
 
 from memupdate.rl.data.locomo import Conversation
-from memupdate.rl.distill.advantages import advantage_weights, assign_advantages, imitation_weights
+from memupdate.rl.distill.advantages import (
+    advantage_weights,
+    assign_advantages,
+    imitation_weights,
+    zero_variance_groups,
+)
 from memupdate.rl.distill.compaction import CompactionTask
 from memupdate.rl.distill.config import LearnConfig
 from memupdate.rl.distill.finetune import finetune
@@ -329,14 +334,12 @@ def informative_groups(run: Run, policy: PolicyGroup, k: int, teacher_records: l
     """DAPO's dynamic sampling: the student rolls out `rl_questions` units at a time, spread over the
     training units, and a group whose rewards (the student's and the teacher's) are all equal is dropped,
     since it carries no signal; more units are rolled out until `rl_questions` groups are kept or
-    `DYNAMIC_SAMPLING_ROUNDS` batches are spent (a resumed stage reads the same batches back from the log). (every rollout, the groups kept, how many were dropped)"""
+    `DYNAMIC_SAMPLING_ROUNDS` batches are spent (a resumed stage reads the same batches back from the log).
+    Returns every rollout, the groups kept and how many were dropped."""
     config = run.config
     pool = [u for u in run.units if u.group not in run.kept_out]
     first = spread(pool, config.rl_questions)
     order = first + [u for u in pool if u not in first]
-    teacher: dict[str, list[float]] = {}
-    for record in teacher_records:
-        teacher.setdefault(record.group, []).append(record.reward)
     own: list[Rollout] = []
     kept: set[str] = set()
     dropped, cursor = 0, 0
@@ -347,12 +350,11 @@ def informative_groups(run: Run, policy: PolicyGroup, k: int, teacher_records: l
             break
         rolled = run.collect(policy, batch, config.student_group_size, f"rl-{k}", f"rl-{k} student groups")
         own += rolled
-        for unit in batch:
-            rewards = [r.reward for r in rolled if r.group == unit.group] + teacher.get(unit.group, [])
-            if max(rewards) - min(rewards) > 1e-9:
-                kept.add(unit.group)
-            else:
-                dropped += 1
+        groups = {u.group for u in batch}
+        records = rolled + [r for r in teacher_records if r.group in groups]
+        flat = groups & set(zero_variance_groups([r.reward for r in records], [r.group for r in records]))
+        kept |= groups - flat
+        dropped += len(flat)
         if len(kept) >= config.rl_questions:
             break
     return own, kept, dropped
