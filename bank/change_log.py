@@ -38,9 +38,9 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import JSONB
 
+from memupdate.bank.models import MemoryChange, SupersededMemory
 from memupdate.store.errors import MemupdateError
 from memupdate.store.memory_store import MemoryStore, copy_rows
-from memupdate.store.models import MemoryChange, SupersededMemory
 from memupdate.store.records import MemoryEventRecord, MemoryRecord, NewEvent
 from memupdate.store.statements import DROP, RECORD_COLUMNS, events, memories
 

@@ -31,9 +31,9 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
 
+from memupdate.bank.models import MemorySource
 from memupdate.store.errors import MemupdateError
 from memupdate.store.memory_store import MemoryStore
-from memupdate.store.models import MemorySource
 from memupdate.store.records import KEY_PATTERN, NAMESPACE_LABEL, MemoryRecord, Namespace
 
 sources = MemorySource.__table__

@@ -7,10 +7,11 @@ tests do); otherwise the URL is resolved exactly as the app resolves it.
 from alembic import context
 from pgvector.sqlalchemy import Vector
 
+from memupdate.migrations.models import metadata
 from memupdate.store.database import get_engine
-from memupdate.store.models import Base
 
-target_metadata = Base.metadata
+# Every layer's tables (the store's, the bank's, the reply cache's), declared on one Base.
+target_metadata = metadata
 
 
 def render_item(type_, obj, autogen_context):

@@ -8,21 +8,61 @@
     cache.get_many([key])          # {key: "7 May 2023"}
 
 The cache knows nothing of prompts: callers hash their template and input (`prompt_digest`).
+Its table is declared here, its one user, on the store's `Base` (one metadata for `alembic check`).
 """
 
 from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
+from datetime import datetime
 from typing import NamedTuple
 
-from sqlalchemy import Engine, func, select, tuple_
+from sqlalchemy import (
+    BigInteger,
+    CheckConstraint,
+    DateTime,
+    Engine,
+    String,
+    Text,
+    UniqueConstraint,
+    func,
+    select,
+    tuple_,
+)
 from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.orm import Mapped, mapped_column
 
-from memupdate.store.models import LLMReply
+from memupdate.store.models import Base
+
+LLM_REPLY_KINDS = ("answer", "judge")
 
 # Rows per lookup query: keeps the IN list of key tuples well under PostgreSQL's parameter limit.
 _LOOKUP_CHUNK = 500
+
+
+class LLMReply(Base):
+    """A chat model's reply to one evaluation prompt, kept so a rerun or a resumed eval never re-asks.
+
+    The key is everything the reply depends on at temperature 0: the model, the prompt template (its
+    hash, so editing a prompt invalidates old replies), a hash of the variable input (for an answer the
+    retrieved context; for a judgement the gold and generated answers) and the question.
+    """
+
+    __tablename__ = "llm_replies"
+    __table_args__ = (
+        UniqueConstraint("kind", "model", "template_hash", "input_hash", "question", name="uq_llm_replies_key"),
+        CheckConstraint(f"kind IN {LLM_REPLY_KINDS}", name="ck_llm_replies_kind"),
+    )
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
+    kind: Mapped[str] = mapped_column(String(16))
+    model: Mapped[str] = mapped_column(Text)
+    template_hash: Mapped[str] = mapped_column(String(64))
+    input_hash: Mapped[str] = mapped_column(String(64))
+    question: Mapped[str] = mapped_column(Text)
+    reply: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
 
 
 class ReplyKey(NamedTuple):

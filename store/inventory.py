@@ -6,7 +6,7 @@ label in their path, with their size and first and last writes (how leftover for
     memory_counts(engine)             # {"locomo/conv-26": 167, "locomo/conv-26/traj/conv-26-qa3-1a2b3c4d": 168}
     namespaces_labelled(engine, TRAJ_LABEL, under="locomo/conv-26")   # a label the caller defines
     # [NamespaceActivity(namespace="locomo/conv-26/traj/conv-26-qa3-1a2b3c4d", memories=168, events=3, ...)]
-    namespace_exists(engine, "locomo/conv-62")   # False: no memories, events or changes were ever there
+    namespace_exists(engine, "locomo/conv-62")   # False: no memories or events were ever there
     nearest_namespaces(engine, "locomo/conv-62", fork_labels)  # ["locomo/conv-26", ...]: what a mistyped name meant
 
 They take an engine, not a store: `memupdate db status` counts without loading the embedding model.
@@ -21,7 +21,6 @@ from datetime import UTC, datetime
 
 from sqlalchemy import Engine, func, select
 
-from memupdate.store.models import MemoryChange
 from memupdate.store.records import SEPARATOR
 from memupdate.store.statements import events, memories
 
@@ -44,12 +43,12 @@ def memory_counts(engine: Engine) -> dict[str, int]:
 
 
 def namespace_exists(engine: Engine, path: str) -> bool:
-    """Whether `path` holds memories or ever did: a row, an event or a change of its own."""
-    changes = MemoryChange.__table__
+    """Whether `path` holds memories or ever did: a row or an event of its own (a bank also counts its
+    changes: `bank.namespaces.bank_exists`)."""
     with engine.connect() as conn:
         return any(
             conn.execute(select(table.c.namespace).where(table.c.namespace == path).limit(1)).first() is not None
-            for table in (memories, events, changes)
+            for table in (memories, events)
         )
 
 

@@ -22,7 +22,7 @@ import memupdate.migrations
 from memupdate.store.database import require_pgvector, server_info
 from memupdate.store.embedded import check_vector_operations
 from memupdate.store.errors import DatabaseError
-from memupdate.store.models import Base, Memory
+from memupdate.store.models import Memory
 
 MIGRATIONS_DIR = Path(memupdate.migrations.__file__).parent
 
@@ -74,8 +74,11 @@ def head_revision() -> str | None:
 
 def drift(engine: Engine) -> list[Any]:
     """Differences between the models and the live schema (what `alembic check` reports); [] = none."""
+    # Every layer's tables, as the migrations see them: the store alone would call the others drift.
+    from memupdate.migrations.models import metadata
+
     with engine.connect() as conn:
-        return compare_metadata(MigrationContext.configure(conn), Base.metadata)
+        return compare_metadata(MigrationContext.configure(conn), metadata)
 
 
 def status(engine: Engine) -> dict[str, Any]:

@@ -6,10 +6,10 @@ from __future__ import annotations
 from langgraph_source import langgraph_store, remember
 from typer.testing import CliRunner
 
+from memupdate.bank.namespaces import bank_exists
 from memupdate.bank.sources import read_source
 from memupdate.cli import app
 from memupdate.store import MemoryStore
-from memupdate.store.inventory import namespace_exists
 
 runner = CliRunner()
 
@@ -33,7 +33,7 @@ def test_a_namespace_that_does_not_exist_is_one_line_naming_the_nearest_bank(sto
     for command in commands:
         output = one_line_error(*command, "--url", database_url)
         assert f"namespace {typo!r} does not exist" in output and f"did you mean {bank.path}" in output, (command, output)
-    assert not namespace_exists(bank.engine, typo)  # nothing was forked, proposed or recorded under the typo
+    assert not bank_exists(bank.engine, typo)  # nothing was forked, proposed or recorded under the typo
     assert [m.content for m in bank.list()] == ["Alice likes jazz"]
 
 

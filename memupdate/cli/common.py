@@ -206,11 +206,11 @@ def open_store(url: str | None = None, *, embed_on_demand: bool = False):
 def require_bank(bank, namespace: str) -> None:
     """Refuse a mistyped bank name (no memories, events or changes were ever there) with one line naming
     it and the banks nearest it, before a command reads or writes anything."""
-    from memupdate.bank.namespaces import COMPACTION_LABEL
+    from memupdate.bank.namespaces import COMPACTION_LABEL, bank_exists
     from memupdate.rl.data.namespaces import TRAJ_LABEL
-    from memupdate.store.inventory import namespace_exists, nearest_namespaces
+    from memupdate.store.inventory import nearest_namespaces
 
-    if namespace_exists(bank.engine, bank.path):
+    if bank_exists(bank.engine, bank.path):
         return
     near = nearest_namespaces(bank.engine, bank.path, fork_labels=(COMPACTION_LABEL, TRAJ_LABEL))
     hint = f"did you mean {' or '.join(near)}?" if near else "the database holds no banks yet (memupdate data import)"

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-from memupdate.store.models import LLM_REPLY_KINDS
+from memupdate.scoring.llm_cache import LLM_REPLY_KINDS
 
 revision: str = "0002"
 down_revision: str | None = "0001"

@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects import postgresql
 
-from memupdate.store.models import SOURCE_KINDS
+from memupdate.bank.models import SOURCE_KINDS
 
 revision: str = "0003"
 down_revision: str | None = "0002"

@@ -18,8 +18,8 @@ from alembic import op
 from pgvector.sqlalchemy import Vector
 from sqlalchemy.dialects import postgresql
 
+from memupdate.bank.models import CHANGE_STATUSES
 from memupdate.settings import get_settings
-from memupdate.store.models import CHANGE_STATUSES
 
 revision: str = "0004"
 down_revision: str | None = "0003"
