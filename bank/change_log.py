@@ -24,30 +24,30 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import (
-    Connection,
-    Text,
-    bindparam,
-    delete,
-    func,
-    insert,
-    literal,
-    select,
-    text,
-    update,
-)
+from sqlalchemy import Connection, Text, func, insert, literal, select, text, update
 from sqlalchemy.dialects.postgresql import JSONB
 
 from memupdate.bank.models import MemoryChange, SupersededMemory
 from memupdate.store.errors import MemupdateError
-from memupdate.store.memory_store import MemoryStore, copy_rows
-from memupdate.store.records import MemoryEventRecord, MemoryRecord, NewEvent
-from memupdate.store.statements import DROP, RECORD_COLUMNS, events, memories
+from memupdate.store.memory_store import MemoryStore
+from memupdate.store.promotion import (
+    WHOLE_ROW,
+    count_in,
+    differing_keys,
+    drop_in,
+    edits_first_seen,
+    episode_writes,
+    promote_rows,
+    restore_rows,
+    rows_by_key,
+    whole_rows,
+)
+from memupdate.store.records import MemoryEventRecord, NewEvent
 
 changes = MemoryChange.__table__
 superseded = SupersededMemory.__table__
-# Row columns restored by undo exactly as they were.
-ROW_COLUMNS = ("id", "key", "content", "kind", "metadata", "embedding", "seq", "created_at", "updated_at")
+# A superseded row's copy of the memory, column for column with the store's `WHOLE_ROW`.
+_SUPERSEDED_ROW = ("namespace", "memory_id", *WHOLE_ROW[2:])
 
 
 class ChangeConflict(MemupdateError):
@@ -129,7 +129,7 @@ def discard_change(bank: MemoryStore, change_id: int, *, note: dict[str, Any] | 
         raise ChangeConflict(f"change {change_id} of {bank.path!r} is {change.status}, not proposed: nothing to discard")
     details = {**change.details, **(note or {})}
     with bank.engine.begin() as conn:
-        _drop_fork_unless_shared(conn, change)
+        _drop_fork_unless_shared(conn, bank, change)
         conn.execute(update(changes).where(changes.c.id == change_id).values(status="discarded", details=details))
 
 
@@ -144,11 +144,7 @@ def superseded_rows(bank: MemoryStore, change_id: int | None = None) -> list[dic
 
 def change_writes(bank: MemoryStore, change_id: int) -> list[tuple[str, str, dict | None, dict | None]]:
     """What applying the change wrote to the bank, in order: (key, op, before, after) of its events."""
-    query = select(events.c.memory_key, events.c.op, events.c.before, events.c.after).where(
-        events.c.namespace == bank.path, events.c.episode == f"change:{change_id}"
-    )
-    with bank.engine.connect() as conn:
-        return [tuple(row) for row in conn.execute(query.order_by(events.c.id))]
+    return [(e.memory_key, e.op, e.before, e.after) for e in bank.events(episode=change_episode(change_id))]
 
 
 # -- apply -------------------------------------------------------------------------------------------
@@ -168,36 +164,24 @@ def apply_change(bank: MemoryStore, change_id: int, *, before_commit=None) -> Ch
         fork = bank.scoped(change.fork)
         part = change.details.get("keys")  # one change of a compaction (the review queue): only its keys
         removed, changed, added = _check_fork_is_current(conn, bank, fork, part)
-        bank_rows = _rows(conn, bank.path, removed + changed)
-        fork_rows = _rows(conn, fork.path, changed + added)
-        counts = _counts(conn, bank.path, fork.path)
+        bank_rows = rows_by_key(conn, bank, removed + changed)
+        fork_rows = rows_by_key(conn, fork, changed + added)
+        counts = {"memories_before": count_in(conn, bank), "memories_after": count_in(conn, fork)}
         if part is not None:
             counts["memories_after"] = counts["memories_before"] - len(removed) + len(added)
         replaced = change.details.get("replaced", {})
         why = {k: replaced.get(k, {}) for k in removed + changed}
         if why:
-            _supersede(conn, bank.path, change_id, why)
-        if changed:
-            forked = memories.alias("fork_rows")
-            conn.execute(
-                update(memories)
-                .where(memories.c.namespace == bank.path, memories.c.key.in_(changed))
-                .where(forked.c.namespace == fork.path, forked.c.key == memories.c.key)
-                .values(content=forked.c.content, kind=forked.c.kind, metadata=forked.c.metadata,
-                        embedding=forked.c.embedding, updated_at=forked.c.updated_at)
-            )
-        if removed:
-            conn.execute(delete(memories).where(memories.c.namespace == bank.path, memories.c.key.in_(removed)))
-        if added:
-            conn.execute(copy_rows(fork.path, bank.path, added))
+            _supersede(conn, bank, change_id, why)
+        promote_rows(conn, bank, fork, removed=removed, changed=changed, added=added)
         writer = bank.scoped(bank.namespace, episode=change_episode(change_id))
         writer.append_events(
-            [NewEvent("delete", k, _event(bank_rows[k]), None) for k in removed]
-            + [NewEvent("update", k, _event(bank_rows[k]), _event(fork_rows[k])) for k in changed]
-            + [NewEvent("create", k, None, _event(fork_rows[k])) for k in added],
+            [NewEvent("delete", k, bank_rows[k].as_event(), None) for k in removed]
+            + [NewEvent("update", k, bank_rows[k].as_event(), fork_rows[k].as_event()) for k in changed]
+            + [NewEvent("create", k, None, fork_rows[k].as_event()) for k in added],
             connection=conn,
         )
-        _drop_fork_unless_shared(conn, change)
+        _drop_fork_unless_shared(conn, bank, change)
         summary = {**change.summary, "applied": {"removed": len(removed), "changed": len(changed), "added": len(added),
                                                   **counts}}
         row = conn.execute(
@@ -218,46 +202,20 @@ def _check_fork_is_current(
     (one change of the fork), only those keys are compared and checked: a write elsewhere in the bank
     does not block it. The rows checked stay locked until the transaction ends, so a concurrent write
     to one of them waits and lands after the apply instead of being overwritten."""
-    if conn.execute(select(events.c.id).where(events.c.namespace == fork.path).limit(1)).first() is None:
+    first_seen = edits_first_seen(conn, fork)
+    if first_seen is None:
         raise ChangeConflict(f"the change's fork {fork.path!r} is gone: run the compaction again")
-    first_seen: dict[str, dict | None] = {}
-    for key, before in conn.execute(
-        select(events.c.memory_key, events.c.before)
-        .where(events.c.namespace == fork.path, events.c.op.in_(("create", "update", "delete")))
-        .order_by(events.c.id)
-    ):
-        first_seen.setdefault(key, before)
-    columns = [memories.c[c] for c in ("key", "content", "kind", "metadata", "embedding")]
-    only = [memories.c.key.in_(list(part))] if part is not None else []
-    base = select(*columns).where(memories.c.namespace == bindparam("bank"), *only).subquery("b")
-    forked = select(*columns).where(memories.c.namespace == bindparam("fork"), *only).subquery("f")
-    differs = (base.c.content != forked.c.content) | (base.c.kind != forked.c.kind) | (base.c.metadata != forked.c.metadata) | base.c.embedding.is_distinct_from(forked.c.embedding)
-    rows = conn.execute(
-        select(base.c.key.label("bank_key"), forked.c.key.label("fork_key"))
-        .select_from(base.join(forked, base.c.key == forked.c.key, full=True))
-        .where(base.c.key.is_(None) | forked.c.key.is_(None) | differs),
-        {"bank": bank.path, "fork": fork.path},
-    ).all()
-    removed, changed, added = [], [], []
-    for bank_key, fork_key in rows:
-        key = bank_key or fork_key
+    found: dict[str, list[str]] = {"removed": [], "changed": [], "added": []}
+    for key, difference in differing_keys(conn, bank, fork, part):
         if key not in first_seen:
             raise ChangeConflict(_moved_message(bank, key))
-        (added if bank_key is None else removed if fork_key is None else changed).append(key)
+        found[difference].append(key)
     checked = {k: v for k, v in first_seen.items() if part is None or k in part}
-    now = _rows(conn, bank.path, list(checked), lock=True)
+    now = rows_by_key(conn, bank, list(checked), lock=True)
     for key, seen in checked.items():
-        if (_event(now[key]) if key in now else None) != seen:
+        if (now[key].as_event() if key in now else None) != seen:
             raise ChangeConflict(_moved_message(bank, key))
-    return removed, changed, added
-
-
-def _counts(conn: Connection, bank_path: str, fork_path: str) -> dict[str, int]:
-    count = select(func.count()).select_from(memories)
-    return {
-        "memories_before": conn.execute(count.where(memories.c.namespace == bank_path)).scalar_one(),
-        "memories_after": conn.execute(count.where(memories.c.namespace == fork_path)).scalar_one(),
-    }
+    return found["removed"], found["changed"], found["added"]
 
 
 def _moved_message(bank: MemoryStore, key: str) -> str:
@@ -267,17 +225,16 @@ def _moved_message(bank: MemoryStore, key: str) -> str:
     )
 
 
-def _supersede(conn: Connection, bank_path: str, change_id: int, why: dict[str, dict[str, Any]]) -> None:
+def _supersede(conn: Connection, bank: MemoryStore, change_id: int, why: dict[str, dict[str, Any]]) -> None:
     """Copy the replaced rows whole into superseded_memories, with what replaced them and why (one INSERT ... SELECT)."""
-    entry = literal(why, JSONB).op("->", return_type=JSONB)(memories.c.key)
-    columns = ["change_id", "memory_id", "namespace", "key", "content", "kind", "metadata", "embedding", "seq",
-               "created_at", "updated_at", "superseded_by", "reason"]
+    rows = whole_rows(bank, list(why)).subquery("replaced")
+    entry = literal(why, JSONB).op("->", return_type=JSONB)(rows.c.key)
+    columns = ["change_id", *_SUPERSEDED_ROW, "superseded_by", "reason"]
     source = select(
-        literal(change_id), memories.c.id, memories.c.namespace, memories.c.key, memories.c.content, memories.c.kind,
-        memories.c.metadata, memories.c.embedding, memories.c.seq, memories.c.created_at, memories.c.updated_at,
+        literal(change_id), *(rows.c[c] for c in WHOLE_ROW),
         func.coalesce(entry.op("->", return_type=JSONB)("by"), literal([], JSONB)),
         entry.op("->>", return_type=Text)("reason"),
-    ).where(memories.c.namespace == bank_path, memories.c.key.in_(list(why)))
+    )
     conn.execute(insert(superseded).from_select(columns, source))
 
 
@@ -326,15 +283,11 @@ def undo_change(bank: MemoryStore, change_id: int, *, note: dict[str, Any] | Non
 
 
 def _undo_one(conn: Connection, bank: MemoryStore, change: ChangeRecord) -> None:
-    logged = conn.execute(
-        select(events.c.memory_key, events.c.op, events.c.before, events.c.after)
-        .where(events.c.namespace == bank.path, events.c.episode == change_episode(change.id))
-        .order_by(events.c.id.desc())
-    ).all()
-    keys = [e.memory_key for e in logged]
-    current = _rows(conn, bank.path, keys, lock=True)
+    logged = episode_writes(conn, bank, change_episode(change.id), newest_first=True)
+    keys = [key for key, *_ in logged]
+    current = rows_by_key(conn, bank, keys, lock=True)
     for key, _op, _before, after in logged:
-        now = _event(current[key]) if key in current else None
+        now = current[key].as_event() if key in current else None
         if now != after:
             raise ChangeConflict(
                 f"memory {key!r} of {bank.path!r} was changed after change {change.id} was applied: nothing was undone; "
@@ -346,15 +299,13 @@ def _undo_one(conn: Connection, bank: MemoryStore, change: ChangeRecord) -> None
     )
     if missing := [k for k in restore if k not in kept]:
         raise ChangeConflict(f"change {change.id} of {bank.path!r} lacks superseded rows for {missing[:5]}: it cannot be undone exactly")
-    if keys:
-        conn.execute(delete(memories).where(memories.c.namespace == bank.path, memories.c.key.in_(keys)))
-    if restore:  # the rows as they were: id, seq, timestamps and the stored vector itself, copied in SQL
-        source = (
-            select(superseded.c.namespace, superseded.c.memory_id, *(superseded.c[c] for c in ROW_COLUMNS[1:]))
-            .where(superseded.c.change_id == change.id, superseded.c.key.in_(restore))
-            .order_by(superseded.c.seq)
-        )
-        conn.execute(insert(memories).from_select(["namespace", *ROW_COLUMNS], source))
+    # The rows as they were: id, seq, timestamps and the stored vector itself, copied in SQL.
+    source = (
+        select(*(superseded.c[c] for c in _SUPERSEDED_ROW))
+        .where(superseded.c.change_id == change.id, superseded.c.key.in_(restore))
+        .order_by(superseded.c.seq)
+    ) if restore else None
+    restore_rows(conn, bank, keys, source)
     writer = bank.scoped(bank.namespace, episode=undo_episode(change.id))
     entries = []
     for key, op, before, after in logged:
@@ -401,33 +352,13 @@ def _lock(conn: Connection, bank: MemoryStore) -> None:
     conn.execute(select(func.pg_advisory_xact_lock(func.hashtext(f"memupdate-change:{bank.path}"))))
 
 
-def _rows(conn: Connection, path: str, keys: Sequence[str], *, lock: bool = False) -> dict[str, Any]:
-    """The rows `keys` of namespace `path` (no vectors), by key; with `lock`, locked FOR UPDATE."""
-    if not keys:
-        return {}
-    query = select(*RECORD_COLUMNS).where(memories.c.namespace == path, memories.c.key.in_(list(keys)))
-    if lock:
-        query = query.with_for_update()
-    return {row.key: row for row in conn.execute(query.order_by(memories.c.seq))}
-
-
-def _event(row: Any) -> dict[str, Any]:
-    return MemoryRecord(row.key, (), row.content, row.kind, row.metadata).as_event()
-
-
-def _drop_fork_unless_shared(conn: Connection, change: ChangeRecord) -> None:
+def _drop_fork_unless_shared(conn: Connection, bank: MemoryStore, change: ChangeRecord) -> None:
     """Drop the change's fork unless another proposed change (a part of the same compaction) still needs it."""
     others = select(changes.c.id).where(
         changes.c.fork == change.fork, changes.c.status == "proposed", changes.c.id != change.id
     ).limit(1)
     if change.fork and conn.execute(others).first() is None:
-        _drop_fork(conn, change.fork)
-
-
-def _drop_fork(conn: Connection, path: str | None) -> None:
-    """The store's own drop statement (memories and events), inside this transaction."""
-    if path:
-        conn.execute(DROP, {"namespace_path": path})
+        drop_in(conn, bank.scoped(change.fork))
 
 
 def _missing(bank: MemoryStore, change_id: int):

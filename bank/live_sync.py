@@ -49,7 +49,6 @@ from memupdate.bank.sources import (
 )
 from memupdate.store.memory_store import MemoryStore
 from memupdate.store.records import MemoryRecord
-from memupdate.store.statements import events
 
 
 @dataclass
@@ -88,8 +87,7 @@ def pending_jobs(bank: MemoryStore) -> list[tuple[ChangeRecord, str]]:
                 jobs.append((change, f"change:{change.id}"))
             elif change.status == "undone" and change.summary.get("exported") and not change.summary.get("unexported"):
                 jobs.append((change, f"undo:{change.id}"))
-        first = {episode: conn.execute(select(events.c.id).where(events.c.namespace == bank.path, events.c.episode == episode)
-                                       .order_by(events.c.id).limit(1)).scalar() or 0 for _, episode in jobs}
+    first = {episode: next((e.id for e in bank.events(episode=episode)), 0) for _, episode in jobs}
     return sorted(jobs, key=lambda job: first[job[1]])
 
 
@@ -133,11 +131,7 @@ def export_changes(
 
 
 def _events(bank: MemoryStore, episode: str) -> list[tuple[str, str, dict | None, dict | None]]:
-    query = select(events.c.memory_key, events.c.op, events.c.before, events.c.after).where(
-        events.c.namespace == bank.path, events.c.episode == episode
-    )
-    with bank.engine.connect() as conn:
-        return [tuple(row) for row in conn.execute(query.order_by(events.c.id))]
+    return [(e.memory_key, e.op, e.before, e.after) for e in bank.events(episode=episode)]
 
 
 def _locked_items(store, namespace: tuple[str, ...], keys: list[str]) -> dict[str, dict[str, Any]]:

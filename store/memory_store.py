@@ -239,11 +239,14 @@ class MemoryStore:
             changed=sorted(changed),
         )
 
-    def events(self, *, op: str | None = None, after: int | None = None) -> list[MemoryEventRecord]:
-        """The event log of this namespace, oldest first (only `op` events, only those after event id `after`)."""
+    def events(self, *, op: str | None = None, after: int | None = None, episode: str | None = None) -> list[MemoryEventRecord]:
+        """The event log of this namespace, oldest first (only `op` events, only those after event id
+        `after`, only those tagged `episode`)."""
         query = select(events).where(events.c.namespace == self.path)
         if op is not None:
             query = query.where(events.c.op == op)
+        if episode is not None:
+            query = query.where(events.c.episode == episode)
         if after is not None:
             query = query.where(events.c.id > after)
         with self.engine.connect() as conn:
