@@ -25,7 +25,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Engine, delete, insert, select, update
+from sqlalchemy import Engine, insert, select, update
 
 from memupdate.bank.change_log import (
     ChangeConflict,
@@ -37,7 +37,7 @@ from memupdate.bank.change_log import (
 )
 from memupdate.bank.review import replaced_by
 from memupdate.store.memory_store import MemoryStore
-from memupdate.store.statements import memories
+from memupdate.store.promotion import keep_only
 
 
 @dataclass(frozen=True)
@@ -103,7 +103,7 @@ def shrink_fork(bank: MemoryStore, fork_path: str) -> None:
     with bank.engine.begin() as conn:
         keep = [k for d in conn.execute(select(changes.c.details).where(changes.c.fork == fork_path, changes.c.status == "proposed")).scalars()
                 for k in d.get("keys", [])]
-        conn.execute(delete(memories).where(memories.c.namespace == fork_path, memories.c.key.not_in(keep)))
+        keep_only(conn, bank.scoped(fork_path), keep)
 
 
 def pending(engine: Engine, under: str | None = None) -> list[QueuedChange]:

@@ -15,8 +15,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import select
-
 from memupdate.bank.sources import (
     Source,
     SourceError,
@@ -32,9 +30,9 @@ from memupdate.bank.sources import (
     value_hash,
     write_source,
 )
+from memupdate.store.errors import MemoryNotFound
 from memupdate.store.memory_store import MemoryStore
 from memupdate.store.models import MEMORY_KINDS
-from memupdate.store.statements import memories
 
 
 @dataclass
@@ -111,8 +109,11 @@ def plan_export(bank: MemoryStore, record: dict[str, Any], current: dict[str, So
 
 
 def _has(bank: MemoryStore, key: str) -> bool:
-    with bank.engine.connect() as conn:
-        return conn.execute(select(memories.c.id).where(memories.c.namespace == bank.path, memories.c.key == key)).first() is not None
+    try:
+        bank.get(key)
+    except MemoryNotFound:
+        return False
+    return True
 
 
 def _moved(item: SourceItem | None, state: dict[str, Any]) -> bool:
