@@ -1,4 +1,6 @@
-"""Imports point one way, and no module imports itself back through others, not even inside a function.
+"""Imports point one way, and no module imports itself back through others, not even inside a function;
+the store is sealed: no module outside `store/` (and the migrations) names its tables, its statements
+or MemoryStore's private methods, and the store declares no other layer's tables.
 
 Read from the source with `ast` (nothing is imported): every module of the `memupdate` package as
 pyproject's `package-dir` maps it; `if TYPE_CHECKING:` blocks are left out (they never run).
@@ -7,6 +9,7 @@ pyproject's `package-dir` maps it; `if TYPE_CHECKING:` blocks are left out (they
 from __future__ import annotations
 
 import ast
+import re
 import tomllib
 from pathlib import Path
 
@@ -84,3 +87,83 @@ def test_no_import_circle_even_inside_functions() -> None:
         if start not in state:
             visit(start, [start])
     assert not circles, "import circles: " + "; ".join(circles)
+
+
+# What only `store/` may name: its tables (as ORM classes or Core tables) and its statement builders.
+STORE_TABLE_NAMES = {"Memory", "MemoryEvent", "memories", "events", "copy_rows"}
+# SQL keywords in capitals, as this codebase writes SQL text (prose says "from memories" too).
+SQL_ON_STORE_TABLES = re.compile(r"\b(?:FROM|INTO|UPDATE|JOIN|TABLE)\s+(?:memories|memory_events)\b")
+
+
+def store_private_methods() -> set[str]:
+    """The `_`-prefixed methods of `MemoryStore` (dunders aside), read from its source."""
+    tree = ast.parse((REPO / "store" / "memory_store.py").read_text())
+    (store,) = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "MemoryStore"]
+    return {n.name for n in store.body if isinstance(n, ast.FunctionDef) and n.name.startswith("_") and not n.name.endswith("__")}
+
+
+def store_breaches(name: str, path: Path, private: set[str]) -> list[str]:
+    """Where module `name` reaches into the store: its table objects, its statements module, the private
+    methods of MemoryStore, or SQL text naming its tables."""
+    found = []
+    tree = ast.parse(path.read_text())
+    docstrings = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant)}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("memupdate.store."):
+            if node.module == "memupdate.store.statements":
+                found.append(f"{name} imports {node.module}")
+            found += [f"{name} imports {a.name} from {node.module}" for a in node.names if a.name in STORE_TABLE_NAMES]
+        elif isinstance(node, ast.Import):
+            found += [f"{name} imports {a.name}" for a in node.names if a.name == "memupdate.store.statements"]
+        elif isinstance(node, ast.Attribute) and node.attr in private and not (
+            isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")
+        ):
+            found.append(f"{name} calls MemoryStore.{node.attr}")
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings \
+                and SQL_ON_STORE_TABLES.search(node.value):
+            found.append(f"{name} has SQL on {SQL_ON_STORE_TABLES.search(node.value).group(0)!r}")
+    return found
+
+
+def test_nothing_outside_the_store_touches_its_tables_or_private_methods() -> None:
+    private = store_private_methods()
+    assert {"_log", "_autocommitted", "_remove"} <= private  # the check reads the class it guards
+    breaches = [
+        breach
+        for name, path in modules().items()
+        if layer(name) not in ("store", "migrations")
+        for breach in store_breaches(name, path, private)
+    ]
+    assert not breaches, "the store is sealed: " + "; ".join(sorted(breaches))
+
+
+def test_the_seal_check_finds_a_breach(tmp_path: Path) -> None:
+    leaky = tmp_path / "leaky.py"
+    leaky.write_text(
+        "from memupdate.store.statements import memories\n"
+        "from memupdate.store.models import Memory\n"
+        "from memupdate.store.memory_store import copy_rows\n"
+        "def f(bank, conn):\n"
+        "    bank._log(conn, [])\n"
+        "    conn.execute(text('DELETE FROM memories WHERE key = :k'))\n"
+    )
+    breaches = store_breaches("memupdate.bank.leaky", leaky, store_private_methods())
+    assert len(breaches) == 6, breaches  # the statements module, three names, a private call, SQL text
+
+
+def declared_tables() -> dict[str, str]:
+    """Table name -> the module declaring it (`__tablename__ = "..."`), every module of the package."""
+    tables = {}
+    for name, path in modules().items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "__tablename__" for t in node.targets):
+                tables[node.value.value] = name
+    return tables
+
+
+def test_the_store_declares_only_its_own_tables_and_the_migrations_load_every_table() -> None:
+    tables = declared_tables()
+    assert {t for t, module in tables.items() if layer(module) == "store"} == {"memories", "memory_events"}
+    known = modules()
+    loaded = imports("memupdate.migrations.models", known["memupdate.migrations.models"], known) | {"memupdate.store.models"}
+    assert {module for module in tables.values()} <= loaded, "alembic check would not see every table"
