@@ -237,8 +237,7 @@ def _supersede(store: MemoryStore, key: str, newer_key: str) -> str:
             f"[{newer.key}] ({shown_time(newer)}) was stated before [{stale.key}] ({shown_time(stale)}): "
             "a memory is superseded only by a newer one"
         )
-    store.update(stale.key, metadata={**stale.metadata, "superseded_by": newer.key})
-    store.delete(stale.key)
+    store.delete(stale.key, final_metadata={**stale.metadata, "superseded_by": newer.key})
     return f"[{stale.key}] superseded by [{newer.key}]"
 
 

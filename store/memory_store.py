@@ -358,9 +358,21 @@ class MemoryStore:
             raise MemoryNotFound(key, self.path)
         return record_of(row)
 
-    def delete(self, key: str) -> MemoryRecord:
-        """Remove a memory; returns what was removed."""
-        return self.replace([key], [])[0]
+    def delete(self, key: str, *, final_metadata: dict[str, Any] | None = None) -> MemoryRecord:
+        """Remove a memory; returns what was removed. With `final_metadata`, its metadata is first replaced
+        by that (an update event), then it is removed (a delete event whose record carries it), in ONE
+        transaction: a supersession's `superseded_by` is never left on a memory that was not removed."""
+        if final_metadata is None:
+            return self.replace([key], [])[0]
+        check_metadata(final_metadata)
+        self._check_keys([key])
+        params = {"namespace_path": self.path, "memory_key": key, "new_content": None, "new_embedding": None,
+                  "new_kind": None, "new_metadata": final_metadata, "episode": self.episode}
+        with self.engine.begin() as conn:
+            if conn.execute(UPDATE_LOGGED, params).first() is None:
+                raise MemoryNotFound(key, self.path)
+            removed = conn.execute(DELETE_ONE_LOGGED, {k: params[k] for k in ("namespace_path", "memory_key", "episode")})
+            return self._in_order([key], removed.all())[0]
 
     def replace(
         self, delete_keys: Sequence[str], items: Sequence[NewMemory], *, skip_existing: bool = False

@@ -154,6 +154,26 @@ def test_event_log_records_every_write(store: MemoryStore) -> None:
     assert {e.episode for e in log} == {"ep-1"}
 
 
+def test_a_delete_carries_its_final_record_in_one_transaction(store: MemoryStore, monkeypatch) -> None:
+    stale = store.create("Alice is vegetarian", metadata={"date": "2026-11-01"})
+    removed = store.delete(stale.key, final_metadata={"date": "2026-11-01", "superseded_by": "m1"})
+    assert removed.metadata["superseded_by"] == "m1" and store.count() == 0
+    update, delete = store.events()[1:]
+    assert (update.op, delete.op) == ("update", "delete") and update.before["metadata"] == {"date": "2026-11-01"}
+    assert delete.before["metadata"]["superseded_by"] == "m1" and delete.after is None
+
+    kept = store.create("Alice eats fish")
+    before = row_counts(store)
+    with pytest.raises(MemoryNotFound):
+        store.delete("nope", final_metadata={"superseded_by": kept.key})
+    # The delete fails after the metadata was written: the update rolls back with it.
+    monkeypatch.setattr(MemoryStore, "_in_order", lambda self, keys, rows: (_ for _ in ()).throw(RuntimeError("cut")))
+    with pytest.raises(RuntimeError, match="cut"):
+        store.delete(kept.key, final_metadata={"superseded_by": "m1"})
+    monkeypatch.undo()
+    assert row_counts(store) == before and store.get(kept.key).metadata == {}
+
+
 def test_bad_inputs_raise_clear_errors_and_write_nothing(store: MemoryStore) -> None:
     kept = store.create("kept")
     before = row_counts(store)
