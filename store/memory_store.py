@@ -18,7 +18,8 @@ mode: one round trip, no BEGIN or COMMIT; reads are one autocommit round trip to
 is pinged before use (a dead pooled connection is retried once, `database.retrying`). The rest of the
 store sits beside this file: the values it takes and returns (`records.py`),
 its tables and prebuilt statements (`statements.py`), row and vector codecs (`codecs.py`), the checks
-before a write (`validation.py`), and the fork-vs-base comparison in SQL (`fork_diff.py`).
+before a write (`validation.py`), the fork-vs-base comparison in SQL (`fork_diff.py`), and a fork
+promoted onto its base inside a caller's transaction (`promotion.py`, what a change's apply and undo use).
 Async callers use LangGraph's adapter (`langgraph_store.py`) or `asyncio.to_thread`.
 """
 
