@@ -73,6 +73,10 @@ def test_every_stage_runs_writes_metrics_and_resumes(store: MemoryStore, sample,
     sft = stages["sft"]["result"]["training"]
     assert set(sft["sweep_held_out_loss"]) == {"0.0001", "0.001"} and sft["learning_rate"] in (1e-4, 1e-3)
     assert stages["rl-1"]["result"]["training"]["learning_rate"] == (5e-5 if task == "compaction" else sft["learning_rate"])
+    rl = stages["rl-1"]["result"]  # DAgger: the rule labelled every turn the student took
+    assert rl["dagger_labels"] == sum(r["turns"] for r in map(json.loads, (out / "trajectories.jsonl").read_text().splitlines())
+                                     if r["key"].startswith("rl-1/"))
+    assert 0 < rl["dagger_corrections"] <= rl["dagger_labels"], "an untrained student slips somewhere"
     for name in ("metrics.json", "learning_curve.png", "sft/config.json", "rl-1/model.safetensors"):
         assert (out / name).is_file(), name
 

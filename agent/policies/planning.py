@@ -27,6 +27,8 @@ from memupdate.agent.prompts import parse_task
 from memupdate.store import MemoryStore
 
 ToolCall = tuple[str, dict[str, Any]]
+# What a planning policy says when its plan is spent: the turn that ends an episode.
+DONE = "The memory bank is in good shape; no further edits."
 
 
 class PlanningPolicy(BaseChatModel):
@@ -73,7 +75,7 @@ class PlanningPolicy(BaseChatModel):
             now = plan[turn * self.calls_per_turn : (turn + 1) * self.calls_per_turn]
         if not now:
             self._plans.pop(task, None)
-            return _reply(AIMessage("The memory bank is in good shape; no further edits."))
+            return _reply(AIMessage(DONE))
         calls = [
             {"name": name, "args": args, "id": f"call_{turn}_{i}", "type": "tool_call"} for i, (name, args) in enumerate(now)
         ]

@@ -30,12 +30,13 @@ from memupdate.rl.distill.config import default
 
 
 def config_option(name: str, **kwargs: Any) -> Any:
-    """The option of `LearnConfig` field `name`: flag `--name-with-dashes`, the field's default (a tuple of
-    rates as comma-separated text)."""
+    """The option of `LearnConfig` field `name`: flag `--name-with-dashes` (a switch `--name/--no-name`), the
+    field's default (a tuple of rates as comma-separated text)."""
     value = default(name)
     if isinstance(value, tuple):
         value = ",".join(f"{v:g}" for v in value)
-    return typer.Option(value, "--" + name.replace("_", "-"), **kwargs)
+    flag = name.replace("_", "-")
+    return typer.Option(value, f"--{flag}/--no-{flag}" if isinstance(value, bool) else f"--{flag}", **kwargs)
 
 
 @user_errors
@@ -64,6 +65,7 @@ def learn_command(
     learning_rate: float = config_option("learning_rate", help="Used when --sweep is empty."),
     sweep: str = config_option("sweep", help="Learning rates SFT tries (one pass each); the lowest held-out loss wins."),
     rl_learning_rate: float | None = config_option("rl_learning_rate", help="RL iterations' learning rate (default: the one SFT chose)."),
+    dagger: bool = config_option("dagger", help="RL iterations also imitate the rule's action wherever the student's own turn differed (heuristic teacher)."),
     top_layers: int = config_option("top_layers", help="Train only the last N transformer layers (0: all)."),
     lora_rank: int = config_option("lora_rank", help="> 0 with --top-layers 0: LoRA adapters (GPU, large students)."),
     sft_epochs: int = config_option("sft_epochs"),

@@ -83,27 +83,44 @@ class CompactionTask:
     size: int = STUDENT_NEIGHBOURHOOD
     max_turns: int | None = None
     max_operations: int | None = None
+    teacher_operations: int = 4  # the rule's plan: its look and up to three edits (LearnConfig.teacher_operations)
     name: str = "compaction"
     score: ClassVar[str] = "qa_delta"  # each held-out question's QA proxy change on its compacted bank
 
     @classmethod
     def from_config(cls, config: LearnConfig, store: MemoryStore) -> CompactionTask:
-        return cls(store, config.reward, config.neighbourhood, config.max_turns, config.max_operations)
+        return cls(store, config.reward, config.neighbourhood, config.max_turns, config.max_operations, config.teacher_operations)
 
     def training_units(self, conversations: Sequence[Conversation], per_conversation: int) -> list[Neighbourhood]:
-        """`per_conversation` neighbourhoods spread over each bank (all of them for 0), of those that reach a
-        question: a neighbourhood no question's context reads (nor its evidence) scores 0 whatever a policy
-        does, so it teaches nothing (most of a FactConsolidation bank, whose 100 questions read few facts)."""
+        """`per_conversation` neighbourhoods of each bank (all of them for 0), of those that reach a question:
+        a neighbourhood no question's context reads (nor its evidence) scores 0 whatever a policy does, so
+        it teaches nothing (most of a FactConsolidation bank, whose 100 questions read few facts). Chosen
+        first, spread over the bank: those where the rule's own edits move a question (one greedy rollout of
+        `rule()` each), where a decision has a consequence the reward sees; then the rest, spread, so that a
+        student also meets neighbourhoods where nothing is worth an edit."""
         units = []
+        rule = self.rule() if per_conversation else None
         for conversation in conversations:
             base = load_bank(self.store, conversation)
             questions, _ = eval_questions(conversation, EvalConfig())
             scores, memories = base_scores(base, questions, self.reward), base.snapshot()
-            groups = [(index, keys) for index, keys in enumerate(self._cut(base))
-                      if reachable(questions, scores, [memories[k] for k in keys]) > 0]
-            chosen = spread(groups, per_conversation) if per_conversation else groups
-            units += [Neighbourhood(conversation, index, tuple(keys)) for index, keys in chosen]
+            reaching = [Neighbourhood(conversation, index, tuple(keys)) for index, keys in enumerate(self._cut(base))
+                        if reachable(questions, scores, [memories[k] for k in keys]) > 0]
+            if rule is None:
+                units += reaching
+                continue
+            moved = [u for u in reaching if self.rollout(rule, base, u).reward != 0]
+            chosen = spread(moved, per_conversation)
+            chosen += spread([u for u in reaching if u not in moved], per_conversation - len(chosen))
+            units += sorted(chosen, key=lambda u: u.index)
         return units
+
+    def rule(self) -> BaseChatModel:
+        """The rule a learning run's teacher is, without exploration: the heuristic policy as the task's
+        teacher runs it (`teacher_options`), its plan the look and up to `teacher_operations - 1` edits."""
+        from memupdate.agent.policies import make_policy
+
+        return make_policy("heuristic", self.store, max_operations=self.teacher_operations, look_first=True, **self.teacher_options(0))
 
     def evaluation_units(self, conversations: Sequence[Conversation], per_conversation: int = 0) -> list[WholeBank]:
         """Every held-out bank, whole (`per_conversation` is not used: a bank is compacted whole)."""

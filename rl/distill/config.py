@@ -78,6 +78,7 @@ class LearnConfig(TrainConfig):
     sft_epochs: int = 4
     rl_epochs: int = 2
     rl_learning_rate: float | None = None  # RL iterations' rate (None: the rate SFT chose)
+    dagger: bool = True  # RL iterations also imitate the rule's action on the student's own states (dagger.py)
     tiny_vocab_size: int = 4000  # student "tiny": its tokenizer's vocabulary, width and depth
     tiny_hidden_size: int = 128
     tiny_layers: int = 4

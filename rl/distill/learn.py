@@ -53,7 +53,9 @@ from memupdate.rl.distill.advantages import (
 )
 from memupdate.rl.distill.compaction import CompactionTask
 from memupdate.rl.distill.config import LearnConfig
+from memupdate.rl.distill.dagger import labelled, relabelled
 from memupdate.rl.distill.finetune import finetune
+from memupdate.rl.distill.render import as_student_saw
 from memupdate.rl.distill.rollouts import (
     PolicyGroup,
     Progress,
@@ -310,23 +312,31 @@ DYNAMIC_SAMPLING_ROUNDS = 3
 def rl_iteration(run: Run, k: int, start: Path, target: Path, teacher_records: list[Rollout]) -> dict[str, Any]:
     """The student at `start` rolls out its own groups, joined by the teacher's; advantage-weighted into `target`."""
     config = run.config
-    own, groups, dropped = informative_groups(run, student(run, start, config.temperature), k, teacher_records)
-    minutes = sum(r.seconds for r in own) / 60  # each rollout's own time: right on a resumed stage too
-    own = [r for r in own if r.group in groups]
+    policy = student(run, start, config.temperature)
+    if config.dagger and config.teacher == "heuristic":  # the rule labels each state the student visits
+        policy = labelled(policy, teacher(run, 0.0, 0.0).member(config.seed))
+    rolled, groups, dropped = informative_groups(run, policy, k, teacher_records)
+    minutes = sum(r.seconds for r in rolled) / 60  # each rollout's own time: right on a resumed stage too
+    own = [r for r in rolled if r.group in groups]
     records = own + [r for r in teacher_records if r.group in groups]
     advantages, stats = assign_advantages(records)
     stats["groups_dropped_equal_rewards"] = dropped
     weights = advantage_weights(advantages)
     students = [w for w, r in zip(weights, records, strict=True) if r.policy.startswith("student")]
+    # DAgger: every turn where the student did otherwise than the rule would on the state it was in, with
+    # the rule's action as the turn (equal-reward groups too: a label needs no reward to compare).
+    corrections = relabelled(rolled)
     return {
         **stats,
+        "dagger_labels": sum(len(r.facts.get("teacher_labels", [])) for r in rolled),
+        "dagger_corrections": len(corrections),
         "student": summarize(own),
         "student_reward_mean": mean([r.reward for r in own]),
         "rollouts_per_minute": round(len(own) / minutes, 2) if minutes > 0 else None,
         "tokens_per_rollout": mean([_tokens(r) for r in own]),
         "student_trajectories_trained": sum(w > 0 for w in students),
         "student_trajectories_pushed_down": sum(w < 0 for w in students),
-        "training": train_stage(run, start, target, records, weights, config.rl_epochs, rl_learning_rate(run)),
+        "training": train_stage(run, start, target, records, weights, config.rl_epochs, rl_learning_rate(run), corrections=corrections),
     }
 
 
@@ -362,12 +372,13 @@ def informative_groups(run: Run, policy: PolicyGroup, k: int, teacher_records: l
 
 def train_stage(
     run: Run, start: Path, target: Path, records: list[Rollout], weights: list[float], epochs: int,
-    learning_rate: float, sweep: tuple = (),
+    learning_rate: float, sweep: tuple = (), corrections: Sequence[list[dict[str, Any]]] = (),
 ) -> dict[str, Any]:
-    """Fine-tune `start` into `target` on the weighted records, as the student saw them; the kept-out units'
-    teacher trajectories give the held-out loss."""
+    """Fine-tune `start` into `target` on the weighted records and the teacher's `corrections` (weight 1),
+    as the student saw them; the kept-out units' teacher trajectories give the held-out loss."""
     config = run.config
     examples = [(_seen(r, run.settings), w) for r, w in zip(records, weights, strict=True) if r.group not in run.kept_out and r.messages]
+    examples += [(as_student_saw(messages, run.settings), 1.0) for messages in corrections]
     train_config = config.training(learning_rate=learning_rate, epochs=epochs, sweep=sweep)
     return finetune(start, target, examples, held_out_trajectories(run), train_config, progress=run.progress)
 
@@ -494,8 +505,6 @@ def plot_learning_curve(metrics: dict[str, Any], path: Path) -> None:
 
 
 def _seen(record: Rollout, settings: dict[str, Any]) -> list[dict[str, str]]:
-    from memupdate.rl.distill.render import as_student_saw
-
     return as_student_saw(record.messages, settings)
 
 

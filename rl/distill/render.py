@@ -48,11 +48,12 @@ def render_transcript(
 def assistant_spans(
     tokenizer: Any, messages: Sequence[dict[str, str]], tools: list | None = None
 ) -> tuple[str, list[tuple[int, int]]]:
-    """The full transcript and the [start, end) character spans the assistant wrote (with its end token)."""
+    """The full transcript and the [start, end) character spans the assistant wrote (with its end token),
+    but for turns marked `loss: False` (the student's own turns before a teacher's label, `dagger.py`)."""
     text = render_transcript(tokenizer, messages, tools=tools)
     spans = []
     for i, message in enumerate(messages):
-        if message["role"] != "assistant":
+        if message["role"] != "assistant" or message.get("loss") is False:  # `loss: False`: context only (dagger.py)
             continue
         before = render_transcript(tokenizer, messages[:i], add_generation_prompt=True, tools=tools)
         through = render_transcript(tokenizer, messages[: i + 1], tools=tools).rstrip()  # the template's newline after the turn

@@ -42,10 +42,12 @@ Progress = Callable[[str, int, int], None]
 @dataclass(frozen=True)
 class PolicyGroup:
     """Who rolls out a group: `member(seed)` gives one member's chat model (None: no edits); `name` is
-    logged with each of its trajectories."""
+    logged with each of its trajectories. `run(member, job)` runs one rollout `job` with a member as it
+    is decoded (the DAgger labeller wraps it here: `dagger.labelled`)."""
 
     name: str
     member: Callable[[int], BaseChatModel | None]
+    run: Callable[[BaseChatModel | None, Callable[[BaseChatModel | None], Rollout]], Rollout] = lambda member, job: job(member)
 
 
 def policy_group(name: str, store: MemoryStore, *, label: str | None = None, **options: Any) -> PolicyGroup:
@@ -141,7 +143,7 @@ def collect(
     chosen, failure = _members(policy, [(key, draw) for _, _, key, draw in pending])
     outcomes = iter_together(
         chosen,
-        [lambda member_policy, unit=unit, base=base: task.rollout(member_policy, base, unit) for base, unit, _, _ in pending[: len(chosen)]],
+        [lambda member, unit=unit, base=base: policy.run(member, lambda p: task.rollout(p, base, unit)) for base, unit, _, _ in pending[: len(chosen)]],
     )
     seeds = {key: draw for _, _, key, draw in pending}
     records: list[Rollout] = []

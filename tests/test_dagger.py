@@ -1,0 +1,90 @@
+"""DAgger (`rl/distill/dagger.py`) on the real database: the rule labels each state a student visits, the
+student's slips become imitation examples whose loss is on the rule's turn alone, and a learning run's
+training units are first those where the rule's edits move a question."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from langchain_core.messages import AIMessage
+from scripted_chat import ScriptedModel
+from transformers import AutoTokenizer
+
+from memupdate.agent.compaction import neighbourhood_episode
+from memupdate.llm.chat import to_chat_dicts
+from memupdate.rl.data.ingest import load_bank
+from memupdate.rl.distill.compaction import CompactionTask
+from memupdate.rl.distill.dagger import Labelled, Labels, as_turn, relabelled
+from memupdate.rl.distill.learn import LearnConfig, teacher
+from memupdate.rl.distill.render import tokenize_with_mask
+from memupdate.rl.distill.task import Rollout
+from memupdate.scoring.reward import RewardConfig
+from memupdate.store import MemoryStore, NewMemory
+
+LOOK = ("sample_memory", {"strategy": "recent", "k": 10})
+SUPERSEDE = ("delete_memory", {"memory_id": "s000001", "superseded_by": "s000003"})
+
+
+def _call(name: str, args: dict) -> AIMessage:
+    return AIMessage("", tool_calls=[{"name": name, "args": args, "id": f"c-{name}-{len(args)}", "type": "tool_call"}])
+
+
+def _bank(store: MemoryStore) -> list[str]:
+    store.create_many([
+        NewMemory("The chairman of Acme Corp is Ann Lee.", metadata={"time": "2000-01-01T01:00:00"}, key="s000001"),
+        NewMemory("Bob Stone likes green tea.", metadata={"time": "2000-01-01T02:00:00"}, key="s000002"),
+        NewMemory("The chairman of Acme Corp is Carl Diaz.", metadata={"time": "2000-01-01T03:00:00"}, key="s000003"),
+    ])
+    return ["s000001", "s000002", "s000003"]
+
+
+def test_the_rule_labels_the_states_a_student_visits_and_its_slips_become_examples(store: MemoryStore, tiny_model) -> None:
+    keys = _bank(store)
+    rule = teacher(SimpleNamespace(config=LearnConfig(), task=CompactionTask(store, RewardConfig()), store=store), 0.0, 0.0).member(0)
+    # The student looks as the rule does, then deletes a memory that needed nothing, then stops early.
+    student = ScriptedModel(responses=[_call(*LOOK), _call("delete_memory", {"memory_id": "s000002"}), AIMessage("Done.")])
+    policy = Labelled(student=student, teacher=rule, labels=Labels())
+    episode = neighbourhood_episode(policy, store, keys, "e")
+
+    # Each turn's label is the rule's action on the bank as the student left it: the stale chairman is
+    # still there after the student's slip, so the rule's answer stays the supersession.
+    assert [(turn, action) for turn, action in policy.labels.turns] == [(0, LOOK), (1, SUPERSEDE), (2, SUPERSEDE)]
+    assert set(store.snapshot()) == {"s000001", "s000003"}  # what the student did, not the rule
+
+    labels = [[turn, list(action) if action else None] for turn, action in policy.labels.turns]
+    record = Rollout("g", to_chat_dicts(episode.messages), 0.0, {}, facts={"teacher_labels": labels})
+    examples = relabelled([record])
+    assert len(examples) == 2  # turn 0 agreed; turns 1 and 2 are corrected
+    for example, student_turns in zip(examples, (1, 2), strict=True):
+        assert example[-1] == {"role": "assistant", "content": as_turn(SUPERSEDE)}
+        kept = [m for m in example[:-1] if m["role"] == "assistant"]
+        assert len(kept) == student_turns and all(m["loss"] is False for m in kept)
+
+    # The loss is on the rule's turn alone: the student's own turns before it are context.
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    ids, mask = tokenize_with_mask(tokenizer, examples[1])
+    learnt = tokenizer.decode([i for i, m in zip(ids, mask, strict=True) if m])
+    assert "superseded_by" in learnt and "s000002" not in learnt and "Done." not in learnt
+
+
+def test_a_student_that_does_what_the_rule_does_gets_no_correction(store: MemoryStore) -> None:
+    keys = _bank(store)
+    rule = teacher(SimpleNamespace(config=LearnConfig(), task=CompactionTask(store, RewardConfig()), store=store), 0.0, 0.0).member(0)
+    student = ScriptedModel(responses=[_call(*LOOK), _call(*SUPERSEDE), AIMessage("Nothing else to edit.")])
+    policy = Labelled(student=student, teacher=rule, labels=Labels())
+    episode = neighbourhood_episode(policy, store, keys, "e")
+    assert [action for _, action in policy.labels.turns] == [LOOK, SUPERSEDE, None]  # None: the rule closes
+    labels = [[turn, list(action) if action else None] for turn, action in policy.labels.turns]
+    assert relabelled([Rollout("g", to_chat_dicts(episode.messages), 0.0, {}, facts={"teacher_labels": labels})]) == []
+
+
+def test_training_units_are_first_those_where_the_rule_moves_a_question(store: MemoryStore, sample) -> None:
+    task = CompactionTask(store, RewardConfig(), size=6)
+    every = task.training_units([sample], 0)
+    base = load_bank(store, sample)
+    moved = {u.group for u in every if task.rollout(task.rule(), base, u).reward != 0}
+    assert 0 < len(moved) < len(every)
+    chosen = task.training_units([sample], len(moved))
+    assert {u.group for u in chosen} == moved
+    topped_up = task.training_units([sample], len(moved) + 1)
+    assert {u.group for u in topped_up} > moved and len(topped_up) == len(moved) + 1
