@@ -1,8 +1,8 @@
 """On-policy distillation (DAgger, Ross et al. 2011): the teacher labels the states the student visits.
 
-    group = labelled(student(run, checkpoint, 0.8), teacher_rule(store, size=10))
+    group = labelled(student(run, checkpoint, 0.8), teacher(run, 0.0, 0.0).member(0))   # learn.py's groups
     records = collect(store, task, group, units, 3, "rl-1", log)    # each record's facts["teacher_labels"]
-    examples = relabelled(records)     # (messages, 1.0): the student's own turns, then the teacher's action
+    examples = relabelled(records)     # chat messages: the student's own turns, then the teacher's action
 
 Imitating the teacher's trajectories teaches the states the teacher visits; a student that slips (names
 the handle it has just edited, stops early, edits what needed nothing) is then somewhere the teacher
@@ -78,9 +78,9 @@ def teacher_action(teacher: PlanningPolicy, messages: Sequence[BaseMessage]) -> 
     if namespace is None:
         return None
     plan = teacher.plan(teacher.store.scoped(namespace), question)
-    if not plan:
-        return None
-    return plan[1] if _looked(messages) and len(plan) > 1 else (None if _looked(messages) else plan[0])
+    if plan and not _looked(messages):
+        return plan[0]
+    return plan[1] if len(plan) > 1 else None
 
 
 def labelled(group: PolicyGroup, teacher: PlanningPolicy) -> PolicyGroup:
