@@ -103,7 +103,7 @@ def relabelled(records: Sequence[Rollout]) -> list[list[dict[str, Any]]]:
     that turn (the student's turns kept, marked `loss: False`) and the teacher's action as the turn."""
     examples = []
     for record in records:
-        labels = dict((turn, action) for turn, action in record.facts.get("teacher_labels", []))
+        labels = {turn: action for turn, action in record.facts.get("teacher_labels", [])}
         turns = [i for i, m in enumerate(record.messages) if m["role"] == "assistant"]
         for turn, index in enumerate(turns):
             if turn not in labels or agrees(record.messages[index]["content"], labels[turn]):
