@@ -48,10 +48,10 @@ def test_the_rule_labels_the_states_a_student_visits_and_its_slips_become_exampl
 
     # Each turn's label is the rule's action on the bank as the student left it: the stale chairman is
     # still there after the student's slip, so the rule's answer stays the supersession.
-    assert [(turn, action) for turn, action in policy.labels.turns] == [(0, LOOK), (1, SUPERSEDE), (2, SUPERSEDE)]
+    assert [(turn, actions) for turn, actions in policy.labels.turns] == [(0, [LOOK]), (1, [SUPERSEDE]), (2, [SUPERSEDE])]
     assert set(store.snapshot()) == {"s000001", "s000003"}  # what the student did, not the rule
 
-    labels = [[turn, list(action) if action else None] for turn, action in policy.labels.turns]
+    labels = [[turn, [list(a) for a in actions]] for turn, actions in policy.labels.turns]
     record = Rollout("g", to_chat_dicts(episode.messages), 0.0, {}, facts={"teacher_labels": labels})
     examples = relabelled([record])
     assert len(examples) == 2  # turn 0 agreed; turns 1 and 2 are corrected
@@ -73,9 +73,33 @@ def test_a_student_that_does_what_the_rule_does_gets_no_correction(store: Memory
     student = ScriptedModel(responses=[_call(*LOOK), _call(*SUPERSEDE), AIMessage("Nothing else to edit.")])
     policy = Labelled(student=student, teacher=rule, labels=Labels())
     episode = neighbourhood_episode(policy, store, keys, "e")
-    assert [action for _, action in policy.labels.turns] == [LOOK, SUPERSEDE, None]  # None: the rule closes
-    labels = [[turn, list(action) if action else None] for turn, action in policy.labels.turns]
+    assert [actions for _, actions in policy.labels.turns] == [[LOOK], [SUPERSEDE], []]  # []: the rule closes
+    labels = [[turn, [list(a) for a in actions]] for turn, actions in policy.labels.turns]
     assert relabelled([Rollout("g", to_chat_dicts(episode.messages), 0.0, {}, facts={"teacher_labels": labels})]) == []
+
+
+def test_any_edit_of_the_rules_plan_agrees(store: MemoryStore) -> None:
+    # Two stale chairmen: the rule's plan supersedes both, and a student that starts with the second pair
+    # is right, not corrected towards the rule's order.
+    keys = [*_bank(store), "s000004", "s000005"]
+    store.create_many([
+        NewMemory("The chairman of Zeta Inc is Dan Moss.", metadata={"time": "2000-01-01T04:00:00"}, key="s000004"),
+        NewMemory("The chairman of Zeta Inc is Eve Park.", metadata={"time": "2000-01-01T05:00:00"}, key="s000005"),
+    ])
+    other = ("delete_memory", {"memory_id": "s000004", "superseded_by": "s000005"})
+    rule = teacher(SimpleNamespace(config=LearnConfig(), task=CompactionTask(store, RewardConfig()), store=store), 0.0, 0.0).member(0)
+    student = ScriptedModel(responses=[_call(*LOOK), _call(*other), _call(*SUPERSEDE), AIMessage("Nothing else to edit.")])
+    policy = Labelled(student=student, teacher=rule, labels=Labels())
+    episode = neighbourhood_episode(policy, store, keys, "e", max_turns=4)
+    assert sorted(map(str, policy.labels.turns[1][1])) == sorted(map(str, [SUPERSEDE, other]))
+    assert policy.labels.turns[2][1] == [SUPERSEDE] and policy.labels.turns[3][1] == []
+    labels = [[turn, [list(a) for a in actions]] for turn, actions in policy.labels.turns]
+    assert relabelled([Rollout("g", to_chat_dicts(episode.messages), 0.0, {}, facts={"teacher_labels": labels})]) == []
+    # A slip is corrected towards the rule's first action, one of the two.
+    slipped = [[1, labels[1][1]]]
+    messages = to_chat_dicts([*episode.messages[:4], AIMessage("Done.")])  # the look and its result, then a stop
+    (example,) = relabelled([Rollout("g", messages, 0.0, {}, facts={"teacher_labels": slipped})])
+    assert example[-1]["content"] in {as_turn(SUPERSEDE), as_turn(other)}
 
 
 def test_training_units_are_first_those_where_the_rule_moves_a_question(store: MemoryStore, sample) -> None:
@@ -88,3 +112,16 @@ def test_training_units_are_first_those_where_the_rule_moves_a_question(store: M
     assert {u.group for u in chosen} == moved
     topped_up = task.training_units([sample], len(moved) + 1)
     assert {u.group for u in topped_up} > moved and len(topped_up) == len(moved) + 1
+
+
+def test_label_units_are_more_neighbourhoods_where_the_rule_edits(store: MemoryStore, sample) -> None:
+    task = CompactionTask(store, RewardConfig(), size=6)
+    taken = task.training_units([sample], 2)
+    labels = task.label_units([sample], 100, taken)
+    assert labels and not {u.group for u in labels} & {u.group for u in taken}
+    base = load_bank(store, sample)
+    rule = task.rule()
+    for unit in labels:  # the rule edits in each, whatever the reward says
+        record = task.rollout(rule, base, unit)
+        assert any(c["ok"] and c["name"] not in {"sample_memory", "search_memory"} for c in record.calls)
+    assert len(task.label_units([sample], 1, taken)) == 1

@@ -42,14 +42,17 @@ def tiny_student(tmp_path):
 
 
 TARGETED_STAGES = ["teacher-groups", "eval-teacher", "eval-no-edits", "eval-zero-shot", "sft", "eval-sft", "rl-1", "eval-rl-1"]
-COMPACTION_STAGES = [*TARGETED_STAGES[:2], "eval-heuristic", *TARGETED_STAGES[2:]]
+COMPACTION_STAGES = [TARGETED_STAGES[0], "teacher-labels", TARGETED_STAGES[1], "eval-heuristic", *TARGETED_STAGES[2:]]
 
 
 @pytest.mark.parametrize("task", ["targeted", "compaction"])
 def test_every_stage_runs_writes_metrics_and_resumes(store: MemoryStore, sample, tiny_student, tmp_path, task) -> None:
     held_out = replace(sample, sample_id=sample.sample_id + "-heldout")
-    # Targeted RL goes on at the rate SFT chose; compaction's at the one given.
+    # Targeted RL goes on at the rate SFT chose; compaction's at the one given, and compaction imitates
+    # the rule on label units too (the sample's bank has four neighbourhoods: two train, the rest label).
     config = replace(SMALL, student=str(tiny_student), task=task, rl_learning_rate=5e-5 if task == "compaction" else None)
+    if task == "compaction":
+        config = replace(config, train_questions=2, label_units=4, rl_label_units=1)
     out = tmp_path / "run"
     try:
         metrics = learn(store, [sample], [held_out], config, out)
@@ -77,6 +80,9 @@ def test_every_stage_runs_writes_metrics_and_resumes(store: MemoryStore, sample,
     assert rl["dagger_labels"] == sum(r["turns"] for r in map(json.loads, (out / "trajectories.jsonl").read_text().splitlines())
                                      if r["key"].startswith("rl-1/"))
     assert 0 < rl["dagger_corrections"] <= rl["dagger_labels"], "an untrained student slips somewhere"
+    if task == "compaction":  # the rule's trajectories on label units trained SFT; RL rolled out on one
+        assert stages["sft"]["result"]["label_trajectories"] == len(stages["teacher-labels"]["result"]) >= 1
+        assert rl["dagger_label_unit_rollouts"] == 1
     for name in ("metrics.json", "learning_curve.png", "sft/config.json", "rl-1/model.safetensors"):
         assert (out / name).is_file(), name
 

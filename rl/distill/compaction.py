@@ -4,6 +4,7 @@ on every question of the bank; a held-out bank is evaluated whole, the way `memu
     from memupdate.rl.distill.compaction import CompactionTask
     task = CompactionTask(store, RewardConfig(), size=10, max_turns=4, max_operations=6)
     units = task.training_units(conversations, 6)    # 6 neighbourhoods spread over each conversation's bank
+    labels = task.label_units(conversations, 50, units)   # up to 50 more each, where the rule edits: labels only
     record = task.rollout(policy, base, units[0])    # fork, one blind episode, score, drop
     banks = task.evaluation_units(held_out, 0)       # one unit per held-out bank: compact it whole
 
@@ -23,7 +24,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from langchain_core.language_models import BaseChatModel
@@ -34,7 +35,7 @@ from memupdate.rl.data.conversation import Conversation
 from memupdate.rl.data.ingest import load_bank
 from memupdate.rl.data.namespaces import trajectory_namespace
 from memupdate.rl.distill.config import STUDENT_NEIGHBOURHOOD
-from memupdate.rl.distill.rollouts import call_summary
+from memupdate.rl.distill.rollouts import LOOKS, call_summary
 from memupdate.rl.distill.task import Rollout, spread
 from memupdate.rl.evaluate import EvalConfig, eval_questions
 from memupdate.scoring.questions import QAItem
@@ -85,6 +86,7 @@ class CompactionTask:
     max_operations: int | None = None
     teacher_operations: int = 4  # the rule's plan: its look and up to three edits (LearnConfig.teacher_operations)
     name: str = "compaction"
+    _rule_runs: dict = field(default_factory=dict, compare=False, repr=False)  # `_reaching`'s, per bank
     score: ClassVar[str] = "qa_delta"  # each held-out question's QA proxy change on its compacted bank
 
     @classmethod
@@ -99,21 +101,43 @@ class CompactionTask:
         `rule()` each), where a decision has a consequence the reward sees; then the rest, spread, so that a
         student also meets neighbourhoods where nothing is worth an edit."""
         units = []
-        rule = self.rule() if per_conversation else None
         for conversation in conversations:
+            if not per_conversation:
+                units += [unit for unit, _ in self._reaching(conversation, ruled=False)]
+                continue
+            reaching = self._reaching(conversation)
+            moved = [unit for unit, record in reaching if record.reward != 0]
+            chosen = spread(moved, per_conversation)
+            chosen += spread([unit for unit, _ in reaching if unit not in moved], per_conversation - len(chosen))
+            units += sorted(chosen, key=lambda u: u.index)
+        return units
+
+    def label_units(self, conversations: Sequence[Conversation], per_conversation: int, taken: Sequence[Neighbourhood]) -> list[Neighbourhood]:
+        """Up to `per_conversation` more neighbourhoods of each bank, spread over it: those that reach a
+        question, where the rule edits, and that are not in `taken`. The rule's action there is a label
+        whether or not the reward sees it (a supersession whose question nobody asks scores 0 and is still
+        the right edit), so a student can imitate the rule on states where a decision is made."""
+        taken_groups = {u.group for u in taken}
+        units = []
+        for conversation in conversations:
+            edited = [unit for unit, record in self._reaching(conversation)
+                      if unit.group not in taken_groups and any(c["ok"] and c["name"] not in LOOKS for c in record.calls)]
+            units += spread(edited, per_conversation)
+        return units
+
+    def _reaching(self, conversation: Conversation, ruled: bool = True) -> list[tuple[Neighbourhood, Rollout | None]]:
+        """The neighbourhoods of the bank that reach a question, each with the rule's greedy rollout on it
+        (`ruled`; kept for the task's life: the unit choices read it twice)."""
+        key = (conversation.sample_id, ruled)
+        if key not in self._rule_runs:
             base = load_bank(self.store, conversation)
             questions, _ = eval_questions(conversation, EvalConfig())
             scores, memories = base_scores(base, questions, self.reward), base.snapshot()
             reaching = [Neighbourhood(conversation, index, tuple(keys)) for index, keys in enumerate(self._cut(base))
                         if reachable(questions, scores, [memories[k] for k in keys]) > 0]
-            if rule is None:
-                units += reaching
-                continue
-            moved = [u for u in reaching if self.rollout(rule, base, u).reward != 0]
-            chosen = spread(moved, per_conversation)
-            chosen += spread([u for u in reaching if u not in moved], per_conversation - len(chosen))
-            units += sorted(chosen, key=lambda u: u.index)
-        return units
+            rule = self.rule() if ruled else None
+            self._rule_runs[key] = [(unit, self.rollout(rule, base, unit) if ruled else None) for unit in reaching]
+        return self._rule_runs[key]
 
     def rule(self) -> BaseChatModel:
         """The rule a learning run's teacher is, without exploration: the heuristic policy as the task's

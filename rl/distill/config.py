@@ -65,6 +65,11 @@ class LearnConfig(TrainConfig):
     group_size: int = 4  # teacher rollouts per training unit
     student_group_size: int = 3  # student rollouts per unit in an RL iteration
     rl_questions: int = 16  # training units (questions, or neighbourhoods) an RL iteration rolls out on (spread over all of them)
+    # Compaction: up to this many more neighbourhoods per training conversation where the rule edits, for
+    # imitation alone (no reward needed): the rule's trajectory on each trains SFT, and each RL iteration
+    # the student rolls out on `rl_label_units` of them for DAgger's labels (0: none).
+    label_units: int = 0
+    rl_label_units: int = 32
     iterations: int = 2  # RL iterations after distillation (0: distillation alone)
     explore: float = 0.5  # the heuristic teacher's share of edits dropped or shuffled per rollout
     stepwise: int = 8  # the heuristic teacher's first search shows this many memories; it edits only those

@@ -8,9 +8,9 @@ Imitating the teacher's trajectories teaches the states the teacher visits; a st
 the handle it has just edited, stops early, edits what needed nothing) is then somewhere the teacher
 never was. Here each turn of a student's rollout also asks the rule what it would do *now*, on the bank
 as the student has left it: the rule plans on the current state (`HeuristicPolicy.plan`), and its label
-is its look if the student has not looked yet, else its first edit, else its closing reply. Where the
-student did otherwise, the transcript up to that turn (the student's own, its loss masked) followed by
-the teacher's action is one more imitation example, so the student learns to recover from its own mistakes.
+is its look if the student has not looked yet, else the edits of its plan, else its closing reply. Where the
+student did none of them, the transcript up to that turn (the student's own, its loss masked) followed by
+the teacher's first action is one more imitation example, so the student learns to recover from its own mistakes.
 The labels are computed from the bank and never shown to the student: no tool result names them.
 """
 
@@ -29,20 +29,19 @@ from pydantic import ConfigDict
 from memupdate.agent.policies.planning import DONE, PlanningPolicy, ToolCall
 from memupdate.agent.prompts import parse_task
 from memupdate.llm import hermes
-from memupdate.rl.distill.rollouts import PolicyGroup
+from memupdate.rl.distill.rollouts import LOOKS, PolicyGroup
 from memupdate.rl.distill.task import Rollout
 
-LOOKS = frozenset({"sample_memory", "search_memory"})
 # Arguments that explain a call and change nothing it does: two calls that differ only here agree.
 _NOTES = frozenset({"reason"})
 
 
 class Labels:
-    """(turn, the teacher's action or None for its closing reply), one per student turn; one object shared
+    """(turn, the teacher's actions: empty for its closing reply), one per student turn; one object shared
     by a labelled policy and its tool-bound copy."""
 
     def __init__(self) -> None:
-        self.turns: list[tuple[int, ToolCall | None]] = []
+        self.turns: list[tuple[int, list[ToolCall]]] = []
 
 
 class Labelled(BaseChatModel):
@@ -65,51 +64,52 @@ class Labelled(BaseChatModel):
         self, messages: list[BaseMessage], stop: list[str] | None = None, run_manager: CallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> ChatResult:
-        self.labels.turns.append((sum(isinstance(m, AIMessage) for m in messages), teacher_action(self.teacher, messages)))
+        self.labels.turns.append((sum(isinstance(m, AIMessage) for m in messages), teacher_actions(self.teacher, messages)))
         reply = self.student.invoke(messages, stop=stop)
         return ChatResult(generations=[ChatGeneration(message=reply)])
 
 
-def teacher_action(teacher: PlanningPolicy, messages: Sequence[BaseMessage]) -> ToolCall | None:
+def teacher_actions(teacher: PlanningPolicy, messages: Sequence[BaseMessage]) -> list[ToolCall]:
     """What `teacher` does on the bank the task names, as it is now: its look until a look has run, then
-    its first edit of a plan made on this state; None (its closing reply) when it has nothing to edit."""
+    the edits of a plan made on this state, in its order (any of them is right: they are independent);
+    none (its closing reply) when it has nothing to edit."""
     task = str(next((m.content for m in messages if isinstance(m, HumanMessage)), ""))
     namespace, question = parse_task(task)
     if namespace is None:
-        return None
+        return []
     plan = teacher.plan(teacher.store.scoped(namespace), question)
     if plan and not _looked(messages):
-        return plan[0]
-    return plan[1] if len(plan) > 1 else None
+        return plan[:1]
+    return plan[1:]
 
 
 def labelled(group: PolicyGroup, teacher: PlanningPolicy) -> PolicyGroup:
     """`group` whose rollouts record the teacher's label of each state they visit, in their record's
-    `facts["teacher_labels"]` ([turn, [name, args] or None], one per turn)."""
+    `facts["teacher_labels"]` ([turn, [[name, args], ...]], one per turn; no action: the closing reply)."""
 
     def run(member: BaseChatModel | None, job: Callable[[BaseChatModel | None], Rollout]) -> Rollout:
         if member is None:  # no edits: nothing to label
             return job(member)
         policy = Labelled(student=member, teacher=teacher, labels=Labels())
         record = job(policy)
-        labels = [[turn, list(action) if action else None] for turn, action in policy.labels.turns]
+        labels = [[turn, [list(action) for action in actions]] for turn, actions in policy.labels.turns]
         return replace(record, facts={**record.facts, "teacher_labels": labels})
 
     return replace(group, run=run)
 
 
 def relabelled(records: Sequence[Rollout]) -> list[list[dict[str, Any]]]:
-    """One imitation example per student turn that differs from the teacher's label: the transcript up to
-    that turn (the student's turns kept, marked `loss: False`) and the teacher's action as the turn."""
+    """One imitation example per student turn that does none of the teacher's actions: the transcript up
+    to that turn (the student's turns kept, marked `loss: False`) and the teacher's first action as the turn."""
     examples = []
     for record in records:
-        labels = {turn: action for turn, action in record.facts.get("teacher_labels", [])}
+        labels = {turn: actions for turn, actions in record.facts.get("teacher_labels", [])}
         turns = [i for i, m in enumerate(record.messages) if m["role"] == "assistant"]
         for turn, index in enumerate(turns):
             if turn not in labels or agrees(record.messages[index]["content"], labels[turn]):
                 continue
             before = [{**m, "loss": False} if m["role"] == "assistant" else m for m in record.messages[:index]]
-            examples.append([*before, {"role": "assistant", "content": as_turn(labels[turn])}])
+            examples.append([*before, {"role": "assistant", "content": as_turn(labels[turn][0] if labels[turn] else None)}])
     return examples
 
 
@@ -118,13 +118,13 @@ def as_turn(action: Sequence | None) -> str:
     return hermes.format_tool_call(action[0], action[1]) if action else DONE
 
 
-def agrees(content: str, action: Sequence | None) -> bool:
-    """Whether a student's turn does what the teacher's label does: the same single call (its notes
-    aside), or no call where the teacher closes."""
+def agrees(content: str, actions: Sequence[Sequence]) -> bool:
+    """Whether a student's turn does one of the teacher's actions: one of them as its single call (notes
+    aside), or no call where the teacher closes (no actions)."""
     _, calls, invalid = hermes.parse_tool_calls(content)
-    if action is None:
+    if not actions:
         return not calls and not invalid
-    return not invalid and len(calls) == 1 and _plain(calls[0]["name"], calls[0]["args"]) == _plain(action[0], action[1])
+    return not invalid and len(calls) == 1 and _plain(calls[0]["name"], calls[0]["args"]) in [_plain(*a) for a in actions]
 
 
 def _plain(name: str, args: dict[str, Any]) -> tuple[str, dict[str, Any]]:

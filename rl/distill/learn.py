@@ -16,16 +16,20 @@ one and are not redone either):
    heuristic policy in its `stepwise` form (search first, then edit only what the search showed), so
    every handle it writes is in the transcript before it: a language model can imitate it. Any policy of
    the registry can teach (`teacher`, `teacher_model`). `student="tiny"` builds a tiny model here, its
-   tokenizer trained on these trajectories (nothing downloaded).
+   tokenizer trained on these trajectories (nothing downloaded). `teacher-labels` (compaction with
+   `label_units`): the rule's greedy rollout on more neighbourhoods where it edits, imitated whatever
+   their reward.
 2. `eval-teacher`, `eval-no-edits`, `eval-zero-shot`: the held-out units (conversations training never
    touches), one greedy rollout each: the teacher, no edits (reward 0 by construction), the untrained
    student.
 3. `sft`: fine-tune on the best of each teacher group (`imitation_weights`: its best reward above 0, or
-   a look and no edit where none gained); `eval-sft`.
+   a look and no edit where none gained) and the label trajectories; `eval-sft`.
 4. `rl-K` for K = 1..iterations: the current student samples `student_group_size` rollouts per unit
    at `temperature`, joined by the teacher's trajectories of the same units; GRPO advantages over the
    joined group; an advantage-weighted update from the current student: trajectories above their
-   group's mean pulled up, those below pushed down (PPO-clipped, `finetune.py`); `eval-rl-K`.
+   group's mean pulled up, those below pushed down (PPO-clipped, `finetune.py`). With `dagger`, the rule
+   labels every state of the student's rollouts (and of one rollout on each of `rl_label_units` label
+   units), and each turn that did none of its actions is one more imitation example (`dagger.py`); `eval-rl-K`.
 Every eighth training unit is kept out of the updates: the loss on its teacher trajectories is the
 held-out loss that says whether the learning rate moves the model.
 The run ends with `metrics.json` and `learning_curve.png` (mean reward per stage with a 95% interval);
@@ -88,9 +92,11 @@ class Run:
     eval_log: TrajectoryLog
     units: list[Unit]
     evals: list[Unit]
+    label_units: list[Unit]  # imitated whatever their reward (`Task.label_units`)
     kept_out: set[str]  # the held-out loss's units
     done: dict[str, Any]
     teacher_records: list[Rollout] = field(default_factory=list)
+    label_records: list[Rollout] = field(default_factory=list)  # the rule's trajectory on each label unit
     settings: dict[str, Any] = field(default_factory=dict)  # how the student sees its prompts (`prompt_settings`)
 
     def stage(self, name: str, fn: Callable[[], Any]) -> Any:
@@ -127,6 +133,8 @@ def learn(
     keys = run.stage("teacher-groups", lambda: teacher_groups(run))
     run.teacher_records = teacher_records = [run.log.records[k] for k in keys]
     check_teacher_signal(run, teacher_records)
+    if run.label_units:
+        run.label_records = [run.log.records[k] for k in run.stage("teacher-labels", lambda: teacher_labels(run))]
     start = student_start(run, teacher_records)
     run.settings = prompt_settings(start)
     run.stage("eval-teacher", lambda: evaluate(run, "teacher", teacher(run, 0.0, 0.0)))
@@ -208,10 +216,11 @@ def open_run(
     units = task.training_units(train, config.train_questions)
     if not units:
         raise MemupdateError("no training questions: check --train-conversations and --train-questions")
+    labels = task.label_units(train, config.label_units, units) if config.label_units else []
     done = json.loads((out / STAGES).read_text()) if (out / STAGES).is_file() else {}
     return Run(
         store, config, task, out, progress, TrajectoryLog(out / TRAJECTORIES), TrajectoryLog(out / EVALUATIONS), units,
-        task.evaluation_units(held_out, config.eval_questions), kept_out(units), done,
+        task.evaluation_units(held_out, config.eval_questions), labels, kept_out(units), done,
     )
 
 
@@ -287,6 +296,12 @@ def teacher_groups(run: Run) -> list[str]:
     return [r.key for r in records]
 
 
+def teacher_labels(run: Run) -> list[str]:
+    """The rule's greedy rollout on each label unit; their keys in the trajectory log."""
+    records = run.collect(teacher(run, 0.0, 0.0), run.label_units, 1, "labels", "teacher labels")
+    return [r.key for r in records]
+
+
 def evaluate(run: Run, label: str, group: PolicyGroup, task: Task | None = None) -> dict[str, Any]:
     """One greedy rollout of `group` per held-out unit (of the run's task, or `task`), logged under
     `eval/{label}`; the summary and rewards."""
@@ -297,12 +312,16 @@ def evaluate(run: Run, label: str, group: PolicyGroup, task: Task | None = None)
 
 
 def sft(run: Run, start: Path, teacher_records: list[Rollout]) -> dict[str, Any]:
-    """Fine-tune `start` into `out/sft` on the best of each teacher group (`imitation_weights`)."""
+    """Fine-tune `start` into `out/sft` on the best of each teacher group (`imitation_weights`) and the
+    rule's trajectories on the label units."""
     _, stats = assign_advantages(teacher_records)
     weights = imitation_weights(teacher_records)
     config = run.config
-    training = train_stage(run, start, run.out / "sft", teacher_records, weights, config.sft_epochs, config.learning_rate, config.sweep)
-    return {**stats, "training": training}
+    imitations = [r.messages for r in run.label_records if r.messages]
+    training = train_stage(
+        run, start, run.out / "sft", teacher_records, weights, config.sft_epochs, config.learning_rate, config.sweep, imitations,
+    )
+    return {**stats, "label_trajectories": len(imitations), "training": training}
 
 
 # Batches of units an RL iteration rolls out at most, looking for groups whose rewards differ.
@@ -317,6 +336,9 @@ def rl_iteration(run: Run, k: int, start: Path, target: Path, teacher_records: l
         policy = labelled(policy, teacher(run, 0.0, 0.0).member(config.seed))
     rolled, groups, dropped = informative_groups(run, policy, k, teacher_records)
     minutes = sum(r.seconds for r in rolled) / 60  # each rollout's own time: right on a resumed stage too
+    labelling = []  # DAgger alone: one student rollout on each of `rl_label_units` label units, labelled
+    if config.dagger and config.teacher == "heuristic" and run.label_units and config.rl_label_units:
+        labelling = run.collect(policy, spread(run.label_units, config.rl_label_units), 1, f"rl-{k}/labels", f"rl-{k} label units")
     own = [r for r in rolled if r.group in groups]
     records = own + [r for r in teacher_records if r.group in groups]
     advantages, stats = assign_advantages(records)
@@ -325,18 +347,19 @@ def rl_iteration(run: Run, k: int, start: Path, target: Path, teacher_records: l
     students = [w for w, r in zip(weights, records, strict=True) if r.policy.startswith("student")]
     # DAgger: every turn where the student did otherwise than the rule would on the state it was in, with
     # the rule's action as the turn (equal-reward groups too: a label needs no reward to compare).
-    corrections = relabelled(rolled)
+    corrections = relabelled(rolled + labelling)
     return {
         **stats,
-        "dagger_labels": sum(len(r.facts.get("teacher_labels", [])) for r in rolled),
+        "dagger_labels": sum(len(r.facts.get("teacher_labels", [])) for r in rolled + labelling),
         "dagger_corrections": len(corrections),
+        "dagger_label_unit_rollouts": len(labelling),
         "student": summarize(own),
         "student_reward_mean": mean([r.reward for r in own]),
         "rollouts_per_minute": round(len(own) / minutes, 2) if minutes > 0 else None,
         "tokens_per_rollout": mean([_tokens(r) for r in own]),
         "student_trajectories_trained": sum(w > 0 for w in students),
         "student_trajectories_pushed_down": sum(w < 0 for w in students),
-        "training": train_stage(run, start, target, records, weights, config.rl_epochs, rl_learning_rate(run), corrections=corrections),
+        "training": train_stage(run, start, target, records, weights, config.rl_epochs, rl_learning_rate(run), imitations=corrections),
     }
 
 
@@ -372,13 +395,14 @@ def informative_groups(run: Run, policy: PolicyGroup, k: int, teacher_records: l
 
 def train_stage(
     run: Run, start: Path, target: Path, records: list[Rollout], weights: list[float], epochs: int,
-    learning_rate: float, sweep: tuple = (), corrections: Sequence[list[dict[str, Any]]] = (),
+    learning_rate: float, sweep: tuple = (), imitations: Sequence[list[dict[str, Any]]] = (),
 ) -> dict[str, Any]:
-    """Fine-tune `start` into `target` on the weighted records and the teacher's `corrections` (weight 1),
-    as the student saw them; the kept-out units' teacher trajectories give the held-out loss."""
+    """Fine-tune `start` into `target` on the weighted records and the teacher's `imitations` (weight 1:
+    its trajectories on label units, DAgger's corrections), as the student saw them; the kept-out units'
+    teacher trajectories give the held-out loss."""
     config = run.config
     examples = [(_seen(r, run.settings), w) for r, w in zip(records, weights, strict=True) if r.group not in run.kept_out and r.messages]
-    examples += [(as_student_saw(messages, run.settings), 1.0) for messages in corrections]
+    examples += [(as_student_saw(messages, run.settings), 1.0) for messages in imitations]
     train_config = config.training(learning_rate=learning_rate, epochs=epochs, sweep=sweep)
     return finetune(start, target, examples, held_out_trajectories(run), train_config, progress=run.progress)
 

@@ -62,6 +62,10 @@ def member_seed(seed: int, key: str) -> int:
     return int.from_bytes(hashlib.sha256(f"{seed}:{key}".encode()).digest()[:4], "big")
 
 
+# The tools that look at a bank and change nothing.
+LOOKS = frozenset({"sample_memory", "search_memory"})
+
+
 def call_summary(messages: Sequence) -> dict[str, Any]:
     """Each tool call with its result, and the counts behind the share of valid calls. A result answers
     the latest call with its id: a repeated call has the id of the first (`agent/policies/hermes.py` makes

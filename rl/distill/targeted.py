@@ -71,6 +71,10 @@ class TargetedTask:
                 prompts.append(Prompt(conversation, qa, [qa, *collateral_sample(questions, qa.index, self.reward.collateral_questions)]))
         return prompts
 
+    def label_units(self, conversations: Sequence[Conversation], per_conversation: int, taken: Sequence[Prompt]) -> list[Prompt]:
+        """None: a question's unit is scored by its own question, so its teacher groups already hold the labels."""
+        return []
+
     def evaluation_units(self, conversations: Sequence[Conversation], per_conversation: int) -> list[Prompt]:
         """Held-out questions spread over each conversation, drawn (with `store`) from those with headroom:
         not answered yet (QA proxy below 1 on the bank) and reachable (some memory of the bank comes from

@@ -105,6 +105,11 @@ class Task(Protocol):
         """The units training rolls out groups on, up to `per_conversation` of each conversation."""
         ...
 
+    def label_units(self, conversations: Sequence[Conversation], per_conversation: int, taken: Sequence[Unit]) -> list[Unit]:
+        """Up to `per_conversation` more units of each conversation, not in `taken`, where the heuristic
+        teacher acts: imitated whatever their reward (none: the task has no such units)."""
+        ...
+
     def evaluation_units(self, conversations: Sequence[Conversation], per_conversation: int) -> list[Unit]:
         """The units a policy is evaluated on (one greedy rollout each), from held-out conversations."""
         ...
