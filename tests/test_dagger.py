@@ -22,7 +22,8 @@ from memupdate.scoring.reward import RewardConfig
 from memupdate.store import MemoryStore, NewMemory
 
 LOOK = ("sample_memory", {"strategy": "recent", "k": 10})
-SUPERSEDE = ("delete_memory", {"memory_id": "s000001", "superseded_by": "s000003"})
+# The rule's supersession names the fact that changed first (its `reason`), then the pair.
+SUPERSEDE = ("delete_memory", {"reason": "update: The chairman of Acme Corp is", "memory_id": "s000001", "superseded_by": "s000003"})
 
 
 def _call(name: str, args: dict) -> AIMessage:
@@ -70,7 +71,7 @@ def test_the_rule_labels_the_states_a_student_visits_and_its_slips_become_exampl
 def test_a_student_that_does_what_the_rule_does_gets_no_correction(store: MemoryStore) -> None:
     keys = _bank(store)
     rule = teacher(SimpleNamespace(config=LearnConfig(), task=CompactionTask(store, RewardConfig()), store=store), 0.0, 0.0).member(0)
-    student = ScriptedModel(responses=[_call(*LOOK), _call(*SUPERSEDE), AIMessage("Nothing else to edit.")])
+    student = ScriptedModel(responses=[_call(*LOOK), _call(SUPERSEDE[0], {**SUPERSEDE[1], "reason": "stale"}), AIMessage("Nothing else to edit.")])
     policy = Labelled(student=student, teacher=rule, labels=Labels())
     episode = neighbourhood_episode(policy, store, keys, "e")
     assert [actions for _, actions in policy.labels.turns] == [[LOOK], [SUPERSEDE], []]  # []: the rule closes
@@ -86,7 +87,7 @@ def test_any_edit_of_the_rules_plan_agrees(store: MemoryStore) -> None:
         NewMemory("The chairman of Zeta Inc is Dan Moss.", metadata={"time": "2000-01-01T04:00:00"}, key="s000004"),
         NewMemory("The chairman of Zeta Inc is Eve Park.", metadata={"time": "2000-01-01T05:00:00"}, key="s000005"),
     ])
-    other = ("delete_memory", {"memory_id": "s000004", "superseded_by": "s000005"})
+    other = ("delete_memory", {"reason": "update: The chairman of Zeta Inc is", "memory_id": "s000004", "superseded_by": "s000005"})
     rule = teacher(SimpleNamespace(config=LearnConfig(), task=CompactionTask(store, RewardConfig()), store=store), 0.0, 0.0).member(0)
     student = ScriptedModel(responses=[_call(*LOOK), _call(*other), _call(*SUPERSEDE), AIMessage("Nothing else to edit.")])
     policy = Labelled(student=student, teacher=rule, labels=Labels())

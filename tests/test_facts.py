@@ -24,7 +24,7 @@ from memupdate.bank.change_log import (
 )
 from memupdate.bank.review import replaced_by
 from memupdate.store import MemoryStore, NewMemory
-from memupdate.text.facts import relation
+from memupdate.text.facts import relation, shared_head
 
 
 @pytest.mark.parametrize(("older", "newer", "expected"), [
@@ -41,6 +41,13 @@ from memupdate.text.facts import relation
 def test_the_rule_tells_an_update_from_a_duplicate_and_compatible_facts(older, newer, expected) -> None:
     assert relation(older, newer) == expected
     assert relation(newer, older) == expected
+
+
+def test_a_supersession_names_the_words_the_two_statements_share() -> None:
+    # The rule's reason for a supersession: what a reader (or a student, before it names the pair) sees changed.
+    assert shared_head("The author of 1984 is George Orwell.", "The author of 1984 is Constantine VII.") == "The author of 1984 is"
+    assert shared_head("alice is vegetarian", "Alice is no longer vegetarian") == "Alice is"
+    assert shared_head("Bob likes tea", "Ann likes tea") == ""
 
 
 def test_another_detail_of_an_event_is_another_event_not_an_update() -> None:

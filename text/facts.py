@@ -5,6 +5,7 @@
     relation("The CEO of Apple Inc. is Tim Cook.", "The CEO of Apple Inc. is Steve Jobs.")   # "update"
     relation("Mel ran a 10k race", "Mel ran a 10k race in Berlin")           # "duplicate"
     relation("Mel went camping", "Mel painted a sunset")                    # "compatible"
+    shared_head("The CEO of Apple Inc. is Tim Cook.", "The CEO of Apple Inc. is Steve Jobs.")  # "The CEO of Apple Inc. is"
     stated_at(memory)       # "2026-11-25T14:03:10" (the app's write time, an imported time) or the day
 
 Two alike statements are a *duplicate* (one fact told twice: the words of one are all in the other, and
@@ -72,6 +73,14 @@ def relation(older: str, newer: str, *, events: bool = False) -> Relation:
     if not changed and words_a and words_b and (words_a <= words_b or words_b <= words_a):
         return "duplicate"
     return "compatible"
+
+
+def shared_head(older: str, newer: str) -> str:
+    """The words two statements begin with, as the newer writes them ("The author of 1984 is"): what a
+    supersession's `reason` names first, so a reader (and a student) sees which fact changed."""
+    a, b = older.split(), newer.split()
+    head = len(os.path.commonprefix([[w.lower() for w in a], [w.lower() for w in b]]))
+    return " ".join(b[:head])
 
 
 def relation_of(a: MemoryRecord, b: MemoryRecord) -> Relation:

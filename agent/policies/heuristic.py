@@ -37,7 +37,7 @@ from memupdate.agent.policies.planning import PlanningPolicy, ToolCall
 from memupdate.settings import DEFAULT_MAX_OPERATIONS
 from memupdate.store import MemoryRecord, MemoryStore
 from memupdate.text.dates import anchor_relative_dates, anchored, datable, has_relative_time, memory_day
-from memupdate.text.facts import is_newer, relation_of, stated_at
+from memupdate.text.facts import is_newer, relation_of, shared_head, stated_at
 from memupdate.text.strategies import content_words, jaccard, split_thematic
 
 # A consolidated memory stays well inside the QA context budget (DEFAULT_CONTEXT_TOKENS) and the density limit (60).
@@ -161,8 +161,9 @@ class HeuristicPolicy(PlanningPolicy):
             for older in ordered[i + 1 :]:
                 if older.key in gone or not is_newer(newer, older):
                     continue
-                if relation_of(older, newer) == "update":
-                    calls.append(("delete_memory", {"memory_id": older.key, "superseded_by": newer.key}))
+                if relation_of(older, newer) == "update":  # the reason first: the fact that changed, then the pair
+                    reason = f"update: {shared_head(older.content, newer.content) or newer.content}"
+                    calls.append(("delete_memory", {"reason": reason, "memory_id": older.key, "superseded_by": newer.key}))
                     gone.add(older.key)
         touched |= gone
         return calls
