@@ -12,7 +12,7 @@ import pytest
 import torch
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 
-from memupdate.agent.policies.handles import DONE, OPEN, HandleConstraint, live_handles, scan
+from memupdate.agent.policies.handles import DONE, OPEN, HandleConstraint, live_handles, named_by_reason, scan
 from memupdate.agent.policies.hf import HuggingFaceChatModel
 
 LIVE = frozenset({"f0012", "f0013", "f0101"})
@@ -63,14 +63,17 @@ def test_live_handles_are_shown_and_not_yet_consumed():
         _call("search_memory", {"query": "Bob"}, "c4"),
         ToolMessage("error: no such bank [b0001]", tool_call_id="c4"),  # an error shows nothing
     ]
-    assert live_handles(messages) == {"m1a2b3c4d", "f0101"}
+    assert live_handles(messages) == {"m1a2b3c4d": "Ann lives in Berlin. Ann likes tea.", "f0101": "x"}
     messages += [
         _call("delete_memory", {"memory_id": "f0101"}, "c5"),
         ToolMessage("deleted [f0101]", tool_call_id="c5"),
     ]
-    assert live_handles(messages) == {"m1a2b3c4d"}
+    assert set(live_handles(messages)) == {"m1a2b3c4d"}
     imported = ToolMessage("[user:42.note] 0.4 Ann's own key, from a LangGraph store", tool_call_id="c6")
-    assert live_handles([*messages, _call("search_memory", {"query": "x"}, "c6"), imported]) == {"m1a2b3c4d", "user:42.note"}
+    assert live_handles([*messages, _call("search_memory", {"query": "x"}, "c6"), imported]) == {
+        "m1a2b3c4d": "Ann lives in Berlin. Ann likes tea.",
+        "user:42.note": "Ann's own key, from a LangGraph store",
+    }
 
 
 def _merge_value(policy: HuggingFaceChatModel, constrain: bool) -> str:
@@ -81,7 +84,7 @@ def _merge_value(policy: HuggingFaceChatModel, constrain: bool) -> str:
         '<tool_call>\n{"name": "merge_memory", "arguments": {"memory_ids": [', return_tensors="pt"
     )["input_ids"]
     ids = torch.cat([prefix, call], dim=1)
-    processors = [HandleConstraint(tokenizer, prefix.shape[1], LIVE)] if constrain else []
+    processors = [HandleConstraint(tokenizer, prefix.shape[1], dict.fromkeys(LIVE, ""))] if constrain else []
     with torch.no_grad():
         out = model.generate(
             ids, max_new_tokens=40, do_sample=False, logits_processor=processors, pad_token_id=0
@@ -123,4 +126,58 @@ def test_policy_constrains_only_a_memory_id_value(tiny_model, monkeypatch):
     ]
     monkeypatch.setattr(HandleConstraint, "__init__", spy)
     policy.invoke(later)
-    assert seen == [{"f0012"}]
+    assert seen == [{"f0012": "Ann lives in Berlin."}]
+
+
+LOOK = {
+    "s000000": "The capital of Great Britain is London.",
+    "s000033": "Thomas Kyd was born in the city of London.",
+    "s000306": "Thomas Kyd was born in the city of Leeds.",
+    "s000342": "Thomas Arne was born in the city of London.",
+}
+
+
+@pytest.mark.parametrize(
+    ("call", "named"),
+    [
+        ('{"reason": "update: Thomas Kyd was born in the city of", "memory_id": "', {"s000033", "s000306"}),
+        ('{"reason": "update:  thomas kyd was BORN in", "memory_id": "', {"s000033", "s000306"}),  # words, any case
+        ('{"reason": "update: Thomas", "memory_id": "', {"s000033", "s000306", "s000342"}),
+        ('{"reason": "update: Thomas K", "memory_id": "', set()),  # a whole word or nothing
+        ('{"reason": "update: The capital of Great Britain is", "memory_id": "', set()),  # one line: no pair
+        ('{"reason": "Thomas Kyd was born in the city of", "memory_id": "', set()),  # no update label
+        ('{"memory_id": "', set()),
+    ],
+)
+def test_a_supersessions_reason_names_the_lines_it_begins(call, named):
+    assert named_by_reason(call, LOOK) == named
+
+
+def _supersession(policy: HuggingFaceChatModel, written: str) -> str:
+    """Greedy continuation, under the constraint over `LOOK`, of a supersession written up to `written`."""
+    tokenizer, model = policy.tokenizer, policy.hf_model
+    prefix = tokenizer("<|im_start|>assistant\n", return_tensors="pt")["input_ids"]
+    call = tokenizer(f'<tool_call>\n{{"name": "delete_memory", "arguments": {written}', return_tensors="pt")["input_ids"]
+    with torch.no_grad():
+        out = model.generate(
+            torch.cat([prefix, call], dim=1),
+            max_new_tokens=16,
+            do_sample=False,
+            logits_processor=[HandleConstraint(tokenizer, prefix.shape[1], LOOK)],
+            pad_token_id=0,
+        )
+    return tokenizer.decode(out[0, prefix.shape[1] :], skip_special_tokens=True)
+
+
+def test_a_supersessions_handles_follow_its_reason(tiny_model):
+    """The random-weight model, inside a supersession whose reason names Thomas Kyd's birthplace, writes a
+    handle of one of those two lines, and then the other as the newer; with no reason, any live handle."""
+    policy = HuggingFaceChatModel.from_pretrained(tiny_model)
+    reason = '{"reason": "update: Thomas Kyd was born in the city of", '
+    first = _supersession(policy, reason + '"memory_id": "').split('"memory_id": "', 1)[1][:7]
+    assert first in {"s000033", "s000306"}, first
+    (other,) = {"s000033", "s000306"} - {first}
+    second = _supersession(policy, reason + f'"memory_id": "{first}", "superseded_by": "')
+    assert second.split('"superseded_by": "', 1)[1][:7] == other
+    free = _supersession(policy, '{"memory_id": "').split('"memory_id": "', 1)[1][:7]
+    assert free in LOOK and free != first, f"the test needs a model whose free choice the reason changes: {free}"

@@ -51,7 +51,7 @@ class DecodeRequest:
     temperature: float = 0.0
     seed: int | None = None  # sampling seed of this turn (None with temperature > 0: unseeded)
     max_prose_tokens: int | None = None
-    handles: frozenset[str] | None = None
+    handles: dict[str, str] | None = None  # live handles and their texts (`handles.live_handles`)
 
 
 @dataclass

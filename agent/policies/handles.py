@@ -6,12 +6,22 @@ calls. Inside the value of a `"memory_id"` / `"memory_ids"` key, `HandleConstrai
 that keep the value naming live handles (shown by a tool result of this episode and not since merged,
 split or deleted), each at most once, at least two in a list, as grammar-constrained decoding
 (vLLM's guided decoding, Outlines) does for a whole JSON schema. Everything else the model writes is free.
+
+A supersession's handles follow its own reason. The student wrote `delete_memory(reason="update: Thomas Kyd
+was born in the city of", memory_id=..., superseded_by=...)` naming a fact that changed in its look in half
+its calls, and then handles of both that fact's lines in 8%: a look prints the handle before the text, so
+going from the words it has just written to their handle is copying backwards. Inside a supersession's
+`"memory_id"` and `"superseded_by"`, where the call's reason (less its `update:` label) begins the text of
+two live memories or more, only those are let through, the two distinct. The policy still judges which fact
+changed (its reason) and which statement is stale (which handle it writes first); the decoder only keeps the
+handles it writes to the lines its words name. No tool result changes.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+import json
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
@@ -20,25 +30,56 @@ from memupdate.store.records import KEY_PATTERN
 
 # A handle as tools show one: leading a line ("[f0012] 0.71 (2023-05-08) ...") or after the verb of a
 # write ("created [m1a2b3c4d] ...", "merged 2 memories into [...]"); not a bracket inside a memory's text.
-_SHOWN = re.compile(rf"(?:^|\b(?:created|updated|deleted|into|split) )\[({KEY_PATTERN.pattern})\]", re.M)
-_KEY = re.compile(r'"(memory_ids?)"')
+# What follows it on the line, less a score and a (time), is the memory's text.
+_SHOWN = re.compile(rf"(?:^|\b(?:created|updated|deleted|into|split) )\[({KEY_PATTERN.pattern})\](.*)$", re.M)
+_SCORE_AND_TIME = re.compile(r"^\s*(?:\d+(?:\.\d+)?\s+)?(?:\([^)]*\)\s*)?")
+_KEY = re.compile(r'"(memory_ids?|superseded_by)"')
+_CALL = re.compile(r'"name"\s*:\s*"(\w+)"')
+_REASON = re.compile(r'"reason"\s*:\s*"((?:[^"\\]|\\.)*)"')
+_LABEL = "update:"
+# The other handle of a supersession's pair, where the call has written it: the two must differ.
+_VALUE = {
+    "memory_id": re.compile(r'"superseded_by"\s*:\s*"([^"]*)"'),
+    "superseded_by": re.compile(r'"memory_id"\s*:\s*"([^"]*)"'),
+}
 _CONSUMES = {"merge_memory": "memory_ids", "split_memory": "memory_id", "delete_memory": "memory_id"}
 OPEN, DONE = "open", "done"
 
 
-def live_handles(messages: Sequence[BaseMessage]) -> frozenset[str]:
+def live_handles(messages: Sequence[BaseMessage]) -> dict[str, str]:
     """Handles the episode's tool results have shown, less those a call that ran has merged, split or
-    deleted since."""
+    deleted since; each with the text it was last shown with."""
     calls = {c["id"]: c for m in messages if isinstance(m, AIMessage) for c in m.tool_calls}
-    live: set[str] = set()
+    live: dict[str, str] = {}
     for m in messages:
         if not isinstance(m, ToolMessage) or str(m.content).startswith("error"):
             continue
-        live.update(_SHOWN.findall(str(m.content)))
+        live.update((key, _SCORE_AND_TIME.sub("", rest).strip()) for key, rest in _SHOWN.findall(str(m.content)))
         call = calls.get(m.tool_call_id)
         gone = call and call["args"].get(_CONSUMES.get(call["name"], ""))
-        live.difference_update([gone] if isinstance(gone, str) else gone or [])
-    return frozenset(live)
+        for key in [gone] if isinstance(gone, str) else gone or []:
+            live.pop(key, None)
+    return live
+
+
+def named_by_reason(call: str, texts: Mapping[str, str]) -> frozenset[str]:
+    """The live handles a supersession's reason names: those whose text begins with the words after its
+    `update:` label, when two or more do; else none. `call` is the call's text so far."""
+    reason = _REASON.search(call)
+    if not reason or not reason.group(1).startswith(_LABEL):
+        return frozenset()
+    try:
+        words = _words(json.loads(f'"{reason.group(1)}"').removeprefix(_LABEL))
+    except json.JSONDecodeError:
+        return frozenset()
+    if not words:
+        return frozenset()
+    named = frozenset(key for key, text in texts.items() if (_words(text) + " ").startswith(words + " "))
+    return named if len(named) >= 2 else frozenset()
+
+
+def _words(text: str) -> str:
+    return " ".join(text.lower().split())
 
 
 def scan(tail: str, handles: frozenset[str], many: bool) -> str | None:
@@ -93,15 +134,18 @@ def scan(tail: str, handles: frozenset[str], many: bool) -> str | None:
 
 
 class HandleConstraint:
-    """A `generate` logits processor: while the reply is inside a `"memory_id(s)"` value, every token that
-    would make the value name anything but live, distinct handles is masked out. The best `top` tokens are
+    """A `generate` logits processor: while the reply is inside a `"memory_id(s)"` or `"superseded_by"`
+    value, every token that would make the value name anything but live, distinct handles (a
+    supersession's: those its reason names, `named_by_reason`) is masked out. The best `top` tokens are
     tried first, then more; where none fits (fewer live handles than the list needs, or the value went
-    wrong before its key was complete) the model is left free and the tool's error tells it."""
+    wrong before its key was complete) the model is left free and the tool's error tells it. `handles`
+    maps each live handle to its text (`live_handles`)."""
 
     def __init__(
-        self, tokenizer: Any, prompt_length: int, handles: frozenset[str], top: Sequence[int] = (64, 4096)
+        self, tokenizer: Any, prompt_length: int, handles: Mapping[str, str], top: Sequence[int] = (64, 4096)
     ):
-        self.tokenizer, self.prompt_length, self.handles, self.top = tokenizer, prompt_length, handles, top
+        self.tokenizer, self.prompt_length, self.texts, self.top = tokenizer, prompt_length, handles, top
+        self.handles = frozenset(handles)
         self._pieces: dict[int, str] = {}
 
     def __call__(self, input_ids: Any, scores: Any) -> Any:
@@ -114,21 +158,30 @@ class HandleConstraint:
                 continue
             key = keys[-1]
             tail, many = text[key.end() :], key.group(1) == "memory_ids"
-            if scan(tail, self.handles, many) != OPEN:
+            handles = self._choices(text[: key.start()], key.group(1))
+            if scan(tail, handles, many) != OPEN:
                 continue
-            allowed = self._allowed(tail, many, scores[row])
+            allowed = self._allowed(tail, handles, many, scores[row])
             if allowed:
                 keep = torch.zeros_like(scores[row], dtype=torch.bool)
                 keep[allowed] = True
                 scores[row] = scores[row].masked_fill(~keep, float("-inf"))
         return scores
 
-    def _allowed(self, tail: str, many: bool, scores: Any) -> list[int]:
+    def _choices(self, before: str, key: str) -> frozenset[str]:
+        """The handles a value of `key` may name, given the call written `before` it: in a supersession,
+        those its reason names (when it names two or more), less the other handle of the pair."""
+        calls = list(_CALL.finditer(before))
+        if key == "memory_ids" or not calls or calls[-1].group(1) != "delete_memory":
+            return self.handles
+        call = before[calls[-1].end() :]
+        other = _VALUE[key].search(call)
+        return (named_by_reason(call, self.texts) or self.handles).difference([other.group(1)] if other else [])
+
+    def _allowed(self, tail: str, handles: frozenset[str], many: bool, scores: Any) -> list[int]:
         order = scores.argsort(descending=True)
         for top in self.top:
-            fits = [
-                i for i in order[:top].tolist() if scan(tail + self._piece(i), self.handles, many) is not None
-            ]
+            fits = [i for i in order[:top].tolist() if scan(tail + self._piece(i), handles, many) is not None]
             if fits:
                 return fits
         return []

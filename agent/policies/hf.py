@@ -50,8 +50,9 @@ class HuggingFaceChatModel(BaseChatModel):
     # Stop a turn that has written this many tokens without opening a <tool_call> (None: never): a reply
     # is either calls or a short closing sentence, so long prose is a loop, and decoding costs ~0.1 s a token.
     max_prose_tokens: int | None = None
-    # Inside a "memory_id(s)" value, only handles this episode's tool results showed and no call has
-    # consumed, each once (see .handles): a small model's repeated or invented handles never reach a tool.
+    # Inside a "memory_id(s)" or "superseded_by" value, only handles this episode's tool results showed and
+    # no call has consumed, each once, and a supersession's those its reason names (see .handles): a small
+    # model's repeated or invented handles never reach a tool.
     constrain_handles: bool = True
     # A `.batched.BatchDecoder`: set (by `.batched.batched`) on the copies that run episodes together, whose
     # turns are then decoded in one batch; None decodes alone with `generate`, as a single episode does.
