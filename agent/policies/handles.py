@@ -19,8 +19,8 @@ handles it writes to the lines its words name. No tool result changes.
 
 from __future__ import annotations
 
-import re
 import json
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
