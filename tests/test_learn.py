@@ -20,7 +20,7 @@ from transformers import AutoTokenizer
 from memupdate.agent.compaction import neighbourhood_episode
 from memupdate.llm.models import STUDENT_CHAT_TEMPLATE
 from memupdate.rl.distill.compaction import CompactionTask
-from memupdate.rl.distill.learn import STAGES, LearnConfig, learn, teacher
+from memupdate.rl.distill.learn import STAGES, LearnConfig, learn, lowers_held_out_loss, teacher
 from memupdate.rl.distill.tiny_student import build_tiny_checkpoint
 from memupdate.scoring.reward import RewardConfig
 from memupdate.store import MemoryStore, MemupdateError, NewMemory
@@ -85,6 +85,8 @@ def test_every_stage_runs_writes_metrics_and_resumes(store: MemoryStore, sample,
         assert rl["dagger_label_unit_rollouts"] == 1
     for name in ("metrics.json", "learning_curve.png", "sft/config.json", "rl-1/model.safetensors"):
         assert (out / name).is_file(), name
+    kept = lowers_held_out_loss(rl["training"])  # rl-1 is the final student only if it lowered the held-out loss
+    assert metrics["final_checkpoint"] == str(out / ("rl-1" if kept else "sft"))
 
     # The same call again: every stage is read back, nothing reruns.
     lines = (out / "trajectories.jsonl").read_text()
@@ -130,3 +132,11 @@ def test_an_evaluation_is_reproducible(store: MemoryStore, sample, tiny_student)
     replies = [[m["content"] for m in record.messages if m["role"] in ("assistant", "tool")] for record in (first, second)]
     assert replies[0] and replies[0] == replies[1]
     assert first.facts["question_deltas"] == second.facts["question_deltas"]
+
+
+@pytest.mark.parametrize(
+    ("losses", "kept"),
+    [([0.087, 0.115, 0.121], False), ([0.087, 0.09, 0.08], True), ([0.08, 0.08], False), ([None, 0.1], True), ([], True)],
+)
+def test_an_rl_iteration_is_kept_only_if_it_lowers_the_held_out_loss(losses, kept):
+    assert lowers_held_out_loss({"held_out_loss": losses}) is kept

@@ -62,7 +62,7 @@ def learn_command(
     rl_questions: int = config_option("rl_questions", help="Training units (questions, or neighbourhoods) each RL iteration rolls out on."),
     label_units: int = config_option("label_units", min=0, help="Compaction: up to N more neighbourhoods per training conversation where the rule edits, imitated whatever the reward (SFT: the rule's trajectory; RL: DAgger's labels)."),
     rl_label_units: int = config_option("rl_label_units", min=0, help="Label units each RL iteration rolls the student out on for DAgger's labels."),
-    iterations: int = config_option("iterations", help="RL iterations after distillation (0: distillation alone)."),
+    iterations: int = config_option("iterations", help="RL iterations after distillation, at most: one that does not lower the held-out loss is the last (0: distillation alone)."),
     explore: float = config_option("explore", help="Heuristic teacher: share of its edits dropped/shuffled per rollout."),
     learning_rate: float = config_option("learning_rate", help="Used when --sweep is empty."),
     sweep: str = config_option("sweep", help="Learning rates SFT tries (one pass each); the lowest held-out loss wins."),

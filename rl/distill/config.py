@@ -70,7 +70,7 @@ class LearnConfig(TrainConfig):
     # the student rolls out on `rl_label_units` of them for DAgger's labels (0: none).
     label_units: int = 0
     rl_label_units: int = 32
-    iterations: int = 2  # RL iterations after distillation (0: distillation alone)
+    iterations: int = 2  # RL iterations after distillation, at most: the held-out loss stops them (0: distillation alone)
     explore: float = 0.5  # the heuristic teacher's share of edits dropped or shuffled per rollout
     stepwise: int = 8  # the heuristic teacher's first search shows this many memories; it edits only those
     teacher_operations: int = 4  # the heuristic teacher's plan: the search and up to three edits

@@ -31,10 +31,11 @@ one and are not redone either):
    labels every state of the student's rollouts (and of one rollout on each of `rl_label_units` label
    units), and each turn that did none of its actions is one more imitation example (`dagger.py`); `eval-rl-K`.
 Every eighth training unit is kept out of the updates: the loss on its teacher trajectories is the
-held-out loss that says whether the learning rate moves the model.
+held-out loss that chooses SFT's learning rate and stops the RL iterations: an iteration that ends with
+that loss above where it started is evaluated but not kept, and none follows it (`lowers_held_out_loss`).
 The run ends with `metrics.json` and `learning_curve.png` (mean reward per stage with a 95% interval);
-the last student is the checkpoint `metrics.json` names (`sft` or `rl-K`), a plain Hugging Face folder
-that `--policy hf --model DIR` and verl load unchanged.
+the final student is the checkpoint `metrics.json` names (`sft`, or the last kept `rl-K`), a plain
+Hugging Face folder that `--policy hf --model DIR` and verl load unchanged.
 """
 
 from __future__ import annotations
@@ -148,12 +149,15 @@ def learn(
     run.stage("sft", lambda: sft(run, start, teacher_records))
     run.stage("eval-sft", lambda: evaluate(run, "sft", student(run, run.out / "sft", 0.0)))
 
-    # 4. RL iterations: the student's own groups, joined by the teacher's, advantage-weighted.
+    # 4. RL iterations: the student's own groups, joined by the teacher's, advantage-weighted. At most
+    # `iterations`: one that does not lower the held-out loss is evaluated (the curve shows it), not kept.
     current = run.out / "sft"
     for k in range(1, config.iterations + 1):
         target = run.out / f"rl-{k}"
-        run.stage(f"rl-{k}", lambda k=k, current=current, target=target: rl_iteration(run, k, current, target, teacher_records))
+        result = run.stage(f"rl-{k}", lambda k=k, current=current, target=target: rl_iteration(run, k, current, target, teacher_records))
         run.stage(f"eval-rl-{k}", lambda k=k, target=target: evaluate(run, f"rl-{k}", student(run, target, 0.0)))
+        if not lowers_held_out_loss(result["training"]):
+            break
         current = target
 
     metrics = collect_metrics(run.done, config, task, train, held_out, current) | {"held_out_skipped": task.held_out_skipped()}
@@ -405,6 +409,13 @@ def train_stage(
     examples += [(as_student_saw(messages, run.settings), 1.0) for messages in imitations]
     train_config = config.training(learning_rate=learning_rate, epochs=epochs, sweep=sweep)
     return finetune(start, target, examples, held_out_trajectories(run), train_config, progress=run.progress)
+
+
+def lowers_held_out_loss(training: dict[str, Any]) -> bool:
+    """Whether a stage's training left the kept-out units' loss below where it started (true where it
+    measured none): the test that stops the RL iterations, so their count is chosen on the training banks."""
+    losses = [v for v in training.get("held_out_loss", []) if v is not None]
+    return len(losses) < 2 or losses[-1] < losses[0]
 
 
 def rl_learning_rate(run: Run) -> float:
