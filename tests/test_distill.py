@@ -171,6 +171,8 @@ def test_bad_input_gives_clear_errors(store: MemoryStore, fixed_sample, tmp_path
         learn(store, [sample], [held_out], replace(SMALL, top_layers=2), tmp_path / "t")
     with pytest.raises(MemupdateError, match="--group-size 1"):
         learn(store, [sample], [held_out], replace(SMALL, group_size=1), tmp_path / "g")
+    with pytest.raises(MemupdateError, match="--no-grpo trains RL iterations on DAgger's corrections alone: keep --dagger"):
+        learn(store, [sample], [held_out], replace(SMALL, grpo=False, dagger=False), tmp_path / "n")
     # A teacher that makes no edits: every group has equal rewards; the trajectories stay on disk, and no
     # evaluation is spent before the error.
     with pytest.raises(MemupdateError, match="nothing to imitate.*--explore.*kept in"):

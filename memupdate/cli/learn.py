@@ -68,6 +68,7 @@ def learn_command(
     sweep: str = config_option("sweep", help="Learning rates SFT tries (one pass each); the lowest held-out loss wins."),
     rl_learning_rate: float | None = config_option("rl_learning_rate", help="RL iterations' learning rate (default: the one SFT chose)."),
     dagger: bool = config_option("dagger", help="RL iterations also imitate the rule's action wherever the student's own turn differed (heuristic teacher)."),
+    grpo: bool = config_option("grpo", help="RL iterations train on the student's and the teacher's groups, advantage-weighted (--no-grpo: DAgger's corrections alone)."),
     top_layers: int = config_option("top_layers", help="Train only the last N transformer layers (0: all)."),
     lora_rank: int = config_option("lora_rank", help="> 0 with --top-layers 0: LoRA adapters (GPU, large students)."),
     sft_epochs: int = config_option("sft_epochs"),

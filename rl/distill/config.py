@@ -84,6 +84,7 @@ class LearnConfig(TrainConfig):
     rl_epochs: int = 2
     rl_learning_rate: float | None = None  # RL iterations' rate (None: the rate SFT chose)
     dagger: bool = True  # RL iterations also imitate the rule's action on the student's own states (dagger.py)
+    grpo: bool = True  # RL iterations train on the groups, advantage-weighted (off: DAgger's corrections alone)
     tiny_vocab_size: int = 4000  # student "tiny": its tokenizer's vocabulary, width and depth
     tiny_hidden_size: int = 128
     tiny_layers: int = 4

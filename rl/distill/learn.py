@@ -29,7 +29,8 @@ one and are not redone either):
    joined group; an advantage-weighted update from the current student: trajectories above their
    group's mean pulled up, those below pushed down (PPO-clipped, `finetune.py`). With `dagger`, the rule
    labels every state of the student's rollouts (and of one rollout on each of `rl_label_units` label
-   units), and each turn that did none of its actions is one more imitation example (`dagger.py`); `eval-rl-K`.
+   units), and each turn that did none of its actions is one more imitation example (`dagger.py`); with
+   `grpo` off those corrections are all it trains on; `eval-rl-K`.
 Every eighth training unit is kept out of the updates: the loss on its teacher trajectories is the
 held-out loss that chooses SFT's learning rate and stops the RL iterations: an iteration that ends with
 that loss above where it started is evaluated but not kept, and none follows it (`lowers_held_out_loss`).
@@ -195,6 +196,8 @@ def check_config(config: LearnConfig, train: Sequence[Conversation], held_out: S
     if config.group_size < 2:
         raise MemupdateError(f"--group-size {config.group_size}: GRPO compares rollouts of one unit, so it needs at least 2")
     policy_kind(config.teacher, "--teacher")
+    if not config.grpo and not (config.dagger and config.teacher == "heuristic"):
+        raise MemupdateError("--no-grpo trains RL iterations on DAgger's corrections alone: keep --dagger and the heuristic teacher")
     if config.student == "tiny":
         if config.top_layers > config.tiny_layers:
             raise MemupdateError(f"--top-layers {config.top_layers}: the tiny student has {config.tiny_layers} layers (--tiny-layers); give at most that (0: all)")
@@ -352,6 +355,7 @@ def rl_iteration(run: Run, k: int, start: Path, target: Path, teacher_records: l
     # DAgger: every turn where the student did otherwise than the rule would on the state it was in, with
     # the rule's action as the turn (equal-reward groups too: a label needs no reward to compare).
     corrections = relabelled(rolled + labelling)
+    trained = (records, weights) if config.grpo else ([], [])  # --no-grpo: the rollouts only visit states to label
     return {
         **stats,
         "dagger_labels": sum(len(r.facts.get("teacher_labels", [])) for r in rolled + labelling),
@@ -363,7 +367,7 @@ def rl_iteration(run: Run, k: int, start: Path, target: Path, teacher_records: l
         "tokens_per_rollout": mean([_tokens(r) for r in own]),
         "student_trajectories_trained": sum(w > 0 for w in students),
         "student_trajectories_pushed_down": sum(w < 0 for w in students),
-        "training": train_stage(run, start, target, records, weights, config.rl_epochs, rl_learning_rate(run), imitations=corrections),
+        "training": train_stage(run, start, target, *trained, config.rl_epochs, rl_learning_rate(run), imitations=corrections),
     }
 
 
