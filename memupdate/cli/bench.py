@@ -125,5 +125,5 @@ def bench_command(
     console.print(f"benchmarks done in {summary['seconds']:.0f} s")
     if json_out:
         json_out.write_text(json.dumps(summary, indent=2, default=str) + "\n")
-        console.print(f"wrote {json_out}")
+        console.print(f"wrote {json_out}", soft_wrap=True)
 

@@ -111,4 +111,4 @@ def data_preprocess(
             )
     else:
         raise MemupdateError(f"--task {task!r}: choose targeted or compaction")
-    console.print(f"wrote {out}/train.parquet ({counts['train']} rows) and {out}/test.parquet ({counts['test']} rows)")
+    console.print(f"wrote {out}/train.parquet ({counts['train']} rows) and {out}/test.parquet ({counts['test']} rows)", soft_wrap=True)
