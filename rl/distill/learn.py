@@ -351,7 +351,7 @@ def rl_iteration(run: Run, k: int, start: Path, target: Path, teacher_records: l
     advantages, stats = assign_advantages(records)
     stats["groups_dropped_equal_rewards"] = dropped
     weights = advantage_weights(advantages)
-    students = [w for w, r in zip(weights, records, strict=True) if r.policy.startswith("student")]
+    students = [w for w, r in zip(weights, records, strict=True) if r.policy.startswith("student") and config.grpo]
     # DAgger: every turn where the student did otherwise than the rule would on the state it was in, with
     # the rule's action as the turn (equal-reward groups too: a label needs no reward to compare).
     corrections = relabelled(rolled + labelling)
