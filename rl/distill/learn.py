@@ -351,11 +351,12 @@ def rl_iteration(run: Run, k: int, start: Path, target: Path, teacher_records: l
     advantages, stats = assign_advantages(records)
     stats["groups_dropped_equal_rewards"] = dropped
     weights = advantage_weights(advantages)
-    students = [w for w, r in zip(weights, records, strict=True) if r.policy.startswith("student") and config.grpo]
+    if not config.grpo:  # --no-grpo: the rollouts only visit states for the rule to label
+        records, weights = [], []
+    students = [w for w, r in zip(weights, records, strict=True) if r.policy.startswith("student")]
     # DAgger: every turn where the student did otherwise than the rule would on the state it was in, with
     # the rule's action as the turn (equal-reward groups too: a label needs no reward to compare).
     corrections = relabelled(rolled + labelling)
-    trained = (records, weights) if config.grpo else ([], [])  # --no-grpo: the rollouts only visit states to label
     return {
         **stats,
         "dagger_labels": sum(len(r.facts.get("teacher_labels", [])) for r in rolled + labelling),
@@ -367,7 +368,7 @@ def rl_iteration(run: Run, k: int, start: Path, target: Path, teacher_records: l
         "tokens_per_rollout": mean([_tokens(r) for r in own]),
         "student_trajectories_trained": sum(w > 0 for w in students),
         "student_trajectories_pushed_down": sum(w < 0 for w in students),
-        "training": train_stage(run, start, target, *trained, config.rl_epochs, rl_learning_rate(run), imitations=corrections),
+        "training": train_stage(run, start, target, records, weights, config.rl_epochs, rl_learning_rate(run), imitations=corrections),
     }
 
 
