@@ -205,10 +205,17 @@ def test_rl_learn_options_are_the_configs_fields_with_its_defaults() -> None:
     for name in shared:
         default = options[name].default.default
         expected = getattr(defaults, name)
-        if name == "sweep":  # given as text on the command line
+        if name in ("sweep", "rl_sweep"):  # given as text on the command line
             default = tuple(float(v) for v in default.split(","))
         assert default == expected, name
     assert set(options) - set(shared) == {"locomo", "factconsolidation", "train_conversations", "eval_conversations", "out", "url"}
+
+
+def test_a_bad_learning_rate_list_stops_with_one_line(tmp_path) -> None:
+    result = runner.invoke(app, ["rl", "learn", "--train-conversations", "conv-26", "--eval-conversations", "conv-47,conv-48",
+                                 "--out", str(tmp_path / "run"), "--rl-sweep", "1e-4,fast"])
+    assert result.exit_code == 2 and "--rl-sweep '1e-4,fast': give learning rates separated by commas" in result.output
+    assert "Traceback" not in result.output and not (tmp_path / "run").exists()
 
 
 def test_a_repeated_call_and_its_first_result_are_counted_apart() -> None:

@@ -26,6 +26,7 @@ from memupdate.rl.distill.finetune import (
     pull_up_loss,
     push_down_loss,
     token_logps,
+    train,
 )
 
 
@@ -79,6 +80,26 @@ def test_batches_cover_every_row_each_epoch_reshuffled_and_seeded():
     assert [len(b) for b in epochs[0]] == [3, 3, 1]
     assert all(sorted(r for b in epoch for r in b) == list(range(7)) for epoch in epochs)
     assert epochs[0] != epochs[1] and epochs == list(get_batches(range(7), 3, 2, seed=0))
+
+
+@pytest.mark.parametrize("weight", [1.0, -1.0])
+def test_keep_best_ends_on_the_epoch_with_the_lowest_held_out_loss(tiny_model, weight):
+    """Trained on the held-out trajectory itself: pulled up, its loss falls and the best epoch is a later
+    one; pushed down, it rises, and the start's weights are put back (epoch 0). Either way the student ends
+    with the lowest loss the loop measured; without `keep_best` it ends on the last epoch."""
+    config = TrainConfig(top_layers=1, warmup_steps=0, batch_size=1)
+    student = load_student(tiny_model, config)
+    trained = freeze_bottom(student)
+    example, held = (encode(student, TRANSCRIPT, w, max_length=4096) for w in (weight, 1.0))
+    for e in (example, held):
+        e.frozen = bottom_output(student, e.ids)
+    with torch.no_grad():
+        example.start_logps = token_logps(student, example)
+    _, held_losses, kept = train(student, trained, [example], [held], [0], 1e-2, 3, config, "test", keep_best=True)
+    assert held_losses[kept] == min(held_losses) and evaluate(student, [held]) == pytest.approx(held_losses[kept], rel=1e-5)
+    assert (kept > 0) if weight > 0 else (kept == 0 and held_losses[-1] > held_losses[0])
+    _, last_losses, last = train(student, trained, [example], [held], [0], 1e-2, 2, config, "test")
+    assert last == 2 and evaluate(student, [held]) == pytest.approx(last_losses[-1], rel=1e-5)
 
 
 def test_learning_rate_warms_up_then_decays_to_zero():

@@ -28,7 +28,7 @@ from memupdate.store import MemoryStore, MemupdateError, NewMemory
 SMALL = LearnConfig(
     train_questions=8, eval_questions=2, group_size=2, student_group_size=2, rl_questions=2, iterations=1,
     max_new_tokens=16, max_prose_tokens=8, max_turns=2, sft_epochs=1, rl_epochs=1, top_layers=1, batch_size=4,
-    sweep=(1e-4, 1e-3), explore=0.5,
+    sweep=(1e-4, 1e-3), rl_sweep=(1e-5, 1e-4), explore=0.5,
 )
 
 
@@ -48,7 +48,7 @@ COMPACTION_STAGES = [TARGETED_STAGES[0], "teacher-labels", TARGETED_STAGES[1], "
 @pytest.mark.parametrize("task", ["targeted", "compaction"])
 def test_every_stage_runs_writes_metrics_and_resumes(store: MemoryStore, sample, tiny_student, tmp_path, task) -> None:
     held_out = replace(sample, sample_id=sample.sample_id + "-heldout")
-    # Targeted RL goes on at the rate SFT chose; compaction's at the one given, and compaction imitates
+    # Targeted RL sweeps its own rate; compaction's goes on at the one given, and compaction imitates
     # the rule on label units too (the sample's bank has four neighbourhoods: two train, the rest label).
     config = replace(SMALL, student=str(tiny_student), task=task, rl_learning_rate=5e-5 if task == "compaction" else None)
     if task == "compaction":
@@ -75,7 +75,13 @@ def test_every_stage_runs_writes_metrics_and_resumes(store: MemoryStore, sample,
     assert {"zero-shot", "sft", "rl-1", "rl_minus_sft"} <= set(table)
     sft = stages["sft"]["result"]["training"]
     assert set(sft["sweep_held_out_loss"]) == {"0.0001", "0.001"} and sft["learning_rate"] in (1e-4, 1e-3)
-    assert stages["rl-1"]["result"]["training"]["learning_rate"] == (5e-5 if task == "compaction" else sft["learning_rate"])
+    rl_training = stages["rl-1"]["result"]["training"]
+    if task == "compaction":
+        assert rl_training["learning_rate"] == 5e-5 and rl_training["sweep_held_out_loss"] == {}
+    else:  # the candidate whose one pass from SFT's weights gave the lowest held-out loss
+        swept = rl_training["sweep_held_out_loss"]
+        assert set(swept) == {"1e-05", "0.0001"} and swept[f"{rl_training['learning_rate']:g}"] == min(swept.values())
+    assert rl_training["held_out_loss"][rl_training["kept_epoch"]] == min(rl_training["held_out_loss"])  # keep_best
     rl = stages["rl-1"]["result"]  # DAgger: the rule labelled every turn the student took
     assert rl["dagger_labels"] == sum(r["turns"] for r in map(json.loads, (out / "trajectories.jsonl").read_text().splitlines())
                                      if r["key"].startswith("rl-1/"))
@@ -135,8 +141,10 @@ def test_an_evaluation_is_reproducible(store: MemoryStore, sample, tiny_student)
 
 
 @pytest.mark.parametrize(
-    ("losses", "kept"),
-    [([0.087, 0.115, 0.121], False), ([0.087, 0.09, 0.08], True), ([0.08, 0.08], False), ([None, 0.1], True), ([], True)],
+    ("losses", "epoch", "kept"),
+    [([0.087, 0.115, 0.121], None, False), ([0.087, 0.09, 0.08], None, True), ([0.08, 0.08], None, False), ([None, 0.1], None, True),
+     ([], None, True), ([0.087, 0.086, 0.091], 1, True), ([0.087, 0.115, 0.121], 0, False)],
 )
-def test_an_rl_iteration_is_kept_only_if_it_lowers_the_held_out_loss(losses, kept):
-    assert lowers_held_out_loss({"held_out_loss": losses}) is kept
+def test_an_rl_iteration_is_kept_only_if_its_saved_weights_lower_the_held_out_loss(losses, epoch, kept):
+    training = {"held_out_loss": losses} | ({} if epoch is None else {"kept_epoch": epoch})
+    assert lowers_held_out_loss(training) is kept

@@ -66,7 +66,9 @@ def learn_command(
     explore: float = config_option("explore", help="Heuristic teacher: share of its edits dropped/shuffled per rollout."),
     learning_rate: float = config_option("learning_rate", help="Used when --sweep is empty."),
     sweep: str = config_option("sweep", help="Learning rates SFT tries (one pass each); the lowest held-out loss wins."),
-    rl_learning_rate: float | None = config_option("rl_learning_rate", help="RL iterations' learning rate (default: the one SFT chose)."),
+    rl_sweep: str = config_option("rl_sweep", help="Learning rates each RL iteration tries from its start (one pass each); the lowest held-out loss wins (empty: the one SFT chose)."),
+    rl_learning_rate: float | None = config_option("rl_learning_rate", help="RL iterations' learning rate, no sweep."),
+    keep_best: bool = config_option("keep_best", help="Each stage saves its epoch with the lowest held-out loss (--no-keep-best: its last)."),
     dagger: bool = config_option("dagger", help="RL iterations also imitate the rule's action wherever the student's own turn differed (heuristic teacher)."),
     grpo: bool = config_option("grpo", help="RL iterations train on the student's and the teacher's groups, advantage-weighted (--no-grpo: DAgger's corrections alone)."),
     top_layers: int = config_option("top_layers", help="Train only the last N transformer layers (0: all)."),
@@ -94,7 +96,7 @@ def learn_command(
 
     transformers_logging.disable_progress_bar()  # our own bars say what is happening; its per-load bars are noise
     options = {name: value for name, value in locals().items() if name in LearnConfig.__dataclass_fields__}
-    config = LearnConfig(**options | {"sweep": tuple(float(v) for v in sweep.split(",") if v.strip())})
+    config = LearnConfig(**options | {name: _rates(options[name], name) for name in ("sweep", "rl_sweep")})
     train = load_conversations(locomo, train_conversations)
     held_out = load_conversations(locomo, eval_conversations)
     if factconsolidation is not None:
@@ -108,6 +110,14 @@ def learn_command(
     with _stage_bars() as report:
         metrics = learn(store, train, held_out, config, out, progress=report)
     _print_summary(metrics, out)
+
+
+def _rates(text: str, name: str) -> tuple[float, ...]:
+    """`--sweep`'s comma-separated learning rates, e.g. 3e-4,1e-3 (empty: none)."""
+    try:
+        return tuple(float(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise MemupdateError(f"--{name.replace('_', '-')} {text!r}: give learning rates separated by commas, e.g. 1e-4,3e-4") from None
 
 
 def _print_summary(metrics: dict, out: Path) -> None:

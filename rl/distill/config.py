@@ -35,6 +35,7 @@ class TrainConfig:
     # the one with the lowest held-out loss trains (empty: `learning_rate` as given).
     sweep: tuple[float, ...] = ()
     sweep_examples: int = 32
+    keep_best: bool = False  # save the epoch with the lowest held-out loss (the start's if none lowers it), not the last
     lora_rank: int = 0  # > 0: LoRA adapters on every linear layer (peft, with the `rl` extra), merged on save
     clip: float = 0.2  # a negative-weight token stops being pushed down once its probability fell by this share
     gradient_checkpointing: bool = False
@@ -53,6 +54,10 @@ class LearnConfig(TrainConfig):
 
     top_layers: int = 6  # a learning run trains the last 6 layers of the student (0: all)
     sweep: tuple[float, ...] = (1e-5, 1e-4, 3e-4, 1e-3)  # SFT tries each for one pass; the best held-out loss wins
+    # Each RL iteration tries these the same way from its own start, unless `rl_learning_rate` is given
+    # (empty: the rate SFT chose). A fitted student's rate is lower than a fresh one's.
+    rl_sweep: tuple[float, ...] = (3e-5, 1e-4, 3e-4, 1e-3)
+    keep_best: bool = True  # every stage saves its epoch with the lowest held-out loss
     task: str = "compaction"  # compaction | targeted (see learn.py's docstring)
     student: str = "smollm2"  # a model name (llm/models.py), a checkpoint folder, or `tiny` (built here)
     teacher: str = "heuristic"  # a policy name (agent.policies.POLICIES)
@@ -82,7 +87,7 @@ class LearnConfig(TrainConfig):
     max_operations: int = 6
     sft_epochs: int = 4
     rl_epochs: int = 2
-    rl_learning_rate: float | None = None  # RL iterations' rate (None: the rate SFT chose)
+    rl_learning_rate: float | None = None  # RL iterations' rate (None: `rl_sweep`'s choice, else the rate SFT chose)
     dagger: bool = True  # RL iterations also imitate the rule's action on the student's own states (dagger.py)
     grpo: bool = True  # RL iterations train on the groups, advantage-weighted (off: DAgger's corrections alone)
     tiny_vocab_size: int = 4000  # student "tiny": its tokenizer's vocabulary, width and depth

@@ -3,6 +3,7 @@
     from memupdate.rl.distill.finetune import TrainConfig, finetune
     report = finetune("smollm2-dir", "out/student", examples, held_out, TrainConfig(top_layers=4, learning_rate=3e-4))
     report["held_out_loss"]  # per epoch, on trajectories training never sees: the measure of the learning rate
+    report["kept_epoch"]     # the epoch saved: the last, or with `keep_best` the lowest held-out loss's
 
 `examples` are `(messages, weight)` pairs: chat-template dicts as the student saw them (`student_messages`)
 and the weight of their loss (1 for imitation, the scaled advantage for an advantage-weighted update).
@@ -226,12 +227,17 @@ def train_step(student: Student, trained: list[torch.nn.Parameter], optimizer: A
 def train(
     student: Student, trained: list[torch.nn.Parameter], examples: Sequence[Example], held: Sequence[Example],
     rows: Sequence[int], learning_rate: float, epochs: int, config: TrainConfig, label: str, progress: Progress | None = None,
-) -> tuple[list[float], list[float | None]]:
-    """AdamW over `examples[rows]` for `epochs`; the loss per step and the held-out loss before and after each epoch."""
+    keep_best: bool = False,
+) -> tuple[list[float], list[float | None], int]:
+    """AdamW over `examples[rows]` for `epochs`; the loss per step, the held-out loss before and after each
+    epoch, and the epoch whose weights the student ends with: the last, or with `keep_best` the one with
+    the lowest held-out loss (0: the start's weights, put back; Trainer's `load_best_model_at_end`)."""
     optimizer = torch.optim.AdamW(trained, lr=learning_rate, weight_decay=0.0)
     steps = epochs * math.ceil(len(rows) / config.batch_size)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: learning_rate_factor(step, config.warmup_steps, steps))
     losses, held_losses = [], [evaluate(student, held)]
+    keep_best = keep_best and held_losses[0] is not None
+    best = [p.detach().clone() for p in trained] if keep_best else []
     student.model.train()
     for epoch in get_batches(rows, config.batch_size, epochs, config.seed):
         for batch in epoch:
@@ -240,7 +246,15 @@ def train(
             if progress:
                 progress(label, len(losses), steps)
         held_losses.append(evaluate(student, held))
-    return losses, held_losses
+        if keep_best and held_losses[-1] < min(held_losses[:-1]):
+            best = [p.detach().clone() for p in trained]
+    if not keep_best:
+        return losses, held_losses, epochs
+    kept = held_losses.index(min(held_losses))
+    with torch.no_grad():
+        for p, w in zip(trained, best, strict=True):
+            p.copy_(w)
+    return losses, held_losses, kept
 
 
 def sweep_learning_rate(
@@ -310,7 +324,9 @@ def finetune(
 
     # 3. The learning rate (measured, if a sweep is given), then the loop.
     learning_rate, sweep = sweep_learning_rate(student, trained, train_set, held, config, progress)
-    losses, held_losses = train(student, trained, train_set, held, range(len(train_set)), learning_rate, config.epochs, config, "fine-tune", progress)
+    losses, held_losses, kept = train(
+        student, trained, train_set, held, range(len(train_set)), learning_rate, config.epochs, config, "fine-tune", progress, config.keep_best,
+    )
 
     # 4. Save, and report.
     out = Path(out)
@@ -330,6 +346,7 @@ def finetune(
         "loss_first": losses[0],
         "loss_last": losses[-1],
         "held_out_loss": [None if v is None else round(v, 4) for v in held_losses],
+        "kept_epoch": kept,
         "seconds": round(time.perf_counter() - started, 1),
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
     }

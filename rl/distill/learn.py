@@ -32,8 +32,10 @@ one and are not redone either):
    units), and each turn that did none of its actions is one more imitation example (`dagger.py`); with
    `grpo` off those corrections are all it trains on; `eval-rl-K`.
 Every eighth training unit is kept out of the updates: the loss on its teacher trajectories is the
-held-out loss that chooses SFT's learning rate and stops the RL iterations: an iteration that ends with
-that loss above where it started is evaluated but not kept, and none follows it (`lowers_held_out_loss`).
+held-out loss that chooses each stage's learning rate (`sweep` for SFT, `rl_sweep` for each RL iteration
+from its own start), the epoch it saves (its lowest, `keep_best`) and when the RL iterations stop: an
+iteration whose saved weights do not lower that loss is evaluated but not kept, and none follows it
+(`lowers_held_out_loss`).
 The run ends with `metrics.json` and `learning_curve.png` (mean reward per stage with a 95% interval);
 the final student is the checkpoint `metrics.json` names (`sft`, or the last kept `rl-K`), a plain
 Hugging Face folder that `--policy hf --model DIR` and verl load unchanged.
@@ -368,7 +370,9 @@ def rl_iteration(run: Run, k: int, start: Path, target: Path, teacher_records: l
         "tokens_per_rollout": mean([_tokens(r) for r in own]),
         "student_trajectories_trained": sum(w > 0 for w in students),
         "student_trajectories_pushed_down": sum(w < 0 for w in students),
-        "training": train_stage(run, start, target, records, weights, config.rl_epochs, rl_learning_rate(run), imitations=corrections),
+        "training": train_stage(
+            run, start, target, records, weights, config.rl_epochs, rl_learning_rate(run), () if config.rl_learning_rate else config.rl_sweep, corrections,
+        ),
     }
 
 
@@ -417,14 +421,18 @@ def train_stage(
 
 
 def lowers_held_out_loss(training: dict[str, Any]) -> bool:
-    """Whether a stage's training left the kept-out units' loss below where it started (true where it
-    measured none): the test that stops the RL iterations, so their count is chosen on the training banks."""
-    losses = [v for v in training.get("held_out_loss", []) if v is not None]
-    return len(losses) < 2 or losses[-1] < losses[0]
+    """Whether the weights a stage saved (its `kept_epoch`, else its last) have the kept-out units' loss
+    below where it started (true where it measured none): the test that stops the RL iterations, so their
+    count is chosen on the training banks."""
+    losses = training.get("held_out_loss", [])
+    if len(losses) < 2 or None in losses:
+        return True
+    return losses[training.get("kept_epoch", len(losses) - 1)] < losses[0]
 
 
 def rl_learning_rate(run: Run) -> float:
-    """`rl_learning_rate`, else the rate the SFT sweep chose (else `learning_rate`)."""
+    """`rl_learning_rate`, else the rate the SFT sweep chose (else `learning_rate`): an RL iteration's rate
+    where it sweeps none (`rl_sweep` empty)."""
     chosen = run.done.get("sft", {}).get("result", {}).get("training", {}).get("learning_rate")
     return run.config.rl_learning_rate or chosen or run.config.learning_rate
 
@@ -491,7 +499,9 @@ def _stage_facts(result: Any) -> dict[str, Any]:
                                      "student_trajectories_pushed_down") if k in result}
     if "training" in result:
         t = result["training"]
-        facts["training"] = {k: t.get(k) for k in ("examples", "pushed_down", "steps", "learning_rate", "sweep_held_out_loss", "held_out_loss", "seconds", "peak_rss_mb", "trained_parameters")}
+        facts["training"] = {k: t.get(k) for k in (
+            "examples", "pushed_down", "steps", "learning_rate", "sweep_held_out_loss", "held_out_loss", "kept_epoch", "seconds", "peak_rss_mb", "trained_parameters",
+        )}
         facts["training"]["loss_first_last"] = [t["losses"][0], t["losses"][-1]]
     return facts
 
