@@ -12,7 +12,15 @@ import pytest
 import torch
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 
-from memupdate.agent.policies.handles import DONE, OPEN, HandleConstraint, live_handles, named_by_reason, scan
+from memupdate.agent.policies.handles import (
+    DONE,
+    OPEN,
+    HandleConstraint,
+    live_handles,
+    named_by_reason,
+    scan,
+    to_date,
+)
 from memupdate.agent.policies.hf import HuggingFaceChatModel
 
 LIVE = frozenset({"f0012", "f0013", "f0101"})
@@ -153,17 +161,17 @@ def test_a_supersessions_reason_names_the_lines_it_begins(call, named):
     assert named_by_reason(call, LOOK) == named
 
 
-def _supersession(policy: HuggingFaceChatModel, written: str) -> str:
-    """Greedy continuation, under the constraint over `LOOK`, of a supersession written up to `written`."""
+def _call_value(policy: HuggingFaceChatModel, written: str, tool: str = "delete_memory", datable: frozenset[str] = frozenset()) -> str:
+    """Greedy continuation, under the constraint over `LOOK`, of a call to `tool` written up to `written`."""
     tokenizer, model = policy.tokenizer, policy.hf_model
     prefix = tokenizer("<|im_start|>assistant\n", return_tensors="pt")["input_ids"]
-    call = tokenizer(f'<tool_call>\n{{"name": "delete_memory", "arguments": {written}', return_tensors="pt")["input_ids"]
+    call = tokenizer(f'<tool_call>\n{{"name": "{tool}", "arguments": {written}', return_tensors="pt")["input_ids"]
     with torch.no_grad():
         out = model.generate(
             torch.cat([prefix, call], dim=1),
             max_new_tokens=16,
             do_sample=False,
-            logits_processor=[HandleConstraint(tokenizer, prefix.shape[1], LOOK)],
+            logits_processor=[HandleConstraint(tokenizer, prefix.shape[1], LOOK, datable=datable)],
             pad_token_id=0,
         )
     return tokenizer.decode(out[0, prefix.shape[1] :], skip_special_tokens=True)
@@ -174,10 +182,47 @@ def test_a_supersessions_handles_follow_its_reason(tiny_model):
     handle of one of those two lines, and then the other as the newer; with no reason, any live handle."""
     policy = HuggingFaceChatModel.from_pretrained(tiny_model)
     reason = '{"reason": "update: Thomas Kyd was born in the city of", '
-    first = _supersession(policy, reason + '"memory_id": "').split('"memory_id": "', 1)[1][:7]
+    first = _call_value(policy, reason + '"memory_id": "').split('"memory_id": "', 1)[1][:7]
     assert first in {"s000033", "s000306"}, first
     (other,) = {"s000033", "s000306"} - {first}
-    second = _supersession(policy, reason + f'"memory_id": "{first}", "superseded_by": "')
+    second = _call_value(policy, reason + f'"memory_id": "{first}", "superseded_by": "')
     assert second.split('"superseded_by": "', 1)[1][:7] == other
-    free = _supersession(policy, '{"memory_id": "').split('"memory_id": "', 1)[1][:7]
+    free = _call_value(policy, '{"memory_id": "').split('"memory_id": "', 1)[1][:7]
     assert free in LOOK and free != first, f"the test needs a model whose free choice the reason changes: {free}"
+
+
+def test_the_handles_to_date_are_those_last_shown_with_relative_time():
+    """Marked in a look; a dating update shows its memory again without the mark; a merge consumes one."""
+    messages = [
+        _call("sample_memory", {"strategy": "recent", "k": 10}, "c1"),
+        ToolMessage(
+            "to date (relative time): [f0207] [f0002]\n[f0241] (2022-10-21) John enjoys seminars.\n"
+            "[f0207] (2022-09-20; relative time) John's game launches next month.\n"
+            "[f0002] (2022-01-23; relative time) John moved last week.\n[f0001] (2022-01-23) John likes tea.\n"
+            "[f0003] 0.5 (2022-01-23; relative time) Ann met John yesterday.",
+            tool_call_id="c1",
+        ),
+    ]
+    assert to_date(messages) == {"f0207", "f0002", "f0003"}
+    messages += [
+        _call("manage_memory", {"action": "update", "memory_id": "f0207"}, "c2"),
+        ToolMessage("updated [f0207] (2022-09-20) John's game launches in October 2022.\nto date (relative time): [f0002]", tool_call_id="c2"),
+        _call("merge_memory", {"memory_ids": ["f0003", "f0001"]}, "c3"),
+        ToolMessage("merged 2 memories into [m1a2b3c4d] (2022-01-23) Ann met John yesterday. John likes tea.", tool_call_id="c3"),
+    ]
+    assert to_date(messages) == {"f0002"}
+
+
+def test_a_dating_update_names_a_memory_to_date(tiny_model):
+    """The random-weight model, inside an update with no content, writes a handle the tool marked as
+    holding relative time; with content first (a rewrite), or with nothing marked, any live handle."""
+    policy = HuggingFaceChatModel.from_pretrained(tiny_model)
+    dating = '{"action": "update", "memory_id": "'
+    free = _call_value(policy, dating, "manage_memory").split('"memory_id": "', 1)[1][:7]
+    assert free in LOOK, free
+    marked = frozenset(LOOK) - {free}
+    chosen = _call_value(policy, dating, "manage_memory", marked).split('"memory_id": "', 1)[1][:7]
+    assert chosen in marked, f"the constraint moved the free choice {free} to a marked handle: {chosen}"
+    rewrite = '{"action": "update", "content": "x", "memory_id": "'
+    rewritten = [_call_value(policy, rewrite, "manage_memory", d).split('"memory_id": "', 1)[1][:7] for d in (frozenset(), marked)]
+    assert rewritten[0] == rewritten[1] in LOOK

@@ -52,6 +52,7 @@ class DecodeRequest:
     seed: int | None = None  # sampling seed of this turn (None with temperature > 0: unseeded)
     max_prose_tokens: int | None = None
     handles: dict[str, str] | None = None  # live handles and their texts (`handles.live_handles`)
+    datable: frozenset[str] = frozenset()  # those a dating update may name (`handles.to_date`)
 
 
 @dataclass
@@ -192,7 +193,7 @@ class BatchDecoder:
                 generator.manual_seed(request.seed)
             else:
                 generator.seed()
-        constraint = HandleConstraint(self.tokenizer, 0, request.handles) if request.handles else None
+        constraint = HandleConstraint(self.tokenizer, 0, request.handles, datable=request.datable) if request.handles else None
         row = _Row(request, out.past_key_values, generator, constraint, len(new))
         self._choose(row, out.logits[0, -1])
         return row

@@ -15,6 +15,15 @@ going from the words it has just written to their handle is copying backwards. I
 two live memories or more, only those are let through, the two distinct. The policy still judges which fact
 changed (its reason) and which statement is stale (which handle it writes first); the decoder only keeps the
 handles it writes to the lines its words name. No tool result changes.
+
+A dating names a memory with relative time. Inside an update call's `"memory_id"` with no `"content"`
+before it (an update that dates: the tool does the arithmetic), only the live handles last shown with the
+tool's `(date; relative time)` mark are let through, where there are any: the student wrote an unmarked
+neighbour (`f0001` under `to date (relative time): [f0207] [f0002]`) and then repeated the refused call,
+in about half its LoCoMo calls. Any other handle is one the tool refuses, so this masks invalid actions
+only (as action masking does in RL); which memories to date, and when to stop, are still the policy's.
+A rewrite that writes its `"content"` after its `"memory_id"` is held to the marked handles too, where
+there are any.
 """
 
 from __future__ import annotations
@@ -26,6 +35,7 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 
+from memupdate.agent.tools import RELATIVE_MARK
 from memupdate.store.records import KEY_PATTERN
 
 # A handle as tools show one: leading a line ("[f0012] 0.71 (2023-05-08) ...") or after the verb of a
@@ -33,6 +43,8 @@ from memupdate.store.records import KEY_PATTERN
 # What follows it on the line, less a score and a (time), is the memory's text.
 _SHOWN = re.compile(rf"(?:^|\b(?:created|updated|deleted|into|split) )\[({KEY_PATTERN.pattern})\](.*)$", re.M)
 _SCORE_AND_TIME = re.compile(r"^\s*(?:\d+(?:\.\d+)?\s+)?(?:\([^)]*\)\s*)?")
+_TIME = re.compile(r"^\s*(?:\d+(?:\.\d+)?\s+)?\(([^)]*)\)")
+_DATING = re.compile(r'"action"\s*:\s*"update"')
 _KEY = re.compile(r'"(memory_ids?|superseded_by)"')
 _CALL = re.compile(r'"name"\s*:\s*"(\w+)"')
 _REASON = re.compile(r'"reason"\s*:\s*"((?:[^"\\]|\\.)*)"')
@@ -60,6 +72,18 @@ def live_handles(messages: Sequence[BaseMessage]) -> dict[str, str]:
         for key in [gone] if isinstance(gone, str) else gone or []:
             live.pop(key, None)
     return live
+
+
+def to_date(messages: Sequence[BaseMessage]) -> frozenset[str]:
+    """The live handles last shown with the `(date; relative time)` mark: those an update without content
+    dates (a dating update shows its memory again without it)."""
+    marked: dict[str, bool] = {}
+    for m in messages:
+        if isinstance(m, ToolMessage) and not str(m.content).startswith("error"):
+            for key, rest in _SHOWN.findall(str(m.content)):
+                time = _TIME.match(rest)
+                marked[key] = bool(time) and time.group(1).endswith(RELATIVE_MARK)
+    return frozenset(key for key in live_handles(messages) if marked.get(key))
 
 
 def named_by_reason(call: str, texts: Mapping[str, str]) -> frozenset[str]:
@@ -139,13 +163,15 @@ class HandleConstraint:
     supersession's: those its reason names, `named_by_reason`) is masked out. The best `top` tokens are
     tried first, then more; where none fits (fewer live handles than the list needs, or the value went
     wrong before its key was complete) the model is left free and the tool's error tells it. `handles`
-    maps each live handle to its text (`live_handles`)."""
+    maps each live handle to its text (`live_handles`); `datable` holds those a dating update may name
+    (`to_date`)."""
 
     def __init__(
-        self, tokenizer: Any, prompt_length: int, handles: Mapping[str, str], top: Sequence[int] = (64, 4096)
+        self, tokenizer: Any, prompt_length: int, handles: Mapping[str, str], top: Sequence[int] = (64, 4096),
+        *, datable: frozenset[str] = frozenset(),
     ):
         self.tokenizer, self.prompt_length, self.texts, self.top = tokenizer, prompt_length, handles, top
-        self.handles = frozenset(handles)
+        self.handles, self.datable = frozenset(handles), datable & frozenset(handles)
         self._pieces: dict[int, str] = {}
 
     def __call__(self, input_ids: Any, scores: Any) -> Any:
@@ -170,11 +196,17 @@ class HandleConstraint:
 
     def _choices(self, before: str, key: str) -> frozenset[str]:
         """The handles a value of `key` may name, given the call written `before` it: in a supersession,
-        those its reason names (when it names two or more), less the other handle of the pair."""
+        those its reason names (when it names two or more), less the other handle of the pair; in an
+        update with no content yet, those to date (when there are any)."""
         calls = list(_CALL.finditer(before))
-        if key == "memory_ids" or not calls or calls[-1].group(1) != "delete_memory":
+        if key == "memory_ids" or not calls:
             return self.handles
         call = before[calls[-1].end() :]
+        if calls[-1].group(1) == "manage_memory":
+            dating = key == "memory_id" and _DATING.search(call) and '"content"' not in call
+            return self.datable if dating and self.datable else self.handles
+        if calls[-1].group(1) != "delete_memory":
+            return self.handles
         other = _VALUE[key].search(call)
         return (named_by_reason(call, self.texts) or self.handles).difference([other.group(1)] if other else [])
 

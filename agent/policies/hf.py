@@ -28,7 +28,7 @@ from memupdate.llm import hermes
 from memupdate.llm.chat import prompt_settings, student_view, to_chat_dicts
 from memupdate.llm.checkpoints import CHECKPOINT_HELP, checkpoint_tokenizer, stop_and_pad_ids
 
-from .handles import HandleConstraint, live_handles
+from .handles import HandleConstraint, live_handles, to_date
 
 
 class HuggingFaceChatModel(BaseChatModel):
@@ -166,7 +166,7 @@ class HuggingFaceChatModel(BaseChatModel):
                 options["stopping_criteria"] = [_ProseLimit(self.tokenizer, prompt_length, self.max_prose_tokens)]
             handles = live_handles(messages) if self.constrain_handles else None
             if handles:
-                options["logits_processor"] = [HandleConstraint(self.tokenizer, prompt_length, handles)]
+                options["logits_processor"] = [HandleConstraint(self.tokenizer, prompt_length, handles, datable=to_date(messages))]
             output = self.hf_model.generate(**inputs, **options, past_key_values=cache, return_dict_in_generate=True)
         cache = getattr(output, "past_key_values", None)
         output = getattr(output, "sequences", output)  # a plain tensor where generate is scripted (tests)
@@ -209,6 +209,7 @@ class HuggingFaceChatModel(BaseChatModel):
             seed=self._next_seed() if self._rng is not None and self.temperature > 0 else None,
             max_prose_tokens=self.max_prose_tokens,
             handles=live_handles(messages) if self.constrain_handles else None,
+            datable=to_date(messages) if self.constrain_handles else frozenset(),
         )
         reply = self.batcher.decode(request)
         if self.reuse_cache:
