@@ -113,7 +113,7 @@ def learn_command(
 
 
 def _rates(text: str, name: str) -> tuple[float, ...]:
-    """`--sweep`'s comma-separated learning rates, e.g. 3e-4,1e-3 (empty: none)."""
+    """`--sweep`'s or `--rl-sweep`'s comma-separated learning rates, e.g. 3e-4,1e-3 (empty: none)."""
     try:
         return tuple(float(v) for v in text.split(",") if v.strip())
     except ValueError:
