@@ -203,14 +203,14 @@ def test_the_handles_to_date_are_those_last_shown_with_relative_time():
             tool_call_id="c1",
         ),
     ]
-    assert to_date(messages) == {"f0207", "f0002", "f0003"}
+    assert to_date(messages, live_handles(messages)) == {"f0207", "f0002", "f0003"}
     messages += [
         _call("manage_memory", {"action": "update", "memory_id": "f0207"}, "c2"),
         ToolMessage("updated [f0207] (2022-09-20) John's game launches in October 2022.\nto date (relative time): [f0002]", tool_call_id="c2"),
         _call("merge_memory", {"memory_ids": ["f0003", "f0001"]}, "c3"),
         ToolMessage("merged 2 memories into [m1a2b3c4d] (2022-01-23) Ann met John yesterday. John likes tea.", tool_call_id="c3"),
     ]
-    assert to_date(messages) == {"f0002"}
+    assert to_date(messages, live_handles(messages)) == {"f0002"}
 
 
 def test_a_dating_update_names_a_memory_to_date(tiny_model):

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
@@ -42,8 +42,7 @@ from memupdate.store.records import KEY_PATTERN
 # write ("created [m1a2b3c4d] ...", "merged 2 memories into [...]"); not a bracket inside a memory's text.
 # What follows it on the line, less a score and a (time), is the memory's text.
 _SHOWN = re.compile(rf"(?:^|\b(?:created|updated|deleted|into|split) )\[({KEY_PATTERN.pattern})\](.*)$", re.M)
-_SCORE_AND_TIME = re.compile(r"^\s*(?:\d+(?:\.\d+)?\s+)?(?:\([^)]*\)\s*)?")
-_TIME = re.compile(r"^\s*(?:\d+(?:\.\d+)?\s+)?\(([^)]*)\)")
+_SCORE_AND_TIME = re.compile(r"^\s*(?:\d+(?:\.\d+)?\s+)?(?:\(([^)]*)\)\s*)?")  # group 1: the time
 _DATING = re.compile(r'"action"\s*:\s*"update"')
 _KEY = re.compile(r'"(memory_ids?|superseded_by)"')
 _CALL = re.compile(r'"name"\s*:\s*"(\w+)"')
@@ -74,16 +73,15 @@ def live_handles(messages: Sequence[BaseMessage]) -> dict[str, str]:
     return live
 
 
-def to_date(messages: Sequence[BaseMessage]) -> frozenset[str]:
-    """The live handles last shown with the `(date; relative time)` mark: those an update without content
-    dates (a dating update shows its memory again without it)."""
+def to_date(messages: Sequence[BaseMessage], live: Iterable[str]) -> frozenset[str]:
+    """Those of the `live` handles (`live_handles(messages)`) last shown with the `(date; relative time)`
+    mark: those an update without content dates (a dating update shows its memory again without it)."""
     marked: dict[str, bool] = {}
     for m in messages:
         if isinstance(m, ToolMessage) and not str(m.content).startswith("error"):
             for key, rest in _SHOWN.findall(str(m.content)):
-                time = _TIME.match(rest)
-                marked[key] = bool(time) and time.group(1).endswith(RELATIVE_MARK)
-    return frozenset(key for key in live_handles(messages) if marked.get(key))
+                marked[key] = (_SCORE_AND_TIME.match(rest).group(1) or "").endswith(RELATIVE_MARK)
+    return frozenset(key for key in live if marked.get(key))
 
 
 def named_by_reason(call: str, texts: Mapping[str, str]) -> frozenset[str]:

@@ -166,7 +166,7 @@ class HuggingFaceChatModel(BaseChatModel):
                 options["stopping_criteria"] = [_ProseLimit(self.tokenizer, prompt_length, self.max_prose_tokens)]
             handles = live_handles(messages) if self.constrain_handles else None
             if handles:
-                options["logits_processor"] = [HandleConstraint(self.tokenizer, prompt_length, handles, datable=to_date(messages))]
+                options["logits_processor"] = [HandleConstraint(self.tokenizer, prompt_length, handles, datable=to_date(messages, handles))]
             output = self.hf_model.generate(**inputs, **options, past_key_values=cache, return_dict_in_generate=True)
         cache = getattr(output, "past_key_values", None)
         output = getattr(output, "sequences", output)  # a plain tensor where generate is scripted (tests)
@@ -200,6 +200,7 @@ class HuggingFaceChatModel(BaseChatModel):
         from .batched import DecodeRequest
 
         ids = self.tokenizer(self.render_prompt(messages), add_special_tokens=False)["input_ids"]
+        handles = live_handles(messages) if self.constrain_handles else None
         request = DecodeRequest(
             ids=ids,
             cache=self._cache if self.reuse_cache else None,
@@ -208,8 +209,8 @@ class HuggingFaceChatModel(BaseChatModel):
             temperature=self.temperature,
             seed=self._next_seed() if self._rng is not None and self.temperature > 0 else None,
             max_prose_tokens=self.max_prose_tokens,
-            handles=live_handles(messages) if self.constrain_handles else None,
-            datable=to_date(messages) if self.constrain_handles else frozenset(),
+            handles=handles,
+            datable=to_date(messages, handles) if handles else frozenset(),
         )
         reply = self.batcher.decode(request)
         if self.reuse_cache:

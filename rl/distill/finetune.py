@@ -237,7 +237,7 @@ def train(
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: learning_rate_factor(step, config.warmup_steps, steps))
     losses, held_losses = [], [evaluate(student, held)]
     keep_best = keep_best and held_losses[0] is not None
-    best = [p.detach().clone() for p in trained] if keep_best else []
+    best = copy_weights(trained) if keep_best else []
     student.model.train()
     for epoch in get_batches(rows, config.batch_size, epochs, config.seed):
         for batch in epoch:
@@ -247,14 +247,22 @@ def train(
                 progress(label, len(losses), steps)
         held_losses.append(evaluate(student, held))
         if keep_best and held_losses[-1] < min(held_losses[:-1]):
-            best = [p.detach().clone() for p in trained]
+            best = copy_weights(trained)
     if not keep_best:
         return losses, held_losses, epochs
-    kept = held_losses.index(min(held_losses))
+    put_back(trained, best)
+    return losses, held_losses, held_losses.index(min(held_losses))
+
+
+def copy_weights(trained: list[torch.nn.Parameter]) -> list[torch.Tensor]:
+    return [p.detach().clone() for p in trained]
+
+
+def put_back(trained: list[torch.nn.Parameter], weights: list[torch.Tensor]) -> None:
+    """The trained parameters set to `weights` (a `copy_weights` of them)."""
     with torch.no_grad():
-        for p, w in zip(trained, best, strict=True):
+        for p, w in zip(trained, weights, strict=True):
             p.copy_(w)
-    return losses, held_losses, kept
 
 
 def sweep_learning_rate(
@@ -265,15 +273,13 @@ def sweep_learning_rate(
     each candidate's loss; the weights are put back after each pass (no sweep: `config.learning_rate`)."""
     if not (config.sweep and held):
         return config.learning_rate, {}
-    start_weights = [p.detach().clone() for p in trained]
+    start_weights = copy_weights(trained)
     pulled = [i for i, e in enumerate(examples) if e.weight > 0]
     rows = random.Random(config.seed).sample(pulled, min(config.sweep_examples, len(pulled)))
     results = {}
     for candidate in config.sweep:
         results[candidate] = train(student, trained, examples, held, rows, candidate, 1, config, f"learning rate {candidate:g}", progress)[1][-1]
-        with torch.no_grad():
-            for p, w in zip(trained, start_weights, strict=True):
-                p.copy_(w)
+        put_back(trained, start_weights)
     return min(results, key=lambda c: results[c]), results
 
 
