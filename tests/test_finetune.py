@@ -9,6 +9,7 @@ nothing is downloaded.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 import torch
@@ -19,8 +20,10 @@ from memupdate.rl.distill.finetune import (
     bottom_output,
     encode,
     evaluate,
+    evaluate_parts,
     freeze_bottom,
     get_batches,
+    held_out_loss,
     learning_rate_factor,
     load_student,
     pull_up_loss,
@@ -95,11 +98,26 @@ def test_keep_best_ends_on_the_epoch_with_the_lowest_held_out_loss(tiny_model, w
         e.frozen = bottom_output(student, e.ids)
     with torch.no_grad():
         example.start_logps = token_logps(student, example)
-    _, held_losses, kept = train(student, trained, [example], [held], [0], 1e-2, 3, config, "test", keep_best=True)
+    _, parts, kept = train(student, trained, [example], [held], [0], 1e-2, 3, config, "test", keep_best=True)
+    held_losses = [held_out_loss(p) for p in parts]
     assert held_losses[kept] == min(held_losses) and evaluate(student, [held]) == pytest.approx(held_losses[kept], rel=1e-5)
     assert (kept > 0) if weight > 0 else (kept == 0 and held_losses[-1] > held_losses[0])
-    _, last_losses, last = train(student, trained, [example], [held], [0], 1e-2, 2, config, "test")
-    assert last == 2 and evaluate(student, [held]) == pytest.approx(last_losses[-1], rel=1e-5)
+    _, last_parts, last = train(student, trained, [example], [held], [0], 1e-2, 2, config, "test")
+    assert last == 2 and evaluate(student, [held]) == pytest.approx(held_out_loss(last_parts[-1]), rel=1e-5)
+
+
+def test_the_held_out_loss_is_the_mean_of_its_parts_each_weighing_alike(tiny_model):
+    """Two kinds of trajectory, one three times as long: pooled per token the long one would dominate;
+    the held-out loss weighs each part alike, as a run weighs LoCoMo's and FactConsolidation's."""
+    student = load_student(tiny_model, TrainConfig(top_layers=0))
+    short = replace(encode(student, TRANSCRIPT, 1.0, max_length=4096), part="short")
+    longer = [*TRANSCRIPT[:-1], {"role": "assistant", "content": "Ann moved to Berlin in early May 2023. " * 8}]
+    long = replace(encode(student, longer, 1.0, max_length=4096), part="long")
+    parts = evaluate_parts(student, [short, long])
+    assert set(parts) == {"short", "long"} and parts["short"] == pytest.approx(evaluate(student, [short]))
+    mean = evaluate(student, [short, long])
+    pooled = (parts["short"] * short.tokens + parts["long"] * long.tokens) / (short.tokens + long.tokens)
+    assert mean == pytest.approx((parts["short"] + parts["long"]) / 2) and abs(mean - pooled) > 1e-3
 
 
 def test_learning_rate_warms_up_then_decays_to_zero():

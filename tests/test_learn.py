@@ -19,8 +19,18 @@ from transformers import AutoTokenizer
 
 from memupdate.agent.compaction import neighbourhood_episode
 from memupdate.llm.models import STUDENT_CHAT_TEMPLATE
-from memupdate.rl.distill.compaction import CompactionTask
-from memupdate.rl.distill.learn import STAGES, LearnConfig, learn, lowers_held_out_loss, teacher
+from memupdate.rl.data.factconsolidation import FactBank
+from memupdate.rl.distill.compaction import CompactionTask, Neighbourhood
+from memupdate.rl.distill.learn import (
+    STAGES,
+    LearnConfig,
+    held_out_trajectories,
+    kept_out,
+    learn,
+    lowers_held_out_loss,
+    teacher,
+)
+from memupdate.rl.distill.task import Rollout
 from memupdate.rl.distill.tiny_student import build_tiny_checkpoint
 from memupdate.scoring.reward import RewardConfig
 from memupdate.store import MemoryStore, MemupdateError, NewMemory
@@ -148,3 +158,26 @@ def test_an_evaluation_is_reproducible(store: MemoryStore, sample, tiny_student)
 def test_an_rl_iteration_is_kept_only_if_its_saved_weights_lower_the_held_out_loss(losses, epoch, kept):
     training = {"held_out_loss": losses} | ({} if epoch is None else {"kept_epoch": epoch})
     assert lowers_held_out_loss(training) is kept
+
+
+def test_the_held_out_loss_keeps_out_label_units_and_reads_each_bank_kind(sample) -> None:
+    """Every eighth training unit and every eighth label unit are kept out; their trajectories (the
+    teacher's that earned a reward, the rule's on label units) are the held-out parts, one per bank kind,
+    and none of them trains."""
+    facts = FactBank("c1-train", context=None, qa=())
+    units = [Neighbourhood(sample, i, (f"k{i}",)) for i in range(8)]
+    labels = [Neighbourhood(sample, 8 + i, (f"k{8 + i}",)) for i in range(4)] + [Neighbourhood(facts, i, (f"f{i}",)) for i in range(12)]
+    kept = kept_out(units) | kept_out(labels, at_least=0)
+    assert kept == {units[7].group, labels[7].group, labels[15].group} and kept_out(labels[:7], at_least=0) == set()
+
+    def record(unit, reward):
+        return Rollout(unit.group, [{"role": "assistant", "content": unit.group}], reward, {})
+
+    teacher_records = [record(units[7], 0.1), record(units[7], 0.0), record(units[0], 0.2)]
+    label_records = [record(u, 0.0) for u in labels]
+    run = SimpleNamespace(units=units, label_units=labels, kept_out=kept, teacher_records=teacher_records,
+                          label_records=label_records, settings={})
+    parts = held_out_trajectories(run)
+    assert {kind: [m[0]["content"] for m in ms] for kind, ms in parts.items()} == {
+        "locomo": [units[7].group], "factconsolidation": [labels[7].group, labels[15].group],
+    }

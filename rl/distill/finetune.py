@@ -4,6 +4,8 @@
     report = finetune("smollm2-dir", "out/student", examples, held_out, TrainConfig(top_layers=4, learning_rate=3e-4))
     report["held_out_loss"]  # per epoch, on trajectories training never sees: the measure of the learning rate
     report["kept_epoch"]     # the epoch saved: the last, or with `keep_best` the lowest held-out loss's
+    # held_out may be parts ({"locomo": [...], "factconsolidation": [...]}): the loss is the mean of the
+    # parts' losses, each part weighing alike however many trajectories it holds (`held_out_loss_by_part`)
 
 `examples` are `(messages, weight)` pairs: chat-template dicts as the student saw them (`student_messages`)
 and the weight of their loss (1 for imitation, the scaled advantage for an advantage-weighted update).
@@ -36,8 +38,8 @@ import random
 import resource
 import shutil
 import time
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +62,7 @@ class Example:
     mask: torch.Tensor
     weight: float = 1.0
     cut: bool = False  # longer than `max_length`: its start was kept
+    part: str = ""  # a held-out example's part (`finetune`'s held_out parts)
     frozen: torch.Tensor | None = None
     start_logps: torch.Tensor | None = None
 
@@ -184,14 +187,22 @@ def example_loss(student: Student, example: Example, clip: float) -> torch.Tenso
 
 
 def evaluate(student: Student, held: Sequence[Example]) -> float | None:
-    """The mean cross-entropy per assistant token over `held` (None: nothing held out)."""
-    if not held:
-        return None
+    """The held-out loss: the mean over `held`'s parts of each one's cross-entropy per assistant token
+    (None: nothing held out)."""
+    return held_out_loss(evaluate_parts(student, held))
+
+
+def evaluate_parts(student: Student, held: Sequence[Example]) -> dict[str, float]:
+    """Each part of `held`'s mean cross-entropy per assistant token."""
+    totals: dict[str, list[float]] = {}
     student.model.eval()
     with torch.no_grad():
-        total = sum(float(pull_up_loss(token_logps(student, e), 1.0)) for e in held)
+        for e in held:
+            total = totals.setdefault(e.part, [0.0, 0])
+            total[0] += float(pull_up_loss(token_logps(student, e), 1.0))
+            total[1] += e.tokens
     student.model.train()
-    return total / sum(e.tokens for e in held)
+    return {part: loss / tokens for part, (loss, tokens) in totals.items() if tokens}
 
 
 # -- the loop -------------------------------------------------------------------------------------------
@@ -228,16 +239,18 @@ def train(
     student: Student, trained: list[torch.nn.Parameter], examples: Sequence[Example], held: Sequence[Example],
     rows: Sequence[int], learning_rate: float, epochs: int, config: TrainConfig, label: str, progress: Progress | None = None,
     keep_best: bool = False,
-) -> tuple[list[float], list[float | None], int]:
-    """AdamW over `examples[rows]` for `epochs`; the loss per step, the held-out loss before and after each
-    epoch, and the epoch whose weights the student ends with: the last, or with `keep_best` the one with
-    the lowest held-out loss (0: the start's weights, put back; Trainer's `load_best_model_at_end`)."""
+) -> tuple[list[float], list[dict[str, float]], int]:
+    """AdamW over `examples[rows]` for `epochs`; the loss per step, the held-out loss of each part before
+    and after each epoch (`held_out_loss` reads their mean), and the epoch whose weights the student ends
+    with: the last, or with `keep_best` the one with the lowest held-out loss (0: the start's weights, put
+    back; Trainer's `load_best_model_at_end`)."""
     optimizer = torch.optim.AdamW(trained, lr=learning_rate, weight_decay=0.0)
     steps = epochs * math.ceil(len(rows) / config.batch_size)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: learning_rate_factor(step, config.warmup_steps, steps))
-    losses, held_losses = [], [evaluate(student, held)]
-    keep_best = keep_best and held_losses[0] is not None
+    parts = [evaluate_parts(student, held)]
+    keep_best = keep_best and bool(parts[0])
     best = copy_weights(trained) if keep_best else []
+    losses: list[float] = []
     student.model.train()
     for epoch in get_batches(rows, config.batch_size, epochs, config.seed):
         for batch in epoch:
@@ -245,13 +258,19 @@ def train(
             schedule.step()
             if progress:
                 progress(label, len(losses), steps)
-        held_losses.append(evaluate(student, held))
-        if keep_best and held_losses[-1] < min(held_losses[:-1]):
+        parts.append(evaluate_parts(student, held))
+        if keep_best and held_out_loss(parts[-1]) < min(held_out_loss(p) for p in parts[:-1]):
             best = copy_weights(trained)
     if not keep_best:
-        return losses, held_losses, epochs
+        return losses, parts, epochs
     put_back(trained, best)
-    return losses, held_losses, held_losses.index(min(held_losses))
+    means = [held_out_loss(p) for p in parts]
+    return losses, parts, means.index(min(means))
+
+
+def held_out_loss(parts: dict[str, float]) -> float | None:
+    """The held-out loss: the mean of its parts' (None: nothing held out)."""
+    return sum(parts.values()) / len(parts) if parts else None
 
 
 def copy_weights(trained: list[torch.nn.Parameter]) -> list[torch.Tensor]:
@@ -278,7 +297,8 @@ def sweep_learning_rate(
     rows = random.Random(config.seed).sample(pulled, min(config.sweep_examples, len(pulled)))
     results = {}
     for candidate in config.sweep:
-        results[candidate] = train(student, trained, examples, held, rows, candidate, 1, config, f"learning rate {candidate:g}", progress)[1][-1]
+        parts = train(student, trained, examples, held, rows, candidate, 1, config, f"learning rate {candidate:g}", progress)[1]
+        results[candidate] = held_out_loss(parts[-1])
         put_back(trained, start_weights)
     return min(results, key=lambda c: results[c]), results
 
@@ -299,7 +319,7 @@ def finetune(
     start: str | Path,
     out: str | Path,
     examples: Sequence[tuple[list[dict[str, str]], float]],
-    held_out: Sequence[list[dict[str, str]]],
+    held_out: Sequence[list[dict[str, str]]] | Mapping[str, Sequence[list[dict[str, str]]]],
     config: TrainConfig,
     tools: list[dict[str, Any]] | None = None,
     progress: Progress | None = None,
@@ -313,7 +333,8 @@ def finetune(
 
     # 1. Tokenise: ids, the loss mask (assistant tokens), the weight.
     weighted = [encode(student, m, w, config.max_length, tools) for m, w in examples if w != 0]
-    held = [encode(student, m, 1.0, config.max_length, tools) for m in held_out]
+    parts = held_out if isinstance(held_out, Mapping) else {"": held_out}
+    held = [replace(encode(student, m, 1.0, config.max_length, tools), part=part) for part, trajectories in parts.items() for m in trajectories]
     train_set = [e for e in weighted if e.mask.any()]
     if not any(e.weight > 0 for e in train_set):
         raise MemupdateError("no trajectory with a positive weight has an assistant token to train on")
@@ -330,7 +351,7 @@ def finetune(
 
     # 3. The learning rate (measured, if a sweep is given), then the loop.
     learning_rate, sweep = sweep_learning_rate(student, trained, train_set, held, config, progress)
-    losses, held_losses, kept = train(
+    losses, held_parts, kept = train(
         student, trained, train_set, held, range(len(train_set)), learning_rate, config.epochs, config, "fine-tune", progress, config.keep_best,
     )
 
@@ -351,7 +372,9 @@ def finetune(
         "losses": losses,
         "loss_first": losses[0],
         "loss_last": losses[-1],
-        "held_out_loss": [None if v is None else round(v, 4) for v in held_losses],
+        "held_out_loss": [None if (v := held_out_loss(p)) is None else round(v, 4) for p in held_parts],
+        "held_out_loss_by_part": {part: [round(p[part], 4) for p in held_parts] for part in parts if len(parts) > 1 and part in held_parts[0]},
+        "held_out_examples_by_part": {part: len(m) for part, m in parts.items()} if len(parts) > 1 else {},
         "kept_epoch": kept,
         "seconds": round(time.perf_counter() - started, 1),
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),

@@ -31,8 +31,9 @@ one and are not redone either):
    labels every state of the student's rollouts (and of one rollout on each of `rl_label_units` label
    units), and each turn that did none of its actions is one more imitation example (`dagger.py`); with
    `grpo` off those corrections are all it trains on; `eval-rl-K`.
-Every eighth training unit is kept out of the updates: the loss on its teacher trajectories is the
-held-out loss that chooses each stage's learning rate (`sweep` for SFT, `rl_sweep` for each RL iteration
+Every eighth training unit and every eighth label unit are kept out of the updates: the loss on their
+teacher trajectories, the mean of each bank kind's (LoCoMo's, FactConsolidation's; `held_out_trajectories`),
+is the held-out loss that chooses each stage's learning rate (`sweep` for SFT, `rl_sweep` for each RL iteration
 from its own start), the epoch it saves (its lowest, `keep_best`) and when the RL iterations stop: an
 iteration whose saved weights do not lower that loss is evaluated but not kept, and none follows it
 (`lowers_held_out_loss`).
@@ -52,6 +53,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from memupdate.rl.data.factconsolidation import FactBank
 from memupdate.rl.data.locomo import Conversation
 from memupdate.rl.distill.advantages import (
     advantage_weights,
@@ -229,14 +231,15 @@ def open_run(
     done = json.loads((out / STAGES).read_text()) if (out / STAGES).is_file() else {}
     return Run(
         store, config, task, out, progress, TrajectoryLog(out / TRAJECTORIES), TrajectoryLog(out / EVALUATIONS), units,
-        task.evaluation_units(held_out, config.eval_questions), labels, kept_out(units), done,
+        task.evaluation_units(held_out, config.eval_questions), labels, kept_out(units) | kept_out(labels, at_least=0), done,
     )
 
 
-def kept_out(units: Sequence[Unit]) -> set[str]:
-    """The units whose teacher trajectories give the held-out loss: every eighth, and one at least."""
+def kept_out(units: Sequence[Unit], at_least: int = 1) -> set[str]:
+    """The units whose teacher trajectories give the held-out loss: every eighth (the last where that
+    leaves fewer than `at_least`)."""
     groups = {u.group for i, u in enumerate(units) if i % 8 == 7}
-    return groups or ({units[-1].group} if len(units) > 1 else set())
+    return groups or ({units[-1].group} if at_least and len(units) > 1 else set())
 
 
 def teacher(run: Run, explore: float, temperature: float) -> PolicyGroup:
@@ -326,7 +329,7 @@ def sft(run: Run, start: Path, teacher_records: list[Rollout]) -> dict[str, Any]
     _, stats = assign_advantages(teacher_records)
     weights = imitation_weights(teacher_records)
     config = run.config
-    imitations = [r.messages for r in run.label_records if r.messages]
+    imitations = [r.messages for r in run.label_records if r.messages and r.group not in run.kept_out]
     training = train_stage(
         run, start, run.out / "sft", teacher_records, weights, config.sft_epochs, config.learning_rate, config.sweep, imitations,
     )
@@ -347,7 +350,8 @@ def rl_iteration(run: Run, k: int, start: Path, target: Path, teacher_records: l
     minutes = sum(r.seconds for r in rolled) / 60  # each rollout's own time: right on a resumed stage too
     labelling = []  # DAgger alone: one student rollout on each of `rl_label_units` label units, labelled
     if config.dagger and config.teacher == "heuristic" and run.label_units and config.rl_label_units:
-        labelling = run.collect(policy, spread(run.label_units, config.rl_label_units), 1, f"rl-{k}/labels", f"rl-{k} label units")
+        pool = [u for u in run.label_units if u.group not in run.kept_out]
+        labelling = run.collect(policy, spread(pool, config.rl_label_units), 1, f"rl-{k}/labels", f"rl-{k} label units")
     own = [r for r in rolled if r.group in groups]
     records = own + [r for r in teacher_records if r.group in groups]
     advantages, stats = assign_advantages(records)
@@ -437,11 +441,25 @@ def rl_learning_rate(run: Run) -> float:
     return run.config.rl_learning_rate or chosen or run.config.learning_rate
 
 
-def held_out_trajectories(run: Run) -> list[list[dict[str, str]]]:
+def held_out_trajectories(run: Run) -> dict[str, list[list[dict[str, str]]]]:
     """The kept-out units' teacher trajectories that earned a reward (all of them if none did: a loss is
-    still measured, and the learning-rate sweep still has something to choose by)."""
+    still measured, and the learning-rate sweep still has something to choose by) and the rule's on the
+    kept-out label units, by bank kind (`bank_kind`): the held-out loss is the mean of the kinds', so the
+    decision of each kind of bank weighs alike however many units it has."""
     kept = [r for r in run.teacher_records if r.group in run.kept_out and r.messages]
-    return [_seen(r, run.settings) for r in [r for r in kept if r.reward > 0] or kept]
+    labels = [r for r in run.label_records if r.group in run.kept_out and r.messages]
+    kinds = {u.group: bank_kind(u) for u in [*run.units, *run.label_units]}
+    parts: dict[str, list[list[dict[str, str]]]] = {}
+    for r in [r for r in kept if r.reward > 0] or kept:
+        parts.setdefault(kinds[r.group], []).append(_seen(r, run.settings))
+    for r in labels:
+        parts.setdefault(kinds[r.group], []).append(_seen(r, run.settings))
+    return parts
+
+
+def bank_kind(unit: Unit) -> str:
+    """`factconsolidation` for a unit of a FactConsolidation bank, else `locomo`."""
+    return "factconsolidation" if isinstance(getattr(unit, "conversation", None), FactBank) else "locomo"
 
 
 # -- metrics --------------------------------------------------------------------------------------------
@@ -500,7 +518,8 @@ def _stage_facts(result: Any) -> dict[str, Any]:
     if "training" in result:
         t = result["training"]
         facts["training"] = {k: t.get(k) for k in (
-            "examples", "pushed_down", "steps", "learning_rate", "sweep_held_out_loss", "held_out_loss", "kept_epoch", "seconds", "peak_rss_mb", "trained_parameters",
+            "examples", "pushed_down", "steps", "learning_rate", "sweep_held_out_loss", "held_out_loss", "held_out_loss_by_part", "held_out_examples_by_part",
+            "kept_epoch", "seconds", "peak_rss_mb", "trained_parameters",
         )}
         facts["training"]["loss_first_last"] = [t["losses"][0], t["losses"][-1]]
     return facts
