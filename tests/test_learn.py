@@ -109,6 +109,17 @@ def test_every_stage_runs_writes_metrics_and_resumes(store: MemoryStore, sample,
     again = learn(store, [sample], [held_out], config, out)
     assert again["evaluations"] == metrics["evaluations"] and (out / "trajectories.jsonl").read_text() == lines
 
+    # An iteration that kept its start's weights (no epoch lowered the held-out loss) is not evaluated
+    # again: its evaluation is its start's, and no student rollout runs for it.
+    stages["rl-1"]["result"]["training"]["kept_epoch"] = 0
+    del stages["eval-rl-1"]
+    (out / STAGES).write_text(json.dumps(stages))
+    evaluations = (out / "eval.jsonl").read_text()
+    learn(store, [sample], [held_out], config, out)
+    resumed = json.loads((out / STAGES).read_text())
+    assert resumed["eval-rl-1"]["result"] == stages["eval-sft"]["result"] | {"same_weights_as": "sft"}
+    assert (out / "eval.jsonl").read_text() == evaluations
+
 
 def test_the_compaction_teacher_dates_one_memory_a_turn(store: MemoryStore) -> None:
     """Each of its edits follows the tool result that names what is left to date, the pattern a student

@@ -30,7 +30,8 @@ one and are not redone either):
    group's mean pulled up, those below pushed down (PPO-clipped, `finetune.py`). With `dagger`, the rule
    labels every state of the student's rollouts (and of one rollout on each of `rl_label_units` label
    units), and each turn that did none of its actions is one more imitation example (`dagger.py`); with
-   `grpo` off those corrections are all it trains on; `eval-rl-K`.
+   `grpo` off those corrections are all it trains on; `eval-rl-K` (read from its start's evaluation where
+   the iteration kept its start's weights: no epoch lowered the held-out loss).
 Every eighth training unit and every eighth label unit are kept out of the updates: the loss on their
 teacher trajectories, the mean of each bank kind's (LoCoMo's, FactConsolidation's; `held_out_trajectories`),
 is the held-out loss that chooses each stage's learning rate (`sweep` for SFT, `rl_sweep` for each RL iteration
@@ -160,7 +161,10 @@ def learn(
     for k in range(1, config.iterations + 1):
         target = run.out / f"rl-{k}"
         result = run.stage(f"rl-{k}", lambda k=k, current=current, target=target: rl_iteration(run, k, current, target, teacher_records))
-        run.stage(f"eval-rl-{k}", lambda k=k, target=target: evaluate(run, f"rl-{k}", student(run, target, 0.0)))
+        if result["training"].get("kept_epoch") == 0:  # its start's weights saved: the evaluation is its start's
+            run.stage(f"eval-rl-{k}", lambda current=current: run.done[f"eval-{current.name}"]["result"] | {"same_weights_as": current.name})
+        else:
+            run.stage(f"eval-rl-{k}", lambda k=k, target=target: evaluate(run, f"rl-{k}", student(run, target, 0.0)))
         if not lowers_held_out_loss(result["training"]):
             break
         current = target
