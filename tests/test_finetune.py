@@ -107,7 +107,7 @@ def test_keep_best_ends_on_the_epoch_with_the_lowest_held_out_loss(tiny_model, w
 
 
 def test_the_held_out_loss_is_the_mean_of_its_parts_each_weighing_alike(tiny_model):
-    """Two kinds of trajectory, one three times as long: pooled per token the long one would dominate;
+    """Two kinds of trajectory, one far longer: pooled per token the long one would dominate;
     the held-out loss weighs each part alike, as a run weighs LoCoMo's and FactConsolidation's."""
     student = load_student(tiny_model, TrainConfig(top_layers=0))
     short = replace(encode(student, TRANSCRIPT, 1.0, max_length=4096), part="short")

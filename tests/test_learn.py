@@ -173,8 +173,7 @@ def test_an_rl_iteration_is_kept_only_if_its_saved_weights_lower_the_held_out_lo
 
 def test_the_held_out_loss_keeps_out_label_units_and_reads_each_bank_kind(sample) -> None:
     """Every eighth training unit and every eighth label unit are kept out; their trajectories (the
-    teacher's that earned a reward, the rule's on label units) are the held-out parts, one per bank kind,
-    and none of them trains."""
+    teacher's that earned a reward, the rule's on label units) are the held-out parts, one per bank kind."""
     facts = FactBank("c1-train", context=None, qa=())
     units = [Neighbourhood(sample, i, (f"k{i}",)) for i in range(8)]
     labels = [Neighbourhood(sample, 8 + i, (f"k{8 + i}",)) for i in range(4)] + [Neighbourhood(facts, i, (f"f{i}",)) for i in range(12)]
