@@ -62,7 +62,9 @@ def test_every_stage_runs_writes_metrics_and_resumes(store: MemoryStore, sample,
     # the rule on label units too (the sample's bank has four neighbourhoods: two train, the rest label).
     config = replace(SMALL, student=str(tiny_student), task=task, rl_learning_rate=5e-5 if task == "compaction" else None)
     if task == "compaction":
-        config = replace(config, train_questions=2, label_units=4, rl_label_units=1)
+        # The rule unexplored teaches: its units are the neighbourhoods where its own edits move a question,
+        # so its groups earn a reward on every run (explored, all four rollouts could miss).
+        config = replace(config, train_questions=2, label_units=4, rl_label_units=1, explore=0.0)
     out = tmp_path / "run"
     try:
         metrics = learn(store, [sample], [held_out], config, out)
