@@ -454,9 +454,7 @@ def held_out_trajectories(run: Run) -> dict[str, list[list[dict[str, str]]]]:
     labels = [r for r in run.label_records if r.group in run.kept_out and r.messages]
     kinds = {u.group: bank_kind(u) for u in [*run.units, *run.label_units]}
     parts: dict[str, list[list[dict[str, str]]]] = {}
-    for r in [r for r in kept if r.reward > 0] or kept:
-        parts.setdefault(kinds[r.group], []).append(_seen(r, run.settings))
-    for r in labels:
+    for r in [*([r for r in kept if r.reward > 0] or kept), *labels]:
         parts.setdefault(kinds[r.group], []).append(_seen(r, run.settings))
     return parts
 
