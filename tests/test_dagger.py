@@ -14,7 +14,7 @@ from memupdate.agent.compaction import neighbourhood_episode
 from memupdate.llm.chat import to_chat_dicts
 from memupdate.rl.data.ingest import load_bank
 from memupdate.rl.distill.compaction import CompactionTask
-from memupdate.rl.distill.dagger import Labelled, Labels, as_turn, relabelled
+from memupdate.rl.distill.dagger import Labelled, Labels, as_turn, labelled_turns, relabelled
 from memupdate.rl.distill.learn import LearnConfig, teacher
 from memupdate.rl.distill.render import tokenize_with_mask
 from memupdate.rl.distill.task import Rollout
@@ -56,6 +56,7 @@ def test_the_rule_labels_the_states_a_student_visits_and_its_slips_become_exampl
     record = Rollout("g", to_chat_dicts(episode.messages), 0.0, {}, facts={"teacher_labels": labels})
     examples = relabelled([record])
     assert len(examples) == 2  # turn 0 agreed; turns 1 and 2 are corrected
+    assert [agreed for _, _, agreed in labelled_turns(record)] == [True, False, False]  # what the held-out agreement counts
     for example, student_turns in zip(examples, (1, 2), strict=True):
         assert example[-1] == {"role": "assistant", "content": as_turn(SUPERSEDE)}
         kept = [m for m in example[:-1] if m["role"] == "assistant"]
@@ -76,7 +77,8 @@ def test_a_student_that_does_what_the_rule_does_gets_no_correction(store: Memory
     episode = neighbourhood_episode(policy, store, keys, "e")
     assert [actions for _, actions in policy.labels.turns] == [[LOOK], [SUPERSEDE], []]  # []: the rule closes
     labels = [[turn, [list(a) for a in actions]] for turn, actions in policy.labels.turns]
-    assert relabelled([Rollout("g", to_chat_dicts(episode.messages), 0.0, {}, facts={"teacher_labels": labels})]) == []
+    record = Rollout("g", to_chat_dicts(episode.messages), 0.0, {}, facts={"teacher_labels": labels})
+    assert relabelled([record]) == [] and all(agreed for _, _, agreed in labelled_turns(record))
 
 
 def test_any_edit_of_the_rules_plan_agrees(store: MemoryStore) -> None:
@@ -95,7 +97,8 @@ def test_any_edit_of_the_rules_plan_agrees(store: MemoryStore) -> None:
     assert sorted(map(str, policy.labels.turns[1][1])) == sorted(map(str, [SUPERSEDE, other]))
     assert policy.labels.turns[2][1] == [SUPERSEDE] and policy.labels.turns[3][1] == []
     labels = [[turn, [list(a) for a in actions]] for turn, actions in policy.labels.turns]
-    assert relabelled([Rollout("g", to_chat_dicts(episode.messages), 0.0, {}, facts={"teacher_labels": labels})]) == []
+    record = Rollout("g", to_chat_dicts(episode.messages), 0.0, {}, facts={"teacher_labels": labels})
+    assert relabelled([record]) == [] and all(agreed for _, _, agreed in labelled_turns(record))
     # A slip is corrected towards the rule's first action, one of the two.
     slipped = [[1, labels[1][1]]]
     messages = to_chat_dicts([*episode.messages[:4], AIMessage("Done.")])  # the look and its result, then a stop

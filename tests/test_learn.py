@@ -25,6 +25,7 @@ from memupdate.rl.distill.learn import (
     STAGES,
     LearnConfig,
     held_out_trajectories,
+    improves,
     kept_out,
     learn,
     lowers_held_out_loss,
@@ -58,9 +59,11 @@ COMPACTION_STAGES = [TARGETED_STAGES[0], "teacher-labels", TARGETED_STAGES[1], "
 @pytest.mark.parametrize("task", ["targeted", "compaction"])
 def test_every_stage_runs_writes_metrics_and_resumes(store: MemoryStore, sample, tiny_student, tmp_path, task) -> None:
     held_out = replace(sample, sample_id=sample.sample_id + "-heldout")
-    # Targeted RL sweeps its own rate; compaction's goes on at the one given, and compaction imitates
-    # the rule on label units too (the sample's bank has four neighbourhoods: two train, the rest label).
-    config = replace(SMALL, student=str(tiny_student), task=task, rl_learning_rate=5e-5 if task == "compaction" else None)
+    # Targeted RL sweeps its rate by the held-out loss (`rl_gate="loss"`); compaction's candidates are
+    # measured by what the rule says of the states they reach on the kept-out units (the default gate), and
+    # compaction imitates the rule on label units too (the sample's bank has four neighbourhoods: two train,
+    # the rest label).
+    config = replace(SMALL, student=str(tiny_student), task=task, rl_gate="agreement" if task == "compaction" else "loss")
     if task == "compaction":
         # The rule unexplored teaches: its units are the neighbourhoods where its own edits move a question,
         # so its groups earn a reward on every run (explored, all four rollouts could miss).
@@ -88,22 +91,32 @@ def test_every_stage_runs_writes_metrics_and_resumes(store: MemoryStore, sample,
     sft = stages["sft"]["result"]["training"]
     assert set(sft["sweep_held_out_loss"]) == {"0.0001", "0.001"} and sft["learning_rate"] in (1e-4, 1e-3)
     rl_training = stages["rl-1"]["result"]["training"]
-    if task == "compaction":
-        assert rl_training["learning_rate"] == 5e-5 and rl_training["sweep_held_out_loss"] == {}
+    rl = stages["rl-1"]["result"]
+    records = [json.loads(line) for line in (out / "trajectories.jsonl").read_text().splitlines()]
+    if task == "compaction":  # each rate trained in full, the start and each candidate rolled out on the kept-out units
+        gate = rl["agreement"]
+        assert set(gate["candidates"]) == {"1e-05", "0.0001"} and rl_training["sweep_held_out_loss"] == {}
+        for measure in [gate["start"], *gate["candidates"].values()]:
+            assert sum(measure["turns"].values()) > 0 and 0.0 <= measure["agreement"] <= 1.0
+        best = max(m["agreement"] for m in gate["candidates"].values())
+        assert (gate["chosen"] is not None) == (best > gate["start"]["agreement"])
+        measured = [r["key"] for r in records if r["key"].startswith("rl-1/held-out/")]
+        at_start = [key for key in measured if key.startswith("rl-1/held-out/start/")]
+        assert at_start and len(measured) == 3 * len(at_start)  # one rollout per kept-out unit: the start, each rate
+        assert not any((out / f"rl-1-lr{rate}").exists() for rate in ("1e-05", "0.0001")), "the candidates are moved or removed"
     else:  # the candidate whose one pass from SFT's weights gave the lowest held-out loss
         swept = rl_training["sweep_held_out_loss"]
         assert set(swept) == {"1e-05", "0.0001"} and swept[f"{rl_training['learning_rate']:g}"] == min(swept.values())
-    assert rl_training["held_out_loss"][rl_training["kept_epoch"]] == min(rl_training["held_out_loss"])  # keep_best
-    rl = stages["rl-1"]["result"]  # DAgger: the rule labelled every turn the student took
-    assert rl["dagger_labels"] == sum(r["turns"] for r in map(json.loads, (out / "trajectories.jsonl").read_text().splitlines())
-                                     if r["key"].startswith("rl-1/"))
+        assert rl_training["held_out_loss"][rl_training["kept_epoch"]] == min(rl_training["held_out_loss"])  # keep_best
+    # DAgger: the rule labelled every turn the student took in its groups and on label units
+    assert rl["dagger_labels"] == sum(r["turns"] for r in records if r["key"].startswith("rl-1/") and "/held-out/" not in r["key"])
     assert 0 < rl["dagger_corrections"] <= rl["dagger_labels"], "an untrained student slips somewhere"
     if task == "compaction":  # the rule's trajectories on label units trained SFT; RL rolled out on one
         assert stages["sft"]["result"]["label_trajectories"] == len(stages["teacher-labels"]["result"]) >= 1
         assert rl["dagger_label_unit_rollouts"] == 1
-    for name in ("metrics.json", "learning_curve.png", "sft/config.json", "rl-1/model.safetensors"):
+    kept = improves(rl)  # rl-1 is the final student only if it beat its start
+    for name in ("metrics.json", "learning_curve.png", "sft/config.json", *(["rl-1/model.safetensors"] if kept else [])):
         assert (out / name).is_file(), name
-    kept = lowers_held_out_loss(rl["training"])  # rl-1 is the final student only if it lowered the held-out loss
     assert metrics["final_checkpoint"] == str(out / ("rl-1" if kept else "sft"))
 
     # The same call again: every stage is read back, nothing reruns.
@@ -171,6 +184,12 @@ def test_an_evaluation_is_reproducible(store: MemoryStore, sample, tiny_student)
 def test_an_rl_iteration_is_kept_only_if_its_saved_weights_lower_the_held_out_loss(losses, epoch, kept):
     training = {"held_out_loss": losses} | ({} if epoch is None else {"kept_epoch": epoch})
     assert lowers_held_out_loss(training) is kept
+
+
+def test_an_rl_iteration_chosen_by_agreement_is_kept_only_if_a_candidate_beats_its_start():
+    assert improves({"agreement": {"chosen": 3e-4}, "training": {"held_out_loss": [0.1, 0.2]}})
+    assert not improves({"agreement": {"chosen": None}, "training": {"held_out_loss": [0.2, 0.1]}})
+    assert improves({"training": {"held_out_loss": [0.2, 0.1]}})  # the loss gate
 
 
 def test_the_held_out_loss_keeps_out_label_units_and_reads_each_bank_kind(sample) -> None:

@@ -88,6 +88,13 @@ class LearnConfig(TrainConfig):
     sft_epochs: int = 4
     rl_epochs: int = 2
     rl_learning_rate: float | None = None  # RL iterations' rate (None: `rl_sweep`'s choice, else the rate SFT chose)
+    # What chooses an RL iteration's rate and whether it is kept. "agreement" (with the heuristic teacher, whose
+    # rule labels any state): each rate trains `rl_epochs`, and the student at its start and each candidate roll
+    # out greedily on the kept-out units, the rule labelling every state they visit; the candidate whose turns
+    # do the rule's action most often is kept if it beats its start. "loss": the held-out loss of the rule's
+    # own trajectories (one pass per rate, then the epoch with the lowest loss), which never sees the states
+    # only the student reaches.
+    rl_gate: str = "agreement"
     dagger: bool = True  # RL iterations also imitate the rule's action on the student's own states (dagger.py)
     grpo: bool = True  # RL iterations train on the groups, advantage-weighted (off: DAgger's corrections alone)
     tiny_vocab_size: int = 4000  # student "tiny": its tokenizer's vocabulary, width and depth

@@ -103,14 +103,20 @@ def relabelled(records: Sequence[Rollout]) -> list[list[dict[str, Any]]]:
     to that turn (the student's turns kept, marked `loss: False`) and the teacher's first action as the turn."""
     examples = []
     for record in records:
-        labels = {turn: actions for turn, actions in record.facts.get("teacher_labels", [])}
-        turns = [i for i, m in enumerate(record.messages) if m["role"] == "assistant"]
-        for turn, index in enumerate(turns):
-            if turn not in labels or agrees(record.messages[index]["content"], labels[turn]):
+        for index, actions, agreed in labelled_turns(record):
+            if agreed:
                 continue
             before = [{**m, "loss": False} if m["role"] == "assistant" else m for m in record.messages[:index]]
-            examples.append([*before, {"role": "assistant", "content": as_turn(labels[turn][0] if labels[turn] else None)}])
+            examples.append([*before, {"role": "assistant", "content": as_turn(actions[0] if actions else None)}])
     return examples
+
+
+def labelled_turns(record: Rollout) -> list[tuple[int, list, bool]]:
+    """Each student turn the teacher labelled: its index in `record.messages`, the teacher's actions, and
+    whether the turn did one of them (`agrees`)."""
+    labels = {turn: actions for turn, actions in record.facts.get("teacher_labels", [])}
+    turns = [i for i, m in enumerate(record.messages) if m["role"] == "assistant"]
+    return [(index, labels[turn], agrees(record.messages[index]["content"], labels[turn])) for turn, index in enumerate(turns) if turn in labels]
 
 
 def as_turn(action: Sequence | None) -> str:

@@ -34,10 +34,13 @@ one and are not redone either):
    the iteration kept its start's weights: no epoch lowered the held-out loss).
 Every eighth training unit and every eighth label unit are kept out of the updates: the loss on their
 teacher trajectories, the mean of each bank kind's (LoCoMo's, FactConsolidation's; `held_out_trajectories`),
-is the held-out loss that chooses each stage's learning rate (`sweep` for SFT, `rl_sweep` for each RL iteration
-from its own start), the epoch it saves (its lowest, `keep_best`) and when the RL iterations stop: an
-iteration whose saved weights do not lower that loss is evaluated but not kept, and none follows it
-(`lowers_held_out_loss`).
+is the held-out loss that chooses SFT's learning rate (`sweep`) and the epoch it saves (its lowest,
+`keep_best`). An RL iteration (`rl_gate`, "agreement" by default with the heuristic teacher) trains each rate of
+`rl_sweep` from its start, rolls the start and each candidate out on the kept-out units with the rule labelling
+each state they reach, and keeps the candidate whose turns do the rule's action most often if it beats its
+start (`held_out_agreement`): the held-out loss reads only the rule's own states, never the ones a student's
+slip leads to. ("loss": the held-out loss chooses the RL rate and epoch too.) An iteration that keeps its
+start's weights ends the iterations (`improves`).
 The run ends with `metrics.json` and `learning_curve.png` (mean reward per stage with a 95% interval);
 the final student is the checkpoint `metrics.json` names (`sft`, or the last kept `rl-K`), a plain
 Hugging Face folder that `--policy hf --model DIR` and verl load unchanged.
@@ -48,6 +51,7 @@ from __future__ import annotations
 import ctypes
 import gc
 import json
+import shutil
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
@@ -64,7 +68,7 @@ from memupdate.rl.distill.advantages import (
 )
 from memupdate.rl.distill.compaction import CompactionTask
 from memupdate.rl.distill.config import LearnConfig
-from memupdate.rl.distill.dagger import labelled, relabelled
+from memupdate.rl.distill.dagger import labelled, labelled_turns, relabelled
 from memupdate.rl.distill.finetune import finetune
 from memupdate.rl.distill.render import as_student_saw
 from memupdate.rl.distill.rollouts import (
@@ -165,7 +169,7 @@ def learn(
             run.stage(f"eval-rl-{k}", lambda current=current: run.done[f"eval-{current.name}"]["result"] | {"same_weights_as": current.name})
         else:
             run.stage(f"eval-rl-{k}", lambda k=k, target=target: evaluate(run, f"rl-{k}", student(run, target, 0.0)))
-        if not lowers_held_out_loss(result["training"]):
+        if not improves(result):
             break
         current = target
 
@@ -204,6 +208,8 @@ def check_config(config: LearnConfig, train: Sequence[Conversation], held_out: S
     if config.group_size < 2:
         raise MemupdateError(f"--group-size {config.group_size}: GRPO compares rollouts of one unit, so it needs at least 2")
     policy_kind(config.teacher, "--teacher")
+    if config.rl_gate not in ("agreement", "loss"):
+        raise MemupdateError(f"--rl-gate {config.rl_gate!r}: give agreement or loss")
     if not config.grpo and not (config.dagger and config.teacher == "heuristic"):
         raise MemupdateError("--no-grpo trains RL iterations on DAgger's corrections alone: keep --dagger and the heuristic teacher")
     if config.student == "tiny":
@@ -367,6 +373,13 @@ def rl_iteration(run: Run, k: int, start: Path, target: Path, teacher_records: l
     # DAgger: every turn where the student did otherwise than the rule would on the state it was in, with
     # the rule's action as the turn (equal-reward groups too: a label needs no reward to compare).
     corrections = relabelled(rolled + labelling)
+    if agreement_gate(run):
+        gate = {"agreement": train_by_agreement(run, k, start, target, records, weights, corrections)}
+        training = gate["agreement"].pop("training")
+    else:
+        gate, training = {}, train_stage(
+            run, start, target, records, weights, config.rl_epochs, rl_learning_rate(run), () if config.rl_learning_rate else config.rl_sweep, corrections,
+        )
     return {
         **stats,
         "dagger_labels": sum(len(r.facts.get("teacher_labels", [])) for r in rolled + labelling),
@@ -378,9 +391,8 @@ def rl_iteration(run: Run, k: int, start: Path, target: Path, teacher_records: l
         "tokens_per_rollout": mean([_tokens(r) for r in own]),
         "student_trajectories_trained": sum(w > 0 for w in students),
         "student_trajectories_pushed_down": sum(w < 0 for w in students),
-        "training": train_stage(
-            run, start, target, records, weights, config.rl_epochs, rl_learning_rate(run), () if config.rl_learning_rate else config.rl_sweep, corrections,
-        ),
+        "training": training,
+        **gate,
     }
 
 
@@ -416,7 +428,7 @@ def informative_groups(run: Run, policy: PolicyGroup, k: int, teacher_records: l
 
 def train_stage(
     run: Run, start: Path, target: Path, records: list[Rollout], weights: list[float], epochs: int,
-    learning_rate: float, sweep: tuple = (), imitations: Sequence[list[dict[str, Any]]] = (),
+    learning_rate: float, sweep: tuple = (), imitations: Sequence[list[dict[str, Any]]] = (), keep_best: bool | None = None,
 ) -> dict[str, Any]:
     """Fine-tune `start` into `target` on the weighted records and the teacher's `imitations` (weight 1:
     its trajectories on label units, DAgger's corrections), as the student saw them; the kept-out units'
@@ -425,7 +437,77 @@ def train_stage(
     examples = [(_seen(r, run.settings), w) for r, w in zip(records, weights, strict=True) if r.group not in run.kept_out and r.messages]
     examples += [(as_student_saw(messages, run.settings), 1.0) for messages in imitations]
     train_config = config.training(learning_rate=learning_rate, epochs=epochs, sweep=sweep)
+    if keep_best is not None:
+        train_config = replace(train_config, keep_best=keep_best)
     return finetune(start, target, examples, held_out_trajectories(run), train_config, progress=run.progress)
+
+
+def agreement_gate(run: Run) -> bool:
+    """Whether the RL iterations are chosen by `held_out_agreement` (`rl_gate`; the rule must label states)."""
+    return run.config.rl_gate == "agreement" and run.config.teacher == "heuristic" and bool(run.kept_out)
+
+
+def train_by_agreement(
+    run: Run, k: int, start: Path, target: Path, records: list[Rollout], weights: list[float], imitations: Sequence[list[dict[str, Any]]],
+) -> dict[str, Any]:
+    """Each rate (`rl_learning_rate`, else `rl_sweep`'s, else SFT's) trains `rl_epochs` from `start`; the
+    start and each candidate are measured by `held_out_agreement`, and the candidate that agrees with the
+    rule most often is moved to `target` if it agrees more often than its start (else nothing is saved:
+    `training["kept_epoch"]` 0, the start's weights). Returns the measures, the rate chosen (None: the start
+    kept) and the chosen candidate's `training` report."""
+    config = run.config
+    rates = (config.rl_learning_rate,) if config.rl_learning_rate else config.rl_sweep or (rl_learning_rate(run),)
+    before = run.done.get(f"rl-{k - 1}", {}).get("result", {}).get("agreement", {})
+    if before.get("chosen") is not None:  # the start is the last iteration's choice, measured there
+        at_start = before["candidates"][str(before["chosen"])]
+    else:
+        at_start = held_out_agreement(run, f"rl-{k}/held-out/start", start)
+    candidates, reports = {}, {}
+    for rate in rates:
+        path = target.with_name(f"{target.name}-lr{rate:g}")
+        reports[rate] = train_stage(run, start, path, records, weights, config.rl_epochs, rate, imitations=imitations, keep_best=False)
+        candidates[rate] = held_out_agreement(run, f"rl-{k}/held-out/lr{rate:g}", path)
+        release_memory()
+    best = max(rates, key=lambda rate: (candidates[rate]["agreement"], -rate))  # a tie: the smaller step
+    chosen = best if candidates[best]["agreement"] > at_start["agreement"] else None
+    for rate in rates:
+        path = target.with_name(f"{target.name}-lr{rate:g}")
+        if rate == chosen:
+            shutil.rmtree(target, ignore_errors=True)
+            path.rename(target)
+        else:
+            shutil.rmtree(path, ignore_errors=True)
+    training = reports[best] | ({} if chosen is not None else {"kept_epoch": 0})
+    return {"start": at_start, "candidates": {str(r): m for r, m in candidates.items()}, "chosen": chosen, "training": training}
+
+
+def held_out_agreement(run: Run, prefix: str, path: Path) -> dict[str, Any]:
+    """The checkpoint at `path` rolled out greedily once on each kept-out unit (training and label units),
+    the rule labelling every state it visits (`dagger.labelled`): the share of its turns that do one of the
+    rule's actions, per bank kind and as the mean of the kinds' (as the held-out loss weighs them), the
+    turns measured and the rollouts' mean reward. Unlike the held-out loss, it reads the states the
+    student itself reaches (a supersession that repeats its last reason, an early stop)."""
+    units = [u for u in [*run.units, *run.label_units] if u.group in run.kept_out]
+    policy = labelled(student(run, path, 0.0), teacher(run, 0.0, 0.0).member(run.config.seed))
+    records = run.collect(policy, units, 1, prefix, prefix)
+    kinds = {u.group: bank_kind(u) for u in units}
+    by_kind: dict[str, list[bool]] = {}
+    for record in records:
+        by_kind.setdefault(kinds[record.group], []).extend(agreed for _, _, agreed in labelled_turns(record))
+    shares = {kind: round(mean(turns), 4) for kind, turns in by_kind.items() if turns}
+    return {
+        "agreement": round(mean(list(shares.values())), 4) if shares else 0.0,
+        "by_kind": shares,
+        "turns": {kind: len(turns) for kind, turns in by_kind.items()},
+        "reward_mean": mean([r.reward for r in records]),
+    }
+
+
+def improves(result: dict[str, Any]) -> bool:
+    """Whether an RL iteration kept weights better than its start's (`rl_gate`): the next one starts there."""
+    if "agreement" in result:
+        return result["agreement"]["chosen"] is not None
+    return lowers_held_out_loss(result["training"])
 
 
 def lowers_held_out_loss(training: dict[str, Any]) -> bool:
@@ -524,6 +606,8 @@ def _stage_facts(result: Any) -> dict[str, Any]:
             "kept_epoch", "seconds", "peak_rss_mb", "trained_parameters",
         )}
         facts["training"]["loss_first_last"] = [t["losses"][0], t["losses"][-1]]
+    if "agreement" in result:  # an RL iteration chosen by `held_out_agreement`
+        facts["held_out_agreement"] = result["agreement"]
     return facts
 
 
