@@ -14,7 +14,14 @@ from memupdate.agent.compaction import neighbourhood_episode
 from memupdate.llm.chat import to_chat_dicts
 from memupdate.rl.data.ingest import load_bank
 from memupdate.rl.distill.compaction import CompactionTask
-from memupdate.rl.distill.dagger import Labelled, Labels, as_turn, labelled_turns, relabelled
+from memupdate.rl.distill.dagger import (
+    Labelled,
+    Labels,
+    as_turn,
+    labelled_turns,
+    relabelled,
+    until_first_slip,
+)
 from memupdate.rl.distill.learn import LearnConfig, teacher
 from memupdate.rl.distill.render import tokenize_with_mask
 from memupdate.rl.distill.task import Rollout
@@ -57,6 +64,13 @@ def test_the_rule_labels_the_states_a_student_visits_and_its_slips_become_exampl
     examples = relabelled([record])
     assert len(examples) == 2  # turn 0 agreed; turns 1 and 2 are corrected
     assert [agreed for _, _, agreed in labelled_turns(record)] == [True, False, False]  # what the held-out agreement counts
+
+    # Up to the first slip: the student's own look (agreed, so trained), then the rule's supersession where
+    # the student deleted instead; the state after that slip teaches nothing.
+    (first,) = until_first_slip([record])
+    own = [m for m in first if m["role"] == "assistant"]
+    assert len(own) == 2 and "loss" not in own[0] and own[0]["content"] == record.messages[2]["content"]
+    assert own[1] == {"role": "assistant", "content": as_turn(SUPERSEDE)}
     for example, student_turns in zip(examples, (1, 2), strict=True):
         assert example[-1] == {"role": "assistant", "content": as_turn(SUPERSEDE)}
         kept = [m for m in example[:-1] if m["role"] == "assistant"]
@@ -79,6 +93,7 @@ def test_a_student_that_does_what_the_rule_does_gets_no_correction(store: Memory
     labels = [[turn, [list(a) for a in actions]] for turn, actions in policy.labels.turns]
     record = Rollout("g", to_chat_dicts(episode.messages), 0.0, {}, facts={"teacher_labels": labels})
     assert relabelled([record]) == [] and all(agreed for _, _, agreed in labelled_turns(record))
+    assert until_first_slip([record]) == [record.messages]  # no slip: the rollout whole, the student's own turns trained
 
 
 def test_any_edit_of_the_rules_plan_agrees(store: MemoryStore) -> None:
@@ -99,6 +114,7 @@ def test_any_edit_of_the_rules_plan_agrees(store: MemoryStore) -> None:
     labels = [[turn, [list(a) for a in actions]] for turn, actions in policy.labels.turns]
     record = Rollout("g", to_chat_dicts(episode.messages), 0.0, {}, facts={"teacher_labels": labels})
     assert relabelled([record]) == [] and all(agreed for _, _, agreed in labelled_turns(record))
+    assert until_first_slip([record]) == [record.messages]  # no slip: the rollout whole, the student's own turns trained
     # A slip is corrected towards the rule's first action, one of the two.
     slipped = [[1, labels[1][1]]]
     messages = to_chat_dicts([*episode.messages[:4], AIMessage("Done.")])  # the look and its result, then a stop

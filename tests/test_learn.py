@@ -67,7 +67,8 @@ def test_every_stage_runs_writes_metrics_and_resumes(store: MemoryStore, sample,
     if task == "compaction":
         # The rule unexplored teaches: its units are the neighbourhoods where its own edits move a question,
         # so its groups earn a reward on every run (explored, all four rollouts could miss).
-        config = replace(config, train_questions=2, label_units=4, rl_label_units=1, explore=0.0)
+        # DAgger's examples end at each rollout's first slip here (targeted: every slip corrected).
+        config = replace(config, train_questions=2, label_units=4, rl_label_units=1, explore=0.0, dagger_states="first")
     out = tmp_path / "run"
     try:
         metrics = learn(store, [sample], [held_out], config, out)

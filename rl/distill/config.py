@@ -96,6 +96,9 @@ class LearnConfig(TrainConfig):
     # only the student reaches.
     rl_gate: str = "agreement"
     dagger: bool = True  # RL iterations also imitate the rule's action on the student's own states (dagger.py)
+    # DAgger's examples: "every" turn where the student did otherwise (`relabelled`), or "first": each rollout up
+    # to its first slip, the student's own right turns and the rule's action at the slip (`until_first_slip`).
+    dagger_states: str = "every"
     grpo: bool = True  # RL iterations train on the groups, advantage-weighted (off: DAgger's corrections alone)
     tiny_vocab_size: int = 4000  # student "tiny": its tokenizer's vocabulary, width and depth
     tiny_hidden_size: int = 128

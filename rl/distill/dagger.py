@@ -111,6 +111,25 @@ def relabelled(records: Sequence[Rollout]) -> list[list[dict[str, Any]]]:
     return examples
 
 
+def until_first_slip(records: Sequence[Rollout]) -> list[list[dict[str, Any]]]:
+    """One imitation example per rollout, all on states the rule itself reaches: the student's own turns
+    while each does one of the rule's actions (trained: its own words for a right decision), then, at its
+    first slip, the rule's action as the turn; a rollout with no slip is kept whole. A state after a slip
+    (the student has superseded the wrong fact, so the rule would stop) teaches nothing the student can see."""
+    examples = []
+    for record in records:
+        turns = labelled_turns(record)
+        if not turns:
+            continue
+        slip = next((index for index, _, agreed in turns if not agreed), None)
+        if slip is None:
+            examples.append(list(record.messages[: turns[-1][0] + 1]))
+            continue
+        actions = next(actions for index, actions, _ in turns if index == slip)
+        examples.append([*record.messages[:slip], {"role": "assistant", "content": as_turn(actions[0] if actions else None)}])
+    return examples
+
+
 def labelled_turns(record: Rollout) -> list[tuple[int, list, bool]]:
     """Each student turn the teacher labelled: its index in `record.messages`, the teacher's actions, and
     whether the turn did one of them (`agrees`)."""

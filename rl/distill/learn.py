@@ -68,7 +68,7 @@ from memupdate.rl.distill.advantages import (
 )
 from memupdate.rl.distill.compaction import CompactionTask
 from memupdate.rl.distill.config import LearnConfig
-from memupdate.rl.distill.dagger import labelled, labelled_turns, relabelled
+from memupdate.rl.distill.dagger import labelled, labelled_turns, relabelled, until_first_slip
 from memupdate.rl.distill.finetune import finetune
 from memupdate.rl.distill.render import as_student_saw
 from memupdate.rl.distill.rollouts import (
@@ -160,7 +160,7 @@ def learn(
     run.stage("eval-sft", lambda: evaluate(run, "sft", student(run, run.out / "sft", 0.0)))
 
     # 4. RL iterations: the student's own groups, joined by the teacher's, advantage-weighted. At most
-    # `iterations`: one that does not lower the held-out loss is evaluated (the curve shows it), not kept.
+    # `iterations`: one that does not beat its start (`improves`) keeps its start's weights and ends them.
     current = run.out / "sft"
     for k in range(1, config.iterations + 1):
         target = run.out / f"rl-{k}"
@@ -210,6 +210,8 @@ def check_config(config: LearnConfig, train: Sequence[Conversation], held_out: S
     policy_kind(config.teacher, "--teacher")
     if config.rl_gate not in ("agreement", "loss"):
         raise MemupdateError(f"--rl-gate {config.rl_gate!r}: give agreement or loss")
+    if config.dagger_states not in ("every", "first"):
+        raise MemupdateError(f"--dagger-states {config.dagger_states!r}: give every or first")
     if not config.grpo and not (config.dagger and config.teacher == "heuristic"):
         raise MemupdateError("--no-grpo trains RL iterations on DAgger's corrections alone: keep --dagger and the heuristic teacher")
     if config.student == "tiny":
@@ -372,7 +374,7 @@ def rl_iteration(run: Run, k: int, start: Path, target: Path, teacher_records: l
     students = [w for w, r in zip(weights, records, strict=True) if r.policy.startswith("student")]
     # DAgger: every turn where the student did otherwise than the rule would on the state it was in, with
     # the rule's action as the turn (equal-reward groups too: a label needs no reward to compare).
-    corrections = relabelled(rolled + labelling)
+    corrections = (until_first_slip if config.dagger_states == "first" else relabelled)(rolled + labelling)
     if agreement_gate(run):
         gate = {"agreement": train_by_agreement(run, k, start, target, records, weights, corrections)}
         training = gate["agreement"].pop("training")
