@@ -31,7 +31,7 @@ one and are not redone either):
    labels every state of the student's rollouts (and of one rollout on each of `rl_label_units` label
    units), and each turn that did none of its actions is one more imitation example (`dagger.py`); with
    `grpo` off those corrections are all it trains on; `eval-rl-K` (read from its start's evaluation where
-   the iteration kept its start's weights: no epoch lowered the held-out loss).
+   the iteration kept its start's weights: it did not beat its start).
 Every eighth training unit and every eighth label unit are kept out of the updates: the loss on their
 teacher trajectories, the mean of each bank kind's (LoCoMo's, FactConsolidation's; `held_out_trajectories`),
 is the held-out loss that chooses SFT's learning rate (`sweep`) and the epoch it saves (its lowest,
@@ -372,8 +372,9 @@ def rl_iteration(run: Run, k: int, start: Path, target: Path, teacher_records: l
     if not config.grpo:  # --no-grpo: the rollouts only visit states for the rule to label
         records, weights = [], []
     students = [w for w, r in zip(weights, records, strict=True) if r.policy.startswith("student")]
-    # DAgger: every turn where the student did otherwise than the rule would on the state it was in, with
-    # the rule's action as the turn (equal-reward groups too: a label needs no reward to compare).
+    # DAgger: each turn where the student did otherwise than the rule would on the state it was in (or only
+    # each rollout's first, `dagger_states`), with the rule's action as the turn (equal-reward groups too: a
+    # label needs no reward to compare).
     corrections = (until_first_slip if config.dagger_states == "first" else relabelled)(rolled + labelling)
     if agreement_gate(run):
         gate = {"agreement": train_by_agreement(run, k, start, target, records, weights, corrections)}
