@@ -626,7 +626,8 @@ def plot_learning_curve(metrics: dict[str, Any], path: Path) -> None:
     order = ["zero-shot", "sft", *sorted((n for n in table if n.startswith("rl-") and n[3:].isdigit()), key=lambda n: int(n[3:]))]
     order = [n for n in order if n in table]
     xs = list(range(len(order)))
-    fig, (reward_ax, calls_ax, loss_ax) = plt.subplots(1, 3, figsize=(14, 4))
+    gates = {name: stage["held_out_agreement"] for name, stage in metrics["stages"].items() if "held_out_agreement" in stage}
+    fig, (reward_ax, calls_ax, loss_ax, *gate_ax) = plt.subplots(1, 4 if gates else 3, figsize=(18 if gates else 14, 4))
     score = metrics.get("score", "reward")  # compaction: each question's QA proxy change on the compacted banks
     means = [table[n][score]["mean"] for n in order]
     errors = [[m - table[n][score]["low"] for n, m in zip(order, means, strict=True)], [table[n][score]["high"] - m for n, m in zip(order, means, strict=True)]]
@@ -657,6 +658,22 @@ def plot_learning_curve(metrics: dict[str, Any], path: Path) -> None:
     loss_ax.set(title="held-out loss (assistant tokens)", xlabel="epoch")
     if loss_ax.lines:
         loss_ax.legend(fontsize=8)
+    if gates:  # what chose each RL iteration: its start and each candidate rate, the one kept filled
+        (ax,) = gate_ax
+        labels, values, kept = [], [], []
+        for name, gate in gates.items():
+            labels.append(f"{name}\nstart")
+            values.append(gate["start"]["agreement"])
+            kept.append(gate["chosen"] is None)
+            for rate, measure in gate["candidates"].items():
+                labels.append(f"{name}\n{float(rate):g}")
+                values.append(measure["agreement"])
+                kept.append(gate["chosen"] is not None and float(rate) == gate["chosen"])
+        xs = list(range(len(values)))
+        ax.plot(xs, values, "o", color="C0", fillstyle="none")
+        ax.plot([x for x in xs if kept[x]], [v for v, k in zip(values, kept, strict=True) if k], "o", color="C0", label="kept")
+        ax.set(title="RL gate: turns agreeing with the rule\n(kept-out units)", xticks=xs, xticklabels=labels, ylim=(0, 1.05))
+        ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
