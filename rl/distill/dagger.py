@@ -121,12 +121,12 @@ def until_first_slip(records: Sequence[Rollout]) -> list[list[dict[str, Any]]]:
         turns = labelled_turns(record)
         if not turns:
             continue
-        slip = next((index for index, _, agreed in turns if not agreed), None)
+        slip = next((turn for turn in turns if not turn[2]), None)
         if slip is None:
             examples.append(list(record.messages[: turns[-1][0] + 1]))
             continue
-        actions = next(actions for index, actions, _ in turns if index == slip)
-        examples.append([*record.messages[:slip], {"role": "assistant", "content": as_turn(actions[0] if actions else None)}])
+        index, actions, _ = slip
+        examples.append([*record.messages[:index], {"role": "assistant", "content": as_turn(actions[0] if actions else None)}])
     return examples
 
 

@@ -279,6 +279,11 @@ def student(run: Run, path: str | Path, temperature: float) -> PolicyGroup:
     )
 
 
+def rule_labelled(run: Run, group: PolicyGroup) -> PolicyGroup:
+    """`group` whose rollouts record the rule's label of each state they visit (`dagger.labelled`)."""
+    return labelled(group, teacher(run, 0.0, 0.0).member(run.config.seed))
+
+
 def check_teacher_signal(run: Run, teacher_records: list[Rollout]) -> None:
     """Before any evaluation: the teacher's groups hold something to imitate, else one clear error."""
     _, stats = assign_advantages(teacher_records)
@@ -357,7 +362,7 @@ def rl_iteration(run: Run, k: int, start: Path, target: Path, teacher_records: l
     config = run.config
     policy = student(run, start, config.temperature)
     if config.dagger and config.teacher == "heuristic":  # the rule labels each state the student visits
-        policy = labelled(policy, teacher(run, 0.0, 0.0).member(config.seed))
+        policy = rule_labelled(run, policy)
     rolled, groups, dropped = informative_groups(run, policy, k, teacher_records)
     minutes = sum(r.seconds for r in rolled) / 60  # each rollout's own time: right on a resumed stage too
     labelling = []  # DAgger alone: one student rollout on each of `rl_label_units` label units, labelled
@@ -465,16 +470,15 @@ def train_by_agreement(
         at_start = before["candidates"][str(before["chosen"])]
     else:
         at_start = held_out_agreement(run, f"rl-{k}/held-out/start", start)
+    paths = {rate: target.with_name(f"{target.name}-lr{rate:g}") for rate in rates}
     candidates, reports = {}, {}
-    for rate in rates:
-        path = target.with_name(f"{target.name}-lr{rate:g}")
+    for rate, path in paths.items():
         reports[rate] = train_stage(run, start, path, records, weights, config.rl_epochs, rate, imitations=imitations, keep_best=False)
         candidates[rate] = held_out_agreement(run, f"rl-{k}/held-out/lr{rate:g}", path)
         release_memory()
     best = max(rates, key=lambda rate: (candidates[rate]["agreement"], -rate))  # a tie: the smaller step
     chosen = best if candidates[best]["agreement"] > at_start["agreement"] else None
-    for rate in rates:
-        path = target.with_name(f"{target.name}-lr{rate:g}")
+    for rate, path in paths.items():
         if rate == chosen:
             shutil.rmtree(target, ignore_errors=True)
             path.rename(target)
@@ -491,8 +495,7 @@ def held_out_agreement(run: Run, prefix: str, path: Path) -> dict[str, Any]:
     turns measured and the rollouts' mean reward. Unlike the held-out loss, it reads the states the
     student itself reaches (a supersession that repeats its last reason, an early stop)."""
     units = [u for u in [*run.units, *run.label_units] if u.group in run.kept_out]
-    policy = labelled(student(run, path, 0.0), teacher(run, 0.0, 0.0).member(run.config.seed))
-    records = run.collect(policy, units, 1, prefix, prefix)
+    records = run.collect(rule_labelled(run, student(run, path, 0.0)), units, 1, prefix, prefix)
     kinds = {u.group: bank_kind(u) for u in units}
     by_kind: dict[str, list[bool]] = {}
     for record in records:
