@@ -18,6 +18,7 @@ from memupdate.agent.policies.handles import (
     HandleConstraint,
     live_handles,
     named_by_reason,
+    reason_state,
     scan,
     to_date,
 )
@@ -161,8 +162,59 @@ def test_a_supersessions_reason_names_the_lines_it_begins(call, named):
     assert named_by_reason(call, LOOK) == named
 
 
-def _call_value(policy: HuggingFaceChatModel, written: str, tool: str = "delete_memory", datable: frozenset[str] = frozenset()) -> str:
-    """Greedy continuation, under the constraint over `LOOK`, of a call to `tool` written up to `written`."""
+@pytest.mark.parametrize(
+    ("value", "state"),
+    [
+        ("", OPEN),
+        ("upd", OPEN),  # may still become the label
+        ("update: ", OPEN),
+        ("update: thomas K", OPEN),  # words, any case, a word may be half written
+        ("update: Thomas Kyd was born in the city of", OPEN),
+        ('update: Thomas Kyd was born in the city of", "memory_id": "s0', DONE),
+        ('update: Thomas K"', None),  # closes on a whole word only
+        ("update: Thomas Arne", None),  # one live line begins so: the call would name no pair
+        ("update: Thomas Kydd", None),
+        ('update: "', None),  # names nothing
+        ("update: Thomas Kyd\\", OPEN),  # an escape not yet complete
+        ("wrong: a duplicate of another line", DONE),  # no update label: free
+        ('updated twice", "memory_id": "', DONE),
+    ],
+)
+def test_a_supersessions_reason_begins_two_live_lines(value, state):
+    assert reason_state(value, LOOK) == state
+
+
+def test_a_supersessions_reason_keeps_to_words_two_live_lines_begin(tiny_model):
+    """After `update: Thomas ` the model's best token (`Arne`'s first: one live line) is masked, `Kyd`'s (two) is
+    not, and no token left would end the words two lines begin; the reason closes on a whole word only."""
+    tokenizer = HuggingFaceChatModel.from_pretrained(tiny_model).tokenizer
+    call = '<tool_call>\n{"name": "delete_memory", "arguments": {"reason": "update: Thomas '
+    arne, kyd = tokenizer.encode("Arne")[0], tokenizer.encode("Kyd")[0]
+    assert tokenizer.decode([arne]) != tokenizer.decode([kyd]), "the test needs the two names to start apart"
+    scores = torch.zeros(1, len(tokenizer))
+    scores[0, arne], scores[0, kyd] = 10.0, 5.0
+    out = HandleConstraint(tokenizer, 0, LOOK)(tokenizer(call, return_tensors="pt")["input_ids"], scores.clone())
+    assert out[0, arne] == float("-inf") and out[0, kyd] == 5.0
+    kept = torch.nonzero(out[0] > float("-inf")).flatten().tolist()
+    value = call.split('"reason": "', 1)[1]
+    assert all(reason_state(value + tokenizer.decode([i]), LOOK) is not None for i in kept)
+
+    def closes(written: str) -> bool:
+        quote = tokenizer.encode('"')[0]
+        ids = tokenizer(call.rsplit("update: ", 1)[0] + "update: " + written, return_tensors="pt")["input_ids"]
+        scores = torch.zeros(1, len(tokenizer))
+        scores[0, quote] = 10.0
+        return HandleConstraint(tokenizer, 0, LOOK)(ids, scores)[0, quote] > float("-inf")
+
+    assert closes("Thomas Kyd was born in the city of") and not closes("Thomas Kyd was born in the ci")
+    free = HandleConstraint(tokenizer, 0, LOOK)(tokenizer(call.replace("update: ", "wrong: "), return_tensors="pt")["input_ids"], scores.clone())
+    assert torch.equal(free, scores), "a reason without the update label is left free"
+
+
+def _call_value(
+    policy: HuggingFaceChatModel, written: str, tool: str = "delete_memory", datable: frozenset[str] = frozenset(), constrain: bool = True
+) -> str:
+    """Greedy continuation, under the constraint over `LOOK` (or free), of a call to `tool` written up to `written`."""
     tokenizer, model = policy.tokenizer, policy.hf_model
     prefix = tokenizer("<|im_start|>assistant\n", return_tensors="pt")["input_ids"]
     call = tokenizer(f'<tool_call>\n{{"name": "{tool}", "arguments": {written}', return_tensors="pt")["input_ids"]
@@ -171,7 +223,7 @@ def _call_value(policy: HuggingFaceChatModel, written: str, tool: str = "delete_
             torch.cat([prefix, call], dim=1),
             max_new_tokens=16,
             do_sample=False,
-            logits_processor=[HandleConstraint(tokenizer, prefix.shape[1], LOOK, datable=datable)],
+            logits_processor=[HandleConstraint(tokenizer, prefix.shape[1], LOOK, datable=datable)] if constrain else [],
             pad_token_id=0,
         )
     return tokenizer.decode(out[0, prefix.shape[1] :], skip_special_tokens=True)

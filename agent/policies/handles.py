@@ -16,6 +16,15 @@ two live memories or more, only those are let through, the two distinct. The pol
 changed (its reason) and which statement is stale (which handle it writes first); the decoder only keeps the
 handles it writes to the lines its words name. No tool result changes.
 
+A supersession's reason names two live lines. Inside the reason of a `delete_memory` call once it begins
+with the `update:` label, only tokens that keep the words after it beginning the text of two live memories
+or more are let through, and the reason closes only on a whole word (what `named_by_reason` reads). After a
+right supersession the student wrote the same reason again in half its FactConsolidation supersessions:
+one live line begins with it now, so its handles went free and named another fact's lines. A reason that
+names one line is a call at odds with its own words, as a handle never shown is; which shared words to
+write (which fact changed, and whether two lines that begin alike are one fact at all) is still the
+policy's, and so is stopping.
+
 A dating names a memory with relative time. Inside an update call's `"memory_id"` with no `"content"`
 before it (an update that dates: the tool does the arithmetic), only the live handles last shown with the
 tool's `(date; relative time)` mark are let through, where there are any: the student wrote an unmarked
@@ -30,7 +39,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
@@ -47,6 +56,7 @@ _DATING = re.compile(r'"action"\s*:\s*"update"')
 _KEY = re.compile(r'"(memory_ids?|superseded_by)"')
 _CALL = re.compile(r'"name"\s*:\s*"(\w+)"')
 _REASON = re.compile(r'"reason"\s*:\s*"((?:[^"\\]|\\.)*)"')
+_REASON_KEY = re.compile(r'"reason"\s*:\s*"')
 _LABEL = "update:"
 # The other handle of a supersession's pair, where the call has written it: the two must differ.
 _VALUE = {
@@ -104,6 +114,56 @@ def _words(text: str) -> str:
     return " ".join(text.lower().split())
 
 
+def reason_state(value: str, texts: Mapping[str, str]) -> str | None:
+    """How far `value`, the text after a `delete_memory` call's `"reason": "` (its JSON string so far, and
+    what follows once closed), gets to a reason `named_by_reason` reads as two live lines or more (`texts`):
+    DONE once closed so, OPEN while it can still become one, None once it cannot. A reason without the
+    `update:` label is free (DONE), but for one that may still become the label (OPEN)."""
+    raw, closed = _string_so_far(value)
+    if not raw.startswith(_LABEL):
+        return OPEN if not closed and _LABEL.startswith(raw) else DONE
+    try:
+        written = json.loads(f'"{raw}"').removeprefix(_LABEL)
+    except json.JSONDecodeError:
+        return OPEN  # an escape not yet complete: the next token settles it
+    words = _words(written)
+    if closed:
+        named = sum((_words(text) + " ").startswith(words + " ") for text in texts.values()) if words else 0
+        return DONE if named >= 2 else None
+    words += " " if written[-1:].isspace() and words else ""  # a word ended: the next one is another
+    named = sum((_words(text) + " ").startswith(words) for text in texts.values())
+    return OPEN if named >= 2 else None
+
+
+def _open_reason(text: str) -> str | None:
+    """The reason written so far, where `text` (a reply so far) ends inside the reason of a `delete_memory`
+    call; else None."""
+    calls = list(_CALL.finditer(text))
+    if not calls or calls[-1].group(1) != "delete_memory":
+        return None
+    opened = list(_REASON_KEY.finditer(text, calls[-1].end()))
+    if not opened:
+        return None
+    value = text[opened[-1].end() :]
+    return None if _string_so_far(value)[1] else value
+
+
+def _string_so_far(value: str) -> tuple[str, bool]:
+    """The body of a JSON string whose opening quote came before `value`, up to its closing quote (less a
+    trailing lone backslash), and whether it is closed."""
+    i = 0
+    while i < len(value):
+        if value[i] == "\\":
+            if i + 1 == len(value):
+                return value[:i], False
+            i += 2
+        elif value[i] == '"':
+            return value[:i], True
+        else:
+            i += 1
+    return value, False
+
+
 def scan(tail: str, handles: frozenset[str], many: bool) -> str | None:
     """How far `tail`, the text after a `"memory_id"` (`many=False`) or `"memory_ids"` key, gets through
     `: "h"` or `: ["h1", "h2", ...]` over `handles`, each once and two at least in a list: DONE once the
@@ -158,7 +218,8 @@ def scan(tail: str, handles: frozenset[str], many: bool) -> str | None:
 class HandleConstraint:
     """A `generate` logits processor: while the reply is inside a `"memory_id(s)"` or `"superseded_by"`
     value, every token that would make the value name anything but live, distinct handles (a
-    supersession's: those its reason names, `named_by_reason`) is masked out. The best `top` tokens are
+    supersession's: those its reason names, `named_by_reason`), or inside a supersession's reason would make
+    its words begin fewer than two live lines (`reason_state`), is masked out. The best `top` tokens are
     tried first, then more; where none fits (fewer live handles than the list needs, or the value went
     wrong before its key was complete) the model is left free and the tool's error tells it. `handles`
     maps each live handle to its text (`live_handles`); `datable` holds those a dating update may name
@@ -177,15 +238,20 @@ class HandleConstraint:
 
         for row in range(input_ids.shape[0]):
             text = self.tokenizer.decode(input_ids[row, self.prompt_length :], skip_special_tokens=True)
-            keys = list(_KEY.finditer(text))
-            if not keys:
+            reason, keys = _open_reason(text), list(_KEY.finditer(text))
+            if reason is not None:
+                if reason_state(reason, self.texts) != OPEN:
+                    continue
+                allowed = self._allowed(lambda piece, r=reason: reason_state(r + piece, self.texts) is not None, scores[row])
+            elif keys:
+                key = keys[-1]
+                tail, many = text[key.end() :], key.group(1) == "memory_ids"
+                handles = self._choices(text[: key.start()], key.group(1))
+                if scan(tail, handles, many) != OPEN:
+                    continue
+                allowed = self._allowed(lambda piece, t=tail, h=handles, m=many: scan(t + piece, h, m) is not None, scores[row])
+            else:
                 continue
-            key = keys[-1]
-            tail, many = text[key.end() :], key.group(1) == "memory_ids"
-            handles = self._choices(text[: key.start()], key.group(1))
-            if scan(tail, handles, many) != OPEN:
-                continue
-            allowed = self._allowed(tail, handles, many, scores[row])
             if allowed:
                 keep = torch.zeros_like(scores[row], dtype=torch.bool)
                 keep[allowed] = True
@@ -208,10 +274,11 @@ class HandleConstraint:
         other = _VALUE[key].search(call)
         return (named_by_reason(call, self.texts) or self.handles).difference([other.group(1)] if other else [])
 
-    def _allowed(self, tail: str, handles: frozenset[str], many: bool, scores: Any) -> list[int]:
+    def _allowed(self, fits_after: Callable[[str], bool], scores: Any) -> list[int]:
+        """The best-scored tokens after which the value can still be one (`fits_after` the token's text)."""
         order = scores.argsort(descending=True)
         for top in self.top:
-            fits = [i for i in order[:top].tolist() if scan(tail + self._piece(i), handles, many) is not None]
+            fits = [i for i in order[:top].tolist() if fits_after(self._piece(i))]
             if fits:
                 return fits
         return []
