@@ -120,6 +120,10 @@ class Run:
             release_memory()
         return self.done[name]["result"]
 
+    def trains_on(self, group: str) -> bool:
+        """Whether training reads the unit `group` (it is not kept out for the held-out loss and the gate)."""
+        return group not in self.kept_out
+
     def collect(self, group: PolicyGroup, units: Sequence[Unit], members: int, prefix: str, label: str) -> list[Rollout]:
         return collect(self.store, self.task, group, units, members, prefix, self.log, self.config.seed, self.progress, label)
 
@@ -346,7 +350,7 @@ def sft(run: Run, start: Path, teacher_records: list[Rollout]) -> dict[str, Any]
     _, stats = assign_advantages(teacher_records)
     weights = imitation_weights(teacher_records)
     config = run.config
-    imitations = [r.messages for r in run.label_records if r.messages and r.group not in run.kept_out]
+    imitations = [r.messages for r in run.label_records if r.messages and run.trains_on(r.group)]
     training = train_stage(
         run, start, run.out / "sft", teacher_records, weights, config.sft_epochs, config.learning_rate, config.sweep, imitations,
     )
@@ -367,7 +371,7 @@ def rl_iteration(run: Run, k: int, start: Path, target: Path, teacher_records: l
     minutes = sum(r.seconds for r in rolled) / 60  # each rollout's own time: right on a resumed stage too
     labelling = []  # DAgger alone: one student rollout on each of `rl_label_units` label units, labelled
     if config.dagger and config.teacher == "heuristic" and run.label_units and config.rl_label_units:
-        pool = [u for u in run.label_units if u.group not in run.kept_out]
+        pool = [u for u in run.label_units if run.trains_on(u.group)]
         labelling = run.collect(policy, spread(pool, config.rl_label_units), 1, f"rl-{k}/labels", f"rl-{k} label units")
     own = [r for r in rolled if r.group in groups]
     records = own + [r for r in teacher_records if r.group in groups]
@@ -411,7 +415,7 @@ def informative_groups(run: Run, policy: PolicyGroup, k: int, teacher_records: l
     `DYNAMIC_SAMPLING_ROUNDS` batches are spent (a resumed stage reads the same batches back from the log).
     Returns every rollout, the groups kept and how many were dropped."""
     config = run.config
-    pool = [u for u in run.units if u.group not in run.kept_out]
+    pool = [u for u in run.units if run.trains_on(u.group)]
     first = spread(pool, config.rl_questions)
     order = first + [u for u in pool if u not in first]
     own: list[Rollout] = []
@@ -442,7 +446,7 @@ def train_stage(
     its trajectories on label units, DAgger's corrections), as the student saw them; the kept-out units'
     teacher trajectories give the held-out loss."""
     config = run.config
-    examples = [(_seen(r, run.settings), w) for r, w in zip(records, weights, strict=True) if r.group not in run.kept_out and r.messages]
+    examples = [(_seen(r, run.settings), w) for r, w in zip(records, weights, strict=True) if run.trains_on(r.group) and r.messages]
     examples += [(as_student_saw(messages, run.settings), 1.0) for messages in imitations]
     train_config = config.training(learning_rate=learning_rate, epochs=epochs, sweep=sweep)
     if keep_best is not None:
