@@ -171,6 +171,9 @@ def test_a_supersessions_reason_names_the_lines_it_begins(call, named):
         ("update: thomas K", OPEN),  # words, any case, a word may be half written
         ("update: Thomas Kyd was born in the city of", OPEN),
         ('update: Thomas Kyd was born in the city of", "memory_id": "s0', DONE),
+        ('update: Thomas Kyd was born in the city of" ', OPEN),  # closed: the call must go on
+        ('update: Thomas Kyd was born in the city of "s000033", ', None),  # closed, and words after it
+        ("update: Thomas\nKyd", None),  # a raw newline: no JSON string holds one
         ('update: Thomas K"', None),  # closes on a whole word only
         ("update: Thomas Arne", None),  # one live line begins so: the call would name no pair
         ("update: Thomas Kydd", None),

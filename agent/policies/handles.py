@@ -117,27 +117,31 @@ def _words(text: str) -> str:
 def reason_state(value: str, texts: Mapping[str, str]) -> str | None:
     """How far `value`, the text after a `delete_memory` call's `"reason": "` (its JSON string so far, and
     what follows once closed), gets to a reason `named_by_reason` reads as two live lines or more (`texts`):
-    DONE once closed so, OPEN while it can still become one, None once it cannot. A reason without the
-    `update:` label is free (DONE), but for one that may still become the label (OPEN)."""
-    raw, closed = _string_so_far(value)
+    DONE once closed so and the call goes on (`,` or `}`), OPEN while it can still become one, None once it
+    cannot. A reason without the `update:` label is free (DONE), but for one that may still become the
+    label (OPEN)."""
+    raw, after = _string_so_far(value)
     if not raw.startswith(_LABEL):
-        return OPEN if not closed and _LABEL.startswith(raw) else DONE
+        return OPEN if after is None and _LABEL.startswith(raw) else DONE
+    if any(ord(ch) < 0x20 for ch in raw):
+        return None  # a raw newline or tab: no JSON string holds one
     try:
         written = json.loads(f'"{raw}"').removeprefix(_LABEL)
     except json.JSONDecodeError:
         return OPEN  # an escape not yet complete: the next token settles it
     words = _words(written)
-    if closed:
+    if after is not None:
         named = sum((_words(text) + " ").startswith(words + " ") for text in texts.values()) if words else 0
-        return DONE if named >= 2 else None
+        after = after.lstrip()
+        return None if named < 2 or after[:1] not in ("", ",", "}") else DONE if after else OPEN
     words += " " if written[-1:].isspace() and words else ""  # a word ended: the next one is another
     named = sum((_words(text) + " ").startswith(words) for text in texts.values())
     return OPEN if named >= 2 else None
 
 
 def _open_reason(text: str) -> str | None:
-    """The reason written so far, where `text` (a reply so far) ends inside the reason of a `delete_memory`
-    call; else None."""
+    """The reason written so far (and what follows its closing quote, where that is only spaces), where
+    `text`, a reply so far, ends inside the reason of a `delete_memory` call or right after it; else None."""
     calls = list(_CALL.finditer(text))
     if not calls or calls[-1].group(1) != "delete_memory":
         return None
@@ -145,23 +149,24 @@ def _open_reason(text: str) -> str | None:
     if not opened:
         return None
     value = text[opened[-1].end() :]
-    return None if _string_so_far(value)[1] else value
+    after = _string_so_far(value)[1]
+    return value if after is None or not after.strip() else None
 
 
-def _string_so_far(value: str) -> tuple[str, bool]:
+def _string_so_far(value: str) -> tuple[str, str | None]:
     """The body of a JSON string whose opening quote came before `value`, up to its closing quote (less a
-    trailing lone backslash), and whether it is closed."""
+    trailing lone backslash), and what follows the closing quote (None while it is open)."""
     i = 0
     while i < len(value):
         if value[i] == "\\":
             if i + 1 == len(value):
-                return value[:i], False
+                return value[:i], None
             i += 2
         elif value[i] == '"':
-            return value[:i], True
+            return value[:i], value[i + 1 :]
         else:
             i += 1
-    return value, False
+    return value, None
 
 
 def scan(tail: str, handles: frozenset[str], many: bool) -> str | None:
