@@ -23,7 +23,9 @@ right supersession the student wrote the same reason again in half its FactConso
 one live line begins with it now, so its handles went free and named another fact's lines. A reason that
 names one line is a call at odds with its own words, as a handle never shown is; which shared words to
 write (which fact changed, and whether two lines that begin alike are one fact at all) is still the
-policy's, and so is stopping.
+policy's, and so is stopping. Held off the words it meant, a student wrote a raw newline into the reason, or
+closed it and wrote them after the quote (`"update: The chairperson of "s000001", ...`): the reason stays a
+JSON string, and once closed the call goes on (`,` or `}`).
 
 A dating names a memory with relative time. Inside an update call's `"memory_id"` with no `"content"`
 before it (an update that dates: the tool does the arithmetic), only the live handles last shown with the
