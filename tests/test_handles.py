@@ -174,6 +174,12 @@ def test_a_supersessions_reason_names_the_lines_it_begins(call, named):
         ('update: Thomas Kyd was born in the city of" ', OPEN),  # closed: the call must go on
         ('update: Thomas Kyd was born in the city of "s000033", ', None),  # closed, and words after it
         ("update: Thomas\nKyd", None),  # a raw newline: no JSON string holds one
+        ("update: Thomas\\u004", OPEN),  # an escape the next token may complete
+        ("update: Thomas \\u004B", OPEN),  # "Thomas K"
+        ("update: Thomas\\u004 B", None),
+        ("update: Thomas\\s000014", None),  # an escape JSON has not
+        ("update: Thomas  Kyd", None),  # words one space apart
+        ("update: Thomas\u00a0Kyd", None),
         ('update: Thomas K"', None),  # closes on a whole word only
         ("update: Thomas Arne", None),  # one live line begins so: the call would name no pair
         ("update: Thomas Kydd", None),

@@ -59,6 +59,7 @@ _KEY = re.compile(r'"(memory_ids?|superseded_by)"')
 _CALL = re.compile(r'"name"\s*:\s*"(\w+)"')
 _REASON = re.compile(r'"reason"\s*:\s*"((?:[^"\\]|\\.)*)"')
 _REASON_KEY = re.compile(r'"reason"\s*:\s*"')
+_PARTIAL_ESCAPE = re.compile(r"\\u[0-9a-fA-F]{0,3}$")  # a `\uXXXX` escape the next token may complete
 _LABEL = "update:"
 # The other handle of a supersession's pair, where the call has written it: the two must differ.
 _VALUE = {
@@ -128,9 +129,11 @@ def reason_state(value: str, texts: Mapping[str, str]) -> str | None:
     if any(ord(ch) < 0x20 for ch in raw):
         return None  # a raw newline or tab: no JSON string holds one
     try:
-        written = json.loads(f'"{raw}"').removeprefix(_LABEL)
+        written = json.loads(f'"{_PARTIAL_ESCAPE.sub("", raw)}"').removeprefix(_LABEL)
     except json.JSONDecodeError:
-        return OPEN  # an escape not yet complete: the next token settles it
+        return None  # an escape JSON has not (`\s`, `\u002 `)
+    if "  " in written or any(ch.isspace() and ch != " " for ch in written):
+        return None  # words one space apart, as the tools' texts are read (`_words`)
     words = _words(written)
     if after is not None:
         named = sum((_words(text) + " ").startswith(words + " ") for text in texts.values()) if words else 0
