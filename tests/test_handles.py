@@ -178,6 +178,8 @@ def test_a_supersessions_reason_names_the_lines_it_begins(call, named):
         ("update: Thomas \\u004B", OPEN),  # "Thomas K"
         ("update: Thomas\\u004 B", None),
         ("update: Thomas\\s000014", None),  # an escape JSON has not
+        ("update: Thomas\\u004\\", None),  # an escape cut by another
+        ('update: Thomas Kyd was born in the city of"}', None),  # closes the call with no handles
         ("update: Thomas  Kyd", None),  # words one space apart
         ("update: Thomas\u00a0Kyd", None),
         ('update: Thomas K"', None),  # closes on a whole word only
@@ -191,6 +193,10 @@ def test_a_supersessions_reason_names_the_lines_it_begins(call, named):
 )
 def test_a_supersessions_reason_begins_two_live_lines(value, state):
     assert reason_state(value, LOOK) == state
+
+
+def test_a_reason_after_its_handles_may_close_the_call():
+    assert reason_state('update: Thomas Kyd was born in the city of"}', LOOK, last=True) == DONE
 
 
 def test_a_supersessions_reason_keeps_to_words_two_live_lines_begin(tiny_model):

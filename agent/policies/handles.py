@@ -59,7 +59,8 @@ _KEY = re.compile(r'"(memory_ids?|superseded_by)"')
 _CALL = re.compile(r'"name"\s*:\s*"(\w+)"')
 _REASON = re.compile(r'"reason"\s*:\s*"((?:[^"\\]|\\.)*)"')
 _REASON_KEY = re.compile(r'"reason"\s*:\s*"')
-_PARTIAL_ESCAPE = re.compile(r"\\u[0-9a-fA-F]{0,3}$")  # a `\uXXXX` escape the next token may complete
+# An escape the next token may complete, at the end of a JSON string's body so far: `\` or `\u` and up to 3 hex.
+_PENDING_ESCAPE = re.compile(r"(?<!\\)(?:\\\\)*(?P<escape>\\(?:u[0-9a-fA-F]{0,3})?)$")
 _LABEL = "update:"
 # The other handle of a supersession's pair, where the call has written it: the two must differ.
 _VALUE = {
@@ -117,19 +118,20 @@ def _words(text: str) -> str:
     return " ".join(text.lower().split())
 
 
-def reason_state(value: str, texts: Mapping[str, str]) -> str | None:
+def reason_state(value: str, texts: Mapping[str, str], last: bool = False) -> str | None:
     """How far `value`, the text after a `delete_memory` call's `"reason": "` (its JSON string so far, and
     what follows once closed), gets to a reason `named_by_reason` reads as two live lines or more (`texts`):
-    DONE once closed so and the call goes on (`,` or `}`), OPEN while it can still become one, None once it
-    cannot. A reason without the `update:` label is free (DONE), but for one that may still become the
-    label (OPEN)."""
+    DONE once closed so and the call goes on to its handles (`,`; or `}` where they came before it: `last`),
+    OPEN while it can still become one, None once it cannot. A reason without the `update:` label is free
+    (DONE), but for one that may still become the label (OPEN)."""
     raw, after = _string_so_far(value)
     if not raw.startswith(_LABEL):
         return OPEN if after is None and _LABEL.startswith(raw) else DONE
     if any(ord(ch) < 0x20 for ch in raw):
         return None  # a raw newline or tab: no JSON string holds one
+    pending = _PENDING_ESCAPE.search(raw) if after is None else None
     try:
-        written = json.loads(f'"{_PARTIAL_ESCAPE.sub("", raw)}"').removeprefix(_LABEL)
+        written = json.loads(f'"{raw[: pending.start("escape")] if pending else raw}"').removeprefix(_LABEL)
     except json.JSONDecodeError:
         return None  # an escape JSON has not (`\s`, `\u002 `)
     if "  " in written or any(ch.isspace() and ch != " " for ch in written):
@@ -138,34 +140,35 @@ def reason_state(value: str, texts: Mapping[str, str]) -> str | None:
     if after is not None:
         named = sum((_words(text) + " ").startswith(words + " ") for text in texts.values()) if words else 0
         after = after.lstrip()
-        return None if named < 2 or after[:1] not in ("", ",", "}") else DONE if after else OPEN
+        return None if named < 2 or after[:1] not in ("", ",", "}" if last else ",") else DONE if after else OPEN
     words += " " if written[-1:].isspace() and words else ""  # a word ended: the next one is another
     named = sum((_words(text) + " ").startswith(words) for text in texts.values())
     return OPEN if named >= 2 else None
 
 
-def _open_reason(text: str) -> str | None:
+def _open_reason(text: str) -> tuple[str, bool] | None:
     """The reason written so far (and what follows its closing quote, where that is only spaces), where
-    `text`, a reply so far, ends inside the reason of a `delete_memory` call or right after it; else None."""
+    `text`, a reply so far, ends inside the reason of a `delete_memory` call or right after it, and whether
+    the call's handles came before it; else None."""
     calls = list(_CALL.finditer(text))
     if not calls or calls[-1].group(1) != "delete_memory":
         return None
     opened = list(_REASON_KEY.finditer(text, calls[-1].end()))
     if not opened:
         return None
-    value = text[opened[-1].end() :]
+    value, before = text[opened[-1].end() :], text[calls[-1].end() : opened[-1].start()]
     after = _string_so_far(value)[1]
-    return value if after is None or not after.strip() else None
+    if after is not None and after.strip():
+        return None
+    return value, '"memory_id"' in before and '"superseded_by"' in before
 
 
 def _string_so_far(value: str) -> tuple[str, str | None]:
-    """The body of a JSON string whose opening quote came before `value`, up to its closing quote (less a
-    trailing lone backslash), and what follows the closing quote (None while it is open)."""
+    """The body of a JSON string whose opening quote came before `value`, up to its closing quote, and what
+    follows that quote (None while it is open)."""
     i = 0
     while i < len(value):
         if value[i] == "\\":
-            if i + 1 == len(value):
-                return value[:i], None
             i += 2
         elif value[i] == '"':
             return value[:i], value[i + 1 :]
@@ -250,9 +253,10 @@ class HandleConstraint:
             text = self.tokenizer.decode(input_ids[row, self.prompt_length :], skip_special_tokens=True)
             reason, keys = _open_reason(text), list(_KEY.finditer(text))
             if reason is not None:
-                if reason_state(reason, self.texts) != OPEN:
+                value, last = reason
+                if reason_state(value, self.texts, last) != OPEN:
                     continue
-                allowed = self._allowed(lambda piece, r=reason: reason_state(r + piece, self.texts) is not None, scores[row])
+                allowed = self._allowed(lambda piece, v=value, e=last: reason_state(v + piece, self.texts, e) is not None, scores[row])
             elif keys:
                 key = keys[-1]
                 tail, many = text[key.end() :], key.group(1) == "memory_ids"
