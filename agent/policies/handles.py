@@ -110,12 +110,17 @@ def named_by_reason(call: str, texts: Mapping[str, str]) -> frozenset[str]:
         return frozenset()
     if not words:
         return frozenset()
-    named = frozenset(key for key, text in texts.items() if (_words(text) + " ").startswith(words + " "))
+    named = _begun_by(words + " ", texts)
     return named if len(named) >= 2 else frozenset()
 
 
 def _words(text: str) -> str:
     return " ".join(text.lower().split())
+
+
+def _begun_by(start: str, texts: Mapping[str, str]) -> frozenset[str]:
+    """The handles whose text, read as words (`_words`) and a space, begins with `start`."""
+    return frozenset(key for key, text in texts.items() if (_words(text) + " ").startswith(start))
 
 
 def reason_state(value: str, texts: Mapping[str, str], last: bool = False) -> str | None:
@@ -138,12 +143,11 @@ def reason_state(value: str, texts: Mapping[str, str], last: bool = False) -> st
         return None  # words one space apart, as the tools' texts are read (`_words`)
     words = _words(written)
     if after is not None:
-        named = sum((_words(text) + " ").startswith(words + " ") for text in texts.values()) if words else 0
+        named = len(_begun_by(words + " ", texts)) if words else 0
         after = after.lstrip()
         return None if named < 2 or after[:1] not in ("", ",", "}" if last else ",") else DONE if after else OPEN
     words += " " if written[-1:].isspace() and words else ""  # a word ended: the next one is another
-    named = sum((_words(text) + " ").startswith(words) for text in texts.values())
-    return OPEN if named >= 2 else None
+    return OPEN if len(_begun_by(words, texts)) >= 2 else None
 
 
 def _open_reason(text: str) -> tuple[str, bool] | None:
