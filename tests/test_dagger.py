@@ -134,14 +134,16 @@ def test_training_units_are_first_those_where_the_rule_moves_a_question(store: M
     assert {u.group for u in topped_up} > moved and len(topped_up) == len(moved) + 1
 
 
-def test_label_units_are_more_neighbourhoods_where_the_rule_edits(store: MemoryStore, sample) -> None:
+def test_label_units_are_more_neighbourhoods_where_the_rule_edits_then_where_it_stops_at_once(store: MemoryStore, sample) -> None:
     task = CompactionTask(store, RewardConfig(), size=6)
     taken = task.training_units([sample], 2)
     labels = task.label_units([sample], 100, taken)
     assert labels and not {u.group for u in labels} & {u.group for u in taken}
     base = load_bank(store, sample)
     rule = task.rule()
-    for unit in labels:  # the rule edits in each, whatever the reward says
-        record = task.rollout(rule, base, unit)
-        assert any(c["ok"] and c["name"] not in {"sample_memory", "search_memory"} for c in record.calls)
+    edits = {u.group: any(c["ok"] and c["name"] not in {"sample_memory", "search_memory"} for c in task.rollout(rule, base, u).calls)
+             for u in labels}
+    assert any(edits.values()) and not all(edits.values())  # the rule's stop is a label too
+    first = task.label_units([sample], sum(edits.values()), taken)  # as many as it edits in: those first
+    assert {u.group for u in first} == {g for g, edited in edits.items() if edited}
     assert len(task.label_units([sample], 1, taken)) == 1

@@ -4,7 +4,7 @@ on every question of the bank; a held-out bank is evaluated whole, the way `memu
     from memupdate.rl.distill.compaction import CompactionTask
     task = CompactionTask(store, RewardConfig(), size=10, max_turns=4, max_operations=6)
     units = task.training_units(conversations, 6)    # 6 neighbourhoods spread over each conversation's bank
-    labels = task.label_units(conversations, 50, units)   # up to 50 more each, where the rule edits: labels only
+    labels = task.label_units(conversations, 50, units)   # up to 50 more each, where the rule edits or stops: labels only
     record = task.rollout(policy, base, units[0])    # fork, one blind episode, score, drop
     banks = task.evaluation_units(held_out, 0)       # one unit per held-out bank: compact it whole
 
@@ -113,16 +113,18 @@ class CompactionTask:
         return units
 
     def label_units(self, conversations: Sequence[Conversation], per_conversation: int, taken: Sequence[Neighbourhood]) -> list[Neighbourhood]:
-        """Up to `per_conversation` more neighbourhoods of each bank, spread over it: those that reach a
-        question, where the rule edits, and that are not in `taken`. The rule's action there is a label
-        whether or not the reward sees it (a supersession whose question nobody asks scores 0 and is still
-        the right edit), so a student can imitate the rule on states where a decision is made."""
+        """Up to `per_conversation` more neighbourhoods of each bank that reach a question and are not in
+        `taken`, spread over it: first those where the rule edits, then those where it stops at once. The
+        rule's action there is a label whether or not the reward sees it (a supersession whose question
+        nobody asks scores 0 and is still the right edit; so is a stop where nothing is listed to date), so
+        a student imitates the rule on states where a decision is made, stopping among them."""
         taken_groups = {u.group for u in taken}
         units = []
         for conversation in conversations:
-            edited = [unit for unit, record in self._reaching(conversation)
-                      if unit.group not in taken_groups and any(c["ok"] and c["name"] not in LOOKS for c in record.calls)]
-            units += spread(edited, per_conversation)
+            rest = [(unit, record) for unit, record in self._reaching(conversation) if unit.group not in taken_groups]
+            edited = [unit for unit, record in rest if any(c["ok"] and c["name"] not in LOOKS for c in record.calls)]
+            chosen = spread(edited, per_conversation)
+            units += sorted(chosen + spread([u for u, _ in rest if u not in edited], per_conversation - len(chosen)), key=lambda u: u.index)
         return units
 
     def _reaching(self, conversation: Conversation, ruled: bool = True) -> list[tuple[Neighbourhood, Rollout | None]]:
