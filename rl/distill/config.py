@@ -71,8 +71,8 @@ class LearnConfig(TrainConfig):
     student_group_size: int = 3  # student rollouts per unit in an RL iteration
     rl_questions: int = 16  # training units (questions, or neighbourhoods) an RL iteration rolls out on (spread over all of them)
     # Compaction: up to this many more neighbourhoods per training conversation where the rule edits (then
-    # where it stops at once), for imitation alone (no reward needed): the rule's trajectory on each trains SFT, and each RL iteration
-    # the student rolls out on `rl_label_units` of them for DAgger's labels (0: none).
+    # where it stops at once), for imitation alone (no reward needed): the rule's trajectory on each trains
+    # SFT, and each RL iteration the student rolls out on `rl_label_units` of them for DAgger's labels (0: none).
     label_units: int = 0
     rl_label_units: int = 32
     iterations: int = 2  # RL iterations after distillation, at most: the held-out loss stops them (0: distillation alone)
