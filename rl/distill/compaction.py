@@ -107,9 +107,7 @@ class CompactionTask:
                 continue
             reaching = self._reaching(conversation)
             moved = [unit for unit, record in reaching if record.reward != 0]
-            chosen = spread(moved, per_conversation)
-            chosen += spread([unit for unit, _ in reaching if unit not in moved], per_conversation - len(chosen))
-            units += sorted(chosen, key=lambda u: u.index)
+            units += first_then_rest(moved, [unit for unit, _ in reaching], per_conversation)
         return units
 
     def label_units(self, conversations: Sequence[Conversation], per_conversation: int, taken: Sequence[Neighbourhood]) -> list[Neighbourhood]:
@@ -123,8 +121,7 @@ class CompactionTask:
         for conversation in conversations:
             rest = [(unit, record) for unit, record in self._reaching(conversation) if unit.group not in taken_groups]
             edited = [unit for unit, record in rest if any(c["ok"] and c["name"] not in LOOKS for c in record.calls)]
-            chosen = spread(edited, per_conversation)
-            units += sorted(chosen + spread([u for u, _ in rest if u not in edited], per_conversation - len(chosen)), key=lambda u: u.index)
+            units += first_then_rest(edited, [unit for unit, _ in rest], per_conversation)
         return units
 
     def _reaching(self, conversation: Conversation, ruled: bool = True) -> list[tuple[Neighbourhood, Rollout | None]]:
@@ -260,6 +257,15 @@ class CompactionTask:
             "episodes": result.episodes, "failed_episodes": result.failed_episodes, "stop_reasons": result.stop_reasons,
         }
         return messages, calls, reward, facts
+
+
+def first_then_rest(first: Sequence[Neighbourhood], every: Sequence[Neighbourhood], n: int) -> list[Neighbourhood]:
+    """`n` of a bank's neighbourhoods `every`: spread over those in `first`, topped up spread over the
+    rest; in bank order."""
+    chosen = spread(first, n)
+    groups = {unit.group for unit in first}
+    chosen += spread([unit for unit in every if unit.group not in groups], n - len(chosen))
+    return sorted(chosen, key=lambda unit: unit.index)
 
 
 def bank_facts(reward: RewardBreakdown, questions: Sequence[QAItem]) -> dict[str, Any]:
