@@ -147,3 +147,22 @@ def test_label_units_are_more_neighbourhoods_where_the_rule_edits_then_where_it_
     first = task.label_units([sample], sum(edits.values()), taken)  # as many as it edits in: those first
     assert {u.group for u in first} == {g for g, edited in edits.items() if edited}
     assert len(task.label_units([sample], 1, taken)) == 1
+
+
+def test_later_cuts_give_the_same_memories_in_other_company_and_never_a_neighbourhood_twice(store: MemoryStore, sample, monkeypatch) -> None:
+    one_cut = CompactionTask(store, RewardConfig(), size=6)
+    taken = one_cut.training_units([sample], 2)
+    first = one_cut.label_units([sample], 100, taken)
+    # A bank of one k-means cell is cut the same whatever the seed: nothing more.
+    assert CompactionTask(store, RewardConfig(), size=6, label_cuts=2).label_units([sample], 100, taken) == first
+
+    monkeypatch.setattr("memupdate.agent.compaction.CELL_SIZE", 12)  # cells of a dozen: each seed cuts otherwise
+    one_cut, two_cuts = (CompactionTask(store, RewardConfig(), size=6, label_cuts=n) for n in (1, 2))
+    taken = one_cut.training_units([sample], 2)
+    first, both = one_cut.label_units([sample], 100, taken), two_cuts.label_units([sample], 100, taken)
+    assert both[: len(first)] == first  # the first cut's units first, as with one cut (their kept-out eighths too)
+    later = both[len(first) :]
+    assert later and {u.cut for u in later} == {1} and all("/c1n" in u.group for u in later)
+    seen = [frozenset(u.keys) for u in [*taken, *both]]
+    assert len(set(seen)) == len(seen)  # a neighbourhood already taken is not taken again
+    assert set().union(*(u.keys for u in later)) <= set(load_bank(store, sample).snapshot())

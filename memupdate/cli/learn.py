@@ -61,6 +61,7 @@ def learn_command(
     student_group_size: int = config_option("student_group_size", help="Student rollouts per question per RL iteration."),
     rl_questions: int = config_option("rl_questions", help="Training units (questions, or neighbourhoods) each RL iteration rolls out on."),
     label_units: int = config_option("label_units", min=0, help="Compaction: up to N more neighbourhoods per training conversation where the rule edits (then where it stops at once), imitated whatever the reward (SFT: the rule's trajectory; RL: DAgger's labels)."),
+    label_cuts: int = config_option("label_cuts", min=1, help="Compaction: label units come from this many cuts of each training bank (k-means cells seeded 0, 1, ...): the same memories in other company. A bank of one cell is cut the same by every seed."),
     rl_label_units: int = config_option("rl_label_units", min=0, help="Label units each RL iteration rolls the student out on for DAgger's labels."),
     iterations: int = config_option("iterations", help="RL iterations after distillation, at most: one that does not beat its start (--rl-gate) is the last (0: distillation alone)."),
     explore: float = config_option("explore", help="Heuristic teacher: share of its edits dropped/shuffled per rollout."),

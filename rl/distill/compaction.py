@@ -60,10 +60,11 @@ class Neighbourhood:
     conversation: Conversation
     index: int
     keys: tuple[str, ...]
+    cut: int = 0  # which cut of the bank (`CompactionTask.label_cuts`): 0 is the one `memupdate compact` makes
 
     @property
     def group(self) -> str:
-        return f"{self.conversation.sample_id}/n{self.index:03d}"
+        return f"{self.conversation.sample_id}/{f'c{self.cut}' if self.cut else ''}n{self.index:03d}"
 
 
 @dataclass(frozen=True)
@@ -85,13 +86,15 @@ class CompactionTask:
     max_turns: int | None = None
     max_operations: int | None = None
     teacher_operations: int = 4  # the rule's plan: its look and up to three edits (LearnConfig.teacher_operations)
+    label_cuts: int = 1  # label units come from this many cuts of each bank, seeded 0, 1, ... (LearnConfig.label_cuts)
     name: str = "compaction"
     _rule_runs: dict = field(default_factory=dict, compare=False, repr=False)  # `_reaching`'s, per bank
     score: ClassVar[str] = "qa_delta"  # each held-out question's QA proxy change on its compacted bank
 
     @classmethod
     def from_config(cls, config: LearnConfig, store: MemoryStore) -> CompactionTask:
-        return cls(store, config.reward, config.neighbourhood, config.max_turns, config.max_operations, config.teacher_operations)
+        return cls(store, config.reward, config.neighbourhood, config.max_turns, config.max_operations, config.teacher_operations,
+                   config.label_cuts)
 
     def training_units(self, conversations: Sequence[Conversation], per_conversation: int) -> list[Neighbourhood]:
         """`per_conversation` neighbourhoods of each bank (all of them for 0), of those that reach a question:
@@ -115,24 +118,35 @@ class CompactionTask:
         `taken`, spread over it: first those where the rule edits, then those where it stops at once. The
         rule's action there is a label whether or not the reward sees it (a supersession whose question
         nobody asks scores 0 and is still the right edit; so is a stop where nothing is listed to date), so
-        a student imitates the rule on states where a decision is made, stopping among them."""
-        taken_groups = {u.group for u in taken}
+        a student imitates the rule on states where a decision is made, stopping among them.
+
+        With `label_cuts` above 1, each later cut of the bank (its k-means cells seeded 1, 2, ...) gives up to
+        `per_conversation` more, after every bank's first: the same memories in other company, so the pairs a
+        supersession names meet other lines that begin alike. A bank of one cell (`CELL_SIZE` memories or
+        fewer: a LoCoMo bank) is cut the same whatever the seed, and a neighbourhood already taken is not
+        taken again."""
+        taken_keys = {frozenset(u.keys) for u in taken}
         units = []
-        for conversation in conversations:
-            rest = [(unit, record) for unit, record in self._reaching(conversation) if unit.group not in taken_groups]
-            edited = [unit for unit, record in rest if any(c["ok"] and c["name"] not in LOOKS for c in record.calls)]
-            units += first_then_rest(edited, [unit for unit, _ in rest], per_conversation)
+        for cut in range(self.label_cuts):
+            for conversation in conversations:
+                if cut and {frozenset(keys) for keys in self._cut(load_bank(self.store, conversation), cut)} <= taken_keys:
+                    continue  # one cell: cut as before, nothing new (and no rule rollouts to spend)
+                rest = [(unit, record) for unit, record in self._reaching(conversation, cut=cut) if frozenset(unit.keys) not in taken_keys]
+                edited = [unit for unit, record in rest if any(c["ok"] and c["name"] not in LOOKS for c in record.calls)]
+                chosen = first_then_rest(edited, [unit for unit, _ in rest], per_conversation)
+                taken_keys |= {frozenset(u.keys) for u in chosen}
+                units += chosen
         return units
 
-    def _reaching(self, conversation: Conversation, ruled: bool = True) -> list[tuple[Neighbourhood, Rollout | None]]:
-        """The neighbourhoods of the bank that reach a question, each with the rule's greedy rollout on it
-        (`ruled`; kept for the task's life: the unit choices read it twice)."""
-        key = (conversation.sample_id, ruled)
+    def _reaching(self, conversation: Conversation, ruled: bool = True, cut: int = 0) -> list[tuple[Neighbourhood, Rollout | None]]:
+        """The neighbourhoods of the bank (its `cut`) that reach a question, each with the rule's greedy
+        rollout on it (`ruled`; kept for the task's life: the unit choices read it twice)."""
+        key = (conversation.sample_id, ruled, cut)
         if key not in self._rule_runs:
             base = load_bank(self.store, conversation)
             questions, _ = eval_questions(conversation, EvalConfig())
             scores, memories = base_scores(base, questions, self.reward), base.snapshot()
-            reaching = [Neighbourhood(conversation, index, tuple(keys)) for index, keys in enumerate(self._cut(base))
+            reaching = [Neighbourhood(conversation, index, tuple(keys), cut) for index, keys in enumerate(self._cut(base, cut))
                         if reachable(questions, scores, [memories[k] for k in keys]) > 0]
             rule = self.rule() if ruled else None
             self._rule_runs[key] = [(unit, self.rollout(rule, base, unit) if ruled else None) for unit in reaching]
@@ -153,9 +167,9 @@ class CompactionTask:
         """The conversation's bank cut as `memupdate compact --size {size}` cuts it."""
         return self._cut(load_bank(self.store, conversation))
 
-    def _cut(self, base: MemoryStore) -> list[list[str]]:
+    def _cut(self, base: MemoryStore, seed: int = 0) -> list[list[str]]:
         keys, vectors = base.vectors()
-        return neighbourhoods(keys, vectors, self.size)
+        return neighbourhoods(keys, vectors, self.size, seed=seed)
 
     def rollout(self, policy: BaseChatModel | None, base: MemoryStore, unit: Neighbourhood | WholeBank) -> Rollout:
         """Fork the bank, compact the unit (one neighbourhood, or the whole bank) blind, score it on every

@@ -74,6 +74,7 @@ class LearnConfig(TrainConfig):
     # where it stops at once), for imitation alone (no reward needed): the rule's trajectory on each trains
     # SFT, and each RL iteration the student rolls out on `rl_label_units` of them for DAgger's labels (0: none).
     label_units: int = 0
+    label_cuts: int = 1  # cuts of each training bank label units come from (CompactionTask.label_units)
     rl_label_units: int = 32
     iterations: int = 2  # RL iterations after distillation, at most: the held-out loss stops them (0: distillation alone)
     explore: float = 0.5  # the heuristic teacher's share of edits dropped or shuffled per rollout
