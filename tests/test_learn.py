@@ -177,6 +177,31 @@ def test_an_evaluation_is_reproducible(store: MemoryStore, sample, tiny_student)
     assert first.facts["question_deltas"] == second.facts["question_deltas"]
 
 
+def test_held_out_banks_are_compacted_with_the_budgets_users_run(store: MemoryStore, sample) -> None:
+    """`--eval-budgets users`: a held-out episode is cut by `memupdate compact`'s budgets, not training's
+    (the heuristic edits a neighbourhood in more calls than the training budget lets it make)."""
+    from memupdate.agent.policies import make_policy
+    from memupdate.rl.data.ingest import ingest_conversation
+    from memupdate.rl.distill.compaction import WholeBank
+    from memupdate.rl.distill.learn import held_out_task
+
+    task = CompactionTask(store, RewardConfig(), max_turns=2, max_operations=2)
+    training, users = (SimpleNamespace(config=replace(SMALL, eval_budgets=b), task=task) for b in ("training", "users"))
+    assert held_out_task(training) is task
+    assert (held_out_task(users).max_turns, held_out_task(users).max_operations, held_out_task(users).size) == (None, None, task.size)
+    base = ingest_conversation(store, sample)
+    policy = make_policy("heuristic", store)
+    cut, whole = (held_out_task(run).rollout(policy, base, WholeBank(sample)) for run in (training, users))
+    assert cut.facts["stop_reasons"].get("operation_budget") and "operation_budget" not in whole.facts["stop_reasons"]
+    assert whole.ok_calls > cut.ok_calls
+
+
+def test_an_unknown_evaluation_budget_is_refused(store: MemoryStore, sample, tmp_path) -> None:
+    held_out = replace(sample, sample_id=sample.sample_id + "-heldout")
+    with pytest.raises(MemupdateError, match="--eval-budgets 'weekly': give training or users"):
+        learn(store, [sample], [held_out], replace(SMALL, eval_budgets="weekly"), tmp_path / "run")
+
+
 @pytest.mark.parametrize(
     ("losses", "epoch", "kept"),
     [([0.087, 0.115, 0.121], None, False), ([0.087, 0.09, 0.08], None, True), ([0.08, 0.08], None, False), ([None, 0.1], None, True),

@@ -86,6 +86,7 @@ def learn_command(
     max_prose_tokens: int = config_option("max_prose_tokens", help="Cut a student turn this long with no <tool_call> (a loop)."),
     max_turns: int = config_option("max_turns", help="Assistant turns per episode."),
     max_operations: int = config_option("max_operations", help="Tool calls per episode."),
+    eval_budgets: str = config_option("eval_budgets", help="Held-out evaluations' budgets per episode: training (--max-turns, --max-operations) | users (memupdate compact's: MEMUPDATE_MAX_TURNS, MEMUPDATE_MAX_OPERATIONS)."),
     tiny_hidden_size: int = config_option("tiny_hidden_size", help="--student tiny: width of the model."),
     tiny_layers: int = config_option("tiny_layers", help="--student tiny: transformer layers."),
     threads: int = config_option("threads", help="Torch threads (0: default); 1 is far faster on cores other jobs share."),

@@ -86,6 +86,9 @@ class LearnConfig(TrainConfig):
     threads: int = 0  # torch threads (0: torch's default); 1 is ~4x faster when other jobs share the cores
     max_turns: int = 4
     max_operations: int = 6
+    # The budgets a held-out evaluation gives each episode: "training" (max_turns, max_operations above), or
+    # "users": those `memupdate compact` runs with (settings.max_turns / max_operations, 15 and 30 by default).
+    eval_budgets: str = "training"
     sft_epochs: int = 4
     rl_epochs: int = 2
     rl_learning_rate: float | None = None  # RL iterations' rate (None: `rl_sweep`'s choice, else the rate SFT chose)

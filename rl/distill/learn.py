@@ -216,6 +216,8 @@ def check_config(config: LearnConfig, train: Sequence[Conversation], held_out: S
         raise MemupdateError(f"--rl-gate {config.rl_gate!r}: give agreement or loss")
     if config.dagger_states not in ("every", "first"):
         raise MemupdateError(f"--dagger-states {config.dagger_states!r}: give every or first")
+    if config.eval_budgets not in ("training", "users"):
+        raise MemupdateError(f"--eval-budgets {config.eval_budgets!r}: give training or users")
     if not config.grpo and not (config.dagger and config.teacher == "heuristic"):
         raise MemupdateError("--no-grpo trains RL iterations on DAgger's corrections alone: keep --dagger and the heuristic teacher")
     if config.student == "tiny":
@@ -336,12 +338,18 @@ def teacher_labels(run: Run) -> list[str]:
 
 
 def evaluate(run: Run, label: str, group: PolicyGroup, task: Task | None = None) -> dict[str, Any]:
-    """One greedy rollout of `group` per held-out unit (of the run's task, or `task`), logged under
-    `eval/{label}`; the summary and rewards."""
-    task = task or run.task
+    """One greedy rollout of `group` per held-out unit (of the run's task with its held-out budgets, or
+    `task`), logged under `eval/{label}`; the summary and rewards."""
+    task = task or held_out_task(run)
     records = collect(run.store, task, group, run.evals, 1, f"eval/{label}", run.eval_log, run.config.seed, run.progress, f"eval {label}")
     return {**summarize(records), "rewards": [r.reward for r in records], "groups": [r.group for r in records],
             "tokens_per_rollout": mean([_tokens(r) for r in records])} | task.evaluation(records)
+
+
+def held_out_task(run: Run) -> Task:
+    """The run's task with the budgets of `--eval-budgets`: the training ones, or none of its own (users':
+    `memupdate compact` runs each episode with `settings.max_turns` and `max_operations`)."""
+    return run.task if run.config.eval_budgets == "training" else replace(run.task, max_turns=None, max_operations=None)
 
 
 def sft(run: Run, start: Path, teacher_records: list[Rollout]) -> dict[str, Any]:
