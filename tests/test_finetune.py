@@ -110,6 +110,8 @@ def test_the_held_out_loss_is_the_mean_of_its_parts_each_weighing_alike(tiny_mod
     """Two kinds of trajectory, one far longer: pooled per token the long one would dominate;
     the held-out loss weighs each part alike, as a run weighs LoCoMo's and FactConsolidation's."""
     student = load_student(tiny_model, TrainConfig(top_layers=0))
+    with torch.no_grad():  # sharper logits: random weights read every text at ~ln(vocab), so the parts would tie
+        student.model.get_output_embeddings().weight.mul_(20.0)
     short = replace(encode(student, TRANSCRIPT, 1.0, max_length=4096), part="short")
     longer = [*TRANSCRIPT[:-1], {"role": "assistant", "content": "Ann moved to Berlin in early May 2023. " * 8}]
     long = replace(encode(student, longer, 1.0, max_length=4096), part="long")
