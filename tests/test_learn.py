@@ -188,7 +188,8 @@ def test_held_out_banks_are_compacted_with_the_budgets_users_run(store: MemorySt
     task = CompactionTask(store, RewardConfig(), max_turns=2, max_operations=2)
     training, users = (SimpleNamespace(config=replace(SMALL, eval_budgets=b), task=task) for b in ("training", "users"))
     assert held_out_task(training) is task
-    assert (held_out_task(users).max_turns, held_out_task(users).max_operations, held_out_task(users).size) == (None, None, task.size)
+    unbudgeted = held_out_task(users)
+    assert (unbudgeted.max_turns, unbudgeted.max_operations, unbudgeted.size) == (None, None, task.size)
     base = ingest_conversation(store, sample)
     policy = make_policy("heuristic", store)
     cut, whole = (held_out_task(run).rollout(policy, base, WholeBank(sample)) for run in (training, users))
