@@ -197,6 +197,21 @@ def test_held_out_banks_are_compacted_with_the_budgets_users_run(store: MemorySt
     assert whole.ok_calls > cut.ok_calls
 
 
+def test_the_teachers_plan_is_as_long_as_teacher_operations(store: MemoryStore, sample) -> None:
+    """`--teacher-operations N`: the rule's episode is its look and at most N - 1 edits, then its own stop
+    (the stop labels a student learns), not the training budget's cut."""
+    from memupdate.rl.data.ingest import ingest_conversation
+    from memupdate.rl.distill.compaction import WholeBank
+
+    task = CompactionTask(store, RewardConfig(), max_turns=None, max_operations=None)
+    base = ingest_conversation(store, sample)
+    runs = [SimpleNamespace(config=replace(SMALL, teacher_operations=n), store=store, task=task) for n in (2, 30)]
+    short, long = (task.rollout(teacher(run, 0.0, 0.0).member(0), base, WholeBank(sample)) for run in runs)
+    episodes = short.facts["stop_reasons"].get("model_stopped", 0)
+    assert episodes and set(short.facts["stop_reasons"]) == {"model_stopped"}
+    assert short.ok_calls <= 2 * episodes < long.ok_calls
+
+
 def test_an_unknown_evaluation_budget_is_refused(store: MemoryStore, sample, tmp_path) -> None:
     held_out = replace(sample, sample_id=sample.sample_id + "-heldout")
     with pytest.raises(MemupdateError, match="--eval-budgets 'weekly': give training or users"):

@@ -65,6 +65,7 @@ def learn_command(
     rl_label_units: int = config_option("rl_label_units", min=0, help="Label units each RL iteration rolls the student out on for DAgger's labels."),
     iterations: int = config_option("iterations", help="RL iterations after distillation, at most: one that does not beat its start (--rl-gate) is the last (0: distillation alone)."),
     explore: float = config_option("explore", help="Heuristic teacher: share of its edits dropped/shuffled per rollout."),
+    teacher_operations: int = config_option("teacher_operations", min=2, help="Heuristic teacher: calls in its plan, its look and up to N-1 edits, after which it stops (its stop labels follow)."),
     learning_rate: float = config_option("learning_rate", help="Used when --sweep is empty."),
     sweep: str = config_option("sweep", help="Learning rates SFT tries (one pass each); the lowest held-out loss wins."),
     rl_sweep: str = config_option("rl_sweep", help="Learning rates each RL iteration tries from its start (--rl-gate: each trained and measured on the kept-out units, or one pass each by the held-out loss; empty: the one SFT chose)."),
