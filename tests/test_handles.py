@@ -174,11 +174,10 @@ def test_a_supersessions_reason_names_the_lines_it_begins(call, named):
         ('update: Thomas Kyd was born in the city of" ', OPEN),  # closed: the call must go on
         ('update: Thomas Kyd was born in the city of "s000033", ', None),  # closed, and words after it
         ("update: Thomas\nKyd", None),  # a raw newline: no JSON string holds one
-        ("update: Thomas\\u004", OPEN),  # an escape the next token may complete
-        ("update: Thomas \\u004B", OPEN),  # "Thomas K"
+        ("update: Thomas \\u", None),  # words are written as they are: no `\\u` escape, even one that
+        ("update: Thomas \\u004B", None),  # would spell them ("Thomas K")
         ("update: Thomas\\u004 B", None),
         ("update: Thomas\\s000014", None),  # an escape JSON has not
-        ("update: Thomas\\u004\\", None),  # an escape cut by another
         ('update: Thomas Kyd was born in the city of"}', None),  # closes the call with no handles
         ("update: Thomas  Kyd", None),  # words one space apart
         ("update: Thomas\u00a0Kyd", None),
@@ -193,6 +192,14 @@ def test_a_supersessions_reason_names_the_lines_it_begins(call, named):
 )
 def test_a_supersessions_reason_begins_two_live_lines(value, state):
     assert reason_state(value, LOOK) == state
+
+
+def test_a_reason_escapes_only_what_json_must():
+    """A quote in the lines is written `\\"`; the same quote as a `\\u` escape is refused."""
+    texts = {"s000001": 'The motto of Kent is "Invicta"', "s000002": 'The motto of Kent is "Unconquered"'}
+    assert reason_state('update: The motto of Kent is \\"', texts) == OPEN
+    assert reason_state("update: The motto of Kent is \\", texts) == OPEN  # an escape not yet complete
+    assert reason_state("update: The motto of Kent is \\u0022", texts) is None
 
 
 def test_a_reason_after_its_handles_may_close_the_call():

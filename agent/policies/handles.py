@@ -25,7 +25,10 @@ names one line is a call at odds with its own words, as a handle never shown is;
 write (which fact changed, and whether two lines that begin alike are one fact at all) is still the
 policy's, and so is stopping. Held off the words it meant, a student wrote a raw newline into the reason, or
 closed it and wrote them after the quote (`"update: The chairperson of "s000001", ...`): the reason stays a
-JSON string, and once closed the call goes on (`,` or `}`).
+JSON string, and once closed the call goes on (`,` or `}`). It writes its words as they are, escaping only
+`"` and a backslash: each of the eleventh run's student's 14 malformed calls was a unicode escape begun in
+a reason (`"update: CH` then `u002a`, `u002b`, ... each after a backslash), whose fourth digit no token
+could give that kept the words on two lines, so the model, left free, wrote escapes to its token budget.
 
 A dating names a memory with relative time. Inside an update call's `"memory_id"` with no `"content"`
 before it (an update that dates: the tool does the arithmetic), only the live handles last shown with the
@@ -59,8 +62,10 @@ _KEY = re.compile(r'"(memory_ids?|superseded_by)"')
 _CALL = re.compile(r'"name"\s*:\s*"(\w+)"')
 _REASON = re.compile(r'"reason"\s*:\s*"((?:[^"\\]|\\.)*)"')
 _REASON_KEY = re.compile(r'"reason"\s*:\s*"')
-# An escape the next token may complete, at the end of a JSON string's body so far: `\` or `\u` and up to 3 hex.
-_PENDING_ESCAPE = re.compile(r"(?<!\\)(?:\\\\)*(?P<escape>\\(?:u[0-9a-fA-F]{0,3})?)$")
+# An escape the next token may complete, at the end of a JSON string's body so far: a lone `\`.
+_PENDING_ESCAPE = re.compile(r"(?<!\\)(?:\\\\)*(?P<escape>\\)$")
+# A unicode escape (a backslash and `u`, not an escaped backslash and a `u`): a reason never needs one (see `reason_state`).
+_UNICODE_ESCAPE = re.compile(r"(?<!\\)(?:\\\\)*\\u")
 _LABEL = "update:"
 # The other handle of a supersession's pair, where the call has written it: the two must differ.
 _VALUE = {
@@ -134,11 +139,14 @@ def reason_state(value: str, texts: Mapping[str, str], last: bool = False) -> st
         return OPEN if after is None and _LABEL.startswith(raw) else DONE
     if any(ord(ch) < 0x20 for ch in raw):
         return None  # a raw newline or tab: no JSON string holds one
+    if _UNICODE_ESCAPE.search(raw):
+        return None  # the words are written as they are (the labels' JSON keeps non-ASCII): a unicode escape begun
+        # may have no fourth digit that keeps them on two lines, and the model, left free, loops in escapes
     pending = _PENDING_ESCAPE.search(raw) if after is None else None
     try:
         written = json.loads(f'"{raw[: pending.start("escape")] if pending else raw}"').removeprefix(_LABEL)
     except json.JSONDecodeError:
-        return None  # an escape JSON has not (`\s`, `\u002 `)
+        return None  # an escape JSON has not (`\s`)
     if "  " in written or any(ch.isspace() and ch != " " for ch in written):
         return None  # words one space apart, as the tools' texts are read (`_words`)
     words = _words(written)
