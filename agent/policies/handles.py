@@ -29,6 +29,8 @@ JSON string, and once closed the call goes on (`,` or `}`). It writes its words 
 `"` and a backslash: each of the eleventh run's student's 14 malformed calls was a unicode escape begun in
 a reason (`"update: CH` then `u002a`, `u002b`, ... each after a backslash), whose fourth digit no token
 could give that kept the words on two lines, so the model, left free, wrote escapes to its token budget.
+Held off those, it wrote a backslash no escape of the lines goes on from (`"update: Canada` then
+`s000132`), so a backslash is let through only where one does.
 
 A dating names a memory with relative time. Inside an update call's `"memory_id"` with no `"content"`
 before it (an update that dates: the tool does the arithmetic), only the live handles last shown with the
@@ -62,8 +64,8 @@ _KEY = re.compile(r'"(memory_ids?|superseded_by)"')
 _CALL = re.compile(r'"name"\s*:\s*"(\w+)"')
 _REASON = re.compile(r'"reason"\s*:\s*"((?:[^"\\]|\\.)*)"')
 _REASON_KEY = re.compile(r'"reason"\s*:\s*"')
-# An escape the next token may complete, at the end of a JSON string's body so far: a lone `\`.
-_PENDING_ESCAPE = re.compile(r"(?<!\\)(?:\\\\)*(?P<escape>\\)$")
+# An escape the next token may complete, at the end of a JSON string's body so far: a lone backslash.
+_PENDING_ESCAPE = re.compile(r"(?<!\\)(?:\\\\)*\\$")
 # A unicode escape (a backslash and `u`, not an escaped backslash and a `u`): a reason never needs one (see `reason_state`).
 _UNICODE_ESCAPE = re.compile(r"(?<!\\)(?:\\\\)*\\u")
 _LABEL = "update:"
@@ -143,8 +145,11 @@ def reason_state(value: str, texts: Mapping[str, str], last: bool = False) -> st
         return None  # the words are written as they are (the labels' JSON keeps non-ASCII): a unicode escape begun
         # may have no fourth digit that keeps them on two lines, and the model, left free, loops in escapes
     pending = _PENDING_ESCAPE.search(raw) if after is None else None
+    if pending:  # a lone backslash: open only where an escaped quote or backslash the lines hold goes on from it
+        fits = (reason_state(value + piece, texts, last) for piece in ('"', "\\"))
+        return OPEN if any(state is not None for state in fits) else None
     try:
-        written = json.loads(f'"{raw[: pending.start("escape")] if pending else raw}"').removeprefix(_LABEL)
+        written = json.loads(f'"{raw}"').removeprefix(_LABEL)
     except json.JSONDecodeError:
         return None  # an escape JSON has not (`\s`)
     if "  " in written or any(ch.isspace() and ch != " " for ch in written):
