@@ -174,7 +174,7 @@ def test_a_supersessions_reason_names_the_lines_it_begins(call, named):
         ('update: Thomas Kyd was born in the city of" ', OPEN),  # closed: the call must go on
         ('update: Thomas Kyd was born in the city of "s000033", ', None),  # closed, and words after it
         ("update: Thomas\nKyd", None),  # a raw newline: no JSON string holds one
-        ("update: Thomas \\u", None),  # words are written as they are: no `\\u` escape, even one that
+        ("update: Thomas \\u", None),  # words are written as they are: no `\u` escape, even one that
         ("update: Thomas \\u004B", None),  # would spell them ("Thomas K")
         ("update: Thomas\\u004 B", None),
         ("update: Thomas\\s000014", None),  # an escape JSON has not

@@ -66,7 +66,7 @@ _REASON = re.compile(r'"reason"\s*:\s*"((?:[^"\\]|\\.)*)"')
 _REASON_KEY = re.compile(r'"reason"\s*:\s*"')
 # An escape the next token may complete, at the end of a JSON string's body so far: a lone backslash.
 _PENDING_ESCAPE = re.compile(r"(?<!\\)(?:\\\\)*\\$")
-# A unicode escape (a backslash and `u`, not an escaped backslash and a `u`): a reason never needs one (see `reason_state`).
+# A unicode escape (a backslash and `u`, not an escaped backslash and a `u`): no reason needs one.
 _UNICODE_ESCAPE = re.compile(r"(?<!\\)(?:\\\\)*\\u")
 _LABEL = "update:"
 # The other handle of a supersession's pair, where the call has written it: the two must differ.
@@ -141,9 +141,10 @@ def reason_state(value: str, texts: Mapping[str, str], last: bool = False) -> st
         return OPEN if after is None and _LABEL.startswith(raw) else DONE
     if any(ord(ch) < 0x20 for ch in raw):
         return None  # a raw newline or tab: no JSON string holds one
+    # The words are written as they are (the labels' JSON keeps non-ASCII): a unicode escape begun may have no
+    # fourth digit that keeps them on two lines, and the model, left free, loops in escapes.
     if _UNICODE_ESCAPE.search(raw):
-        return None  # the words are written as they are (the labels' JSON keeps non-ASCII): a unicode escape begun
-        # may have no fourth digit that keeps them on two lines, and the model, left free, loops in escapes
+        return None
     pending = _PENDING_ESCAPE.search(raw) if after is None else None
     if pending:  # a lone backslash: open only where an escaped quote or backslash the lines hold goes on from it
         fits = (reason_state(value + piece, texts, last) for piece in ('"', "\\"))
