@@ -145,8 +145,8 @@ def reason_state(value: str, texts: Mapping[str, str], last: bool = False) -> st
     # fourth digit that keeps them on two lines, and the model, left free, loops in escapes.
     if _UNICODE_ESCAPE.search(raw):
         return None
-    pending = _PENDING_ESCAPE.search(raw) if after is None else None
-    if pending:  # a lone backslash: open only where an escaped quote or backslash the lines hold goes on from it
+    if after is None and _PENDING_ESCAPE.search(raw):  # a lone backslash: open only where an escaped quote or
+        # backslash the lines hold goes on from it
         fits = (reason_state(value + piece, texts, last) for piece in ('"', "\\"))
         return OPEN if any(state is not None for state in fits) else None
     try:
