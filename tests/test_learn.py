@@ -29,6 +29,7 @@ from memupdate.rl.distill.learn import (
     kept_out,
     learn,
     lowers_held_out_loss,
+    replay,
     teacher,
 )
 from memupdate.rl.distill.task import Rollout
@@ -68,7 +69,8 @@ def test_every_stage_runs_writes_metrics_and_resumes(store: MemoryStore, sample,
         # The rule unexplored teaches: its units are the neighbourhoods where its own edits move a question,
         # so its groups earn a reward on every run (explored, all four rollouts could miss).
         # DAgger's examples end at each rollout's first slip here (targeted: every slip corrected).
-        config = replace(config, train_questions=2, label_units=4, rl_label_units=1, explore=0.0, dagger_states="first")
+        # DAgger aggregates: one of the rule's label trajectories replayed per correction.
+        config = replace(config, train_questions=2, label_units=4, rl_label_units=1, explore=0.0, dagger_states="first", dagger_replay=1.0)
     out = tmp_path / "run"
     try:
         metrics = learn(store, [sample], [held_out], config, out)
@@ -115,6 +117,7 @@ def test_every_stage_runs_writes_metrics_and_resumes(store: MemoryStore, sample,
     if task == "compaction":  # the rule's trajectories on label units trained SFT; RL rolled out on one
         assert stages["sft"]["result"]["label_trajectories"] == len(stages["teacher-labels"]["result"]) >= 1
         assert rl["dagger_label_unit_rollouts"] == 1
+        assert rl["dagger_replayed"] == min(rl["dagger_corrections"], stages["sft"]["result"]["label_trajectories"]) > 0
     kept = improves(rl)  # rl-1 is the final student only if it beat its start
     for name in ("metrics.json", "learning_curve.png", "sft/config.json", *(["rl-1/model.safetensors"] if kept else [])):
         assert (out / name).is_file(), name
@@ -232,6 +235,21 @@ def test_an_rl_iteration_chosen_by_agreement_is_kept_only_if_a_candidate_beats_i
     assert improves({"agreement": {"chosen": 3e-4}, "training": {"held_out_loss": [0.1, 0.2]}})
     assert not improves({"agreement": {"chosen": None}, "training": {"held_out_loss": [0.2, 0.1]}})
     assert improves({"training": {"held_out_loss": [0.2, 0.1]}})  # the loss gate
+
+
+def test_dagger_replays_the_rules_label_trajectories_per_correction() -> None:
+    """An RL iteration's corrections come with `dagger_replay` of the rule's label trajectories each, spread
+    over those SFT trained on (never a kept-out unit's)."""
+    records = [Rollout(f"u{i}", [{"role": "assistant", "content": f"u{i}"}], 0.0, {}) for i in range(8)]
+
+    def replayed(share: float, corrections: int) -> list[str]:
+        run = SimpleNamespace(label_records=records, config=SimpleNamespace(dagger_replay=share), trains_on=lambda group: group != "u2")
+        return [messages[0]["content"] for messages in replay(run, corrections)]
+
+    assert replayed(0.0, 5) == []
+    assert replayed(1.0, 3) == ["u0", "u3", "u5"]
+    assert replayed(0.5, 5) == ["u0", "u4"]  # round(2.5): banker's rounding, two
+    assert replayed(2.0, 5) == ["u0", "u1", "u3", "u4", "u5", "u6", "u7"]  # no more than there are
 
 
 def test_the_held_out_loss_keeps_out_label_units_and_reads_each_bank_kind(sample) -> None:

@@ -74,6 +74,7 @@ def learn_command(
     keep_best: bool = config_option("keep_best", help="Each stage saves its epoch with the lowest held-out loss (--no-keep-best: its last)."),
     dagger: bool = config_option("dagger", help="RL iterations also imitate the rule's action wherever the student's own turn differed (heuristic teacher)."),
     dagger_states: str = config_option("dagger_states", help="DAgger's examples: every turn where the student did otherwise | first: each rollout up to its first slip (its own right turns trained), then the rule's action there."),
+    dagger_replay: float = config_option("dagger_replay", min=0.0, help="DAgger: per correction, replay this many of the rule's label-unit trajectories SFT trained on (0: the corrections alone)."),
     grpo: bool = config_option("grpo", help="RL iterations train on the student's and the teacher's groups, advantage-weighted (--no-grpo: DAgger's corrections alone)."),
     top_layers: int = config_option("top_layers", help="Train only the last N transformer layers (0: all)."),
     lora_rank: int = config_option("lora_rank", help="> 0 with --top-layers 0: LoRA adapters (GPU, large students)."),

@@ -103,6 +103,10 @@ class LearnConfig(TrainConfig):
     # DAgger's examples: "every" turn where the student did otherwise (`relabelled`), or "first": each rollout up
     # to its first slip, the student's own right turns and the rule's action at the slip (`until_first_slip`).
     dagger_states: str = "every"
+    # DAgger aggregates its data set: each RL iteration also replays this many of the rule's label-unit
+    # trajectories SFT trained on per correction, spread over them (0: the corrections alone, which are
+    # mostly one kind of slip and pull the student off what SFT taught).
+    dagger_replay: float = 0.0
     grpo: bool = True  # RL iterations train on the groups, advantage-weighted (off: DAgger's corrections alone)
     tiny_vocab_size: int = 4000  # student "tiny": its tokenizer's vocabulary, width and depth
     tiny_hidden_size: int = 128

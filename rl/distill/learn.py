@@ -393,18 +393,21 @@ def rl_iteration(run: Run, k: int, start: Path, target: Path, teacher_records: l
     # each rollout's first, `dagger_states`), with the rule's action as the turn (equal-reward groups too: a
     # label needs no reward to compare).
     corrections = (until_first_slip if config.dagger_states == "first" else relabelled)(rolled + labelling)
+    replayed = replay(run, len(corrections))
     if agreement_gate(run):
-        gate = {"agreement": train_by_agreement(run, k, start, target, records, weights, corrections)}
+        gate = {"agreement": train_by_agreement(run, k, start, target, records, weights, corrections + replayed)}
         training = gate["agreement"].pop("training")
     else:
         gate, training = {}, train_stage(
-            run, start, target, records, weights, config.rl_epochs, rl_learning_rate(run), () if config.rl_learning_rate else config.rl_sweep, corrections,
+            run, start, target, records, weights, config.rl_epochs, rl_learning_rate(run), () if config.rl_learning_rate else config.rl_sweep,
+            corrections + replayed,
         )
     return {
         **stats,
         "dagger_labels": sum(len(r.facts.get("teacher_labels", [])) for r in rolled + labelling),
         "dagger_corrections": len(corrections),
         "dagger_label_unit_rollouts": len(labelling),
+        "dagger_replayed": len(replayed),
         "student": summarize(own),
         "student_reward_mean": mean([r.reward for r in own]),
         "rollouts_per_minute": round(len(own) / minutes, 2) if minutes > 0 else None,
@@ -414,6 +417,13 @@ def rl_iteration(run: Run, k: int, start: Path, target: Path, teacher_records: l
         "training": training,
         **gate,
     }
+
+
+def replay(run: Run, corrections: int) -> list[list[dict[str, Any]]]:
+    """DAgger's aggregated data set: `dagger_replay` per correction of the rule's label-unit trajectories
+    that SFT trained on, spread over them (the corrections alone are mostly one kind of slip)."""
+    pool = [r.messages for r in run.label_records if r.messages and run.trains_on(r.group)]
+    return spread(pool, round(run.config.dagger_replay * corrections))
 
 
 def informative_groups(run: Run, policy: PolicyGroup, k: int, teacher_records: list[Rollout]) -> tuple[list[Rollout], set[str], int]:
