@@ -32,15 +32,19 @@ LIVE = frozenset({"f0012", "f0013", "f0101"})
     [
         ("", True, OPEN),
         (': ["f00', True, OPEN),
-        (': ["f0012", "f0013"]', True, DONE),
-        (': ["f0012", "f0013"]}}', True, DONE),  # what follows the value is free
+        (': ["f0012", "f0013"]', True, OPEN),  # closed: the call goes on after it
+        (': ["f0012", "f0013"]}}', True, DONE),  # what follows the `}` is free
+        (': ["f0012", "f0013"] \n, "reason": "x', True, DONE),
+        (': ["f0012", "f0013"] "', True, None),
         (': ["f0012", "f001', True, OPEN),  # f0013 is left
         (': ["f0012", "f0012', True, None),  # named twice: refused before it is closed
         (': ["f0012"]', True, None),  # a merge needs two
         (': ["f0012", "f0099"', True, None),  # never shown
         (': ["f0012", "m9', True, None),
         (': ["f0012" "f0013"]', True, None),  # no comma
-        (': "f0101"', False, DONE),
+        (': "f0101"', False, OPEN),
+        (': "f0101", "superseded_by": "f0012"', False, DONE),
+        (': "f0101"\n"superseded_by": "f0101"', False, None),  # the same key again, no comma
         (': "f01', False, OPEN),
         (': ["f0101"]', False, None),  # memory_id takes one handle, not a list
         (': "x"', False, None),
@@ -108,9 +112,29 @@ def test_constraint_keeps_a_random_model_on_live_distinct_handles(tiny_model):
 
     value = _merge_value(policy, constrain=True)
     assert scan(value, LIVE, many=True) in (OPEN, DONE), value
-    if scan(value, LIVE, many=True) == DONE:
+    if "]" in value:
         named = json.loads(value[value.index("[") : value.index("]") + 1])
         assert len(set(named)) == len(named) >= 2 and set(named) <= LIVE
+
+
+def test_a_call_goes_on_after_its_handle(tiny_model):
+    """After a handle's value the constraint lets through only what goes on with the call (`,` or `}`): a
+    random model, free, writes something else there."""
+    policy = HuggingFaceChatModel.from_pretrained(tiny_model)
+    tokenizer, model = policy.tokenizer, policy.hf_model
+    prefix = tokenizer("<|im_start|>assistant\n", return_tensors="pt")["input_ids"]
+    call = tokenizer('<tool_call>\n{"name": "delete_memory", "arguments": {"memory_id": "f0101"', return_tensors="pt")["input_ids"]
+    ids = torch.cat([prefix, call], dim=1)
+
+    def after(processors: list) -> str:
+        with torch.no_grad():
+            out = model.generate(ids, max_new_tokens=8, do_sample=False, logits_processor=processors, pad_token_id=0)
+        return tokenizer.decode(out[0, prefix.shape[1] :], skip_special_tokens=True).split('"memory_id"', 1)[1]
+
+    free = after([])
+    assert scan(free, LIVE, many=False) is None, f"the test needs a model that goes wrong when free: {free!r}"
+    constrained = after([HandleConstraint(tokenizer, prefix.shape[1], dict.fromkeys(LIVE, ""))])
+    assert scan(constrained, LIVE, many=False) in (OPEN, DONE), constrained
 
 
 def test_policy_constrains_only_a_memory_id_value(tiny_model, monkeypatch):

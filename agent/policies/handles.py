@@ -30,7 +30,9 @@ JSON string, and once closed the call goes on (`,` or `}`). It writes its words 
 a reason (`"update: CH` then `u002a`, `u002b`, ... each after a backslash), whose fourth digit no token
 could give that kept the words on two lines, so the model, left free, wrote escapes to its token budget.
 Held off those, it wrote a backslash no escape of the lines goes on from (`"update: Canada` then
-`s000132`), so a backslash is let through only where one does.
+`s000132`), so a backslash is let through only where one does. After a handle's value the call goes on
+(`,` or `}`): an RL candidate wrote `"superseded_by": "s000452"` and then, with no comma, the same key
+again until its token budget ran out.
 
 A dating names a memory with relative time. Inside an update call's `"memory_id"` with no `"content"`
 before it (an update that dates: the tool does the arithmetic), only the live handles last shown with the
@@ -197,14 +199,18 @@ def _string_so_far(value: str) -> tuple[str, str | None]:
 
 def scan(tail: str, handles: frozenset[str], many: bool) -> str | None:
     """How far `tail`, the text after a `"memory_id"` (`many=False`) or `"memory_ids"` key, gets through
-    `: "h"` or `: ["h1", "h2", ...]` over `handles`, each once and two at least in a list: DONE once the
-    value is closed, OPEN while it can still become one, None once it cannot."""
+    `: "h"` or `: ["h1", "h2", ...]` over `handles`, each once and two at least in a list, the call going on
+    after it (`,` or `}`): DONE once it has, OPEN while it can still, None once it cannot."""
     n = len(tail)
 
     def skip(i: int) -> int:
         while i < n and tail[i].isspace():
             i += 1
         return i
+
+    def closed(i: int) -> str | None:
+        i = skip(i)
+        return OPEN if i == n else DONE if tail[i] in ",}" else None
 
     i = skip(0)
     if i == n:
@@ -224,7 +230,7 @@ def scan(tail: str, handles: frozenset[str], many: bool) -> str | None:
         if i == n:
             return OPEN
         if many and tail[i] == "]":
-            return DONE if len(chosen) >= 2 else None
+            return closed(i + 1) if len(chosen) >= 2 else None
         if chosen:
             if tail[i] != ",":
                 return None
@@ -241,7 +247,7 @@ def scan(tail: str, handles: frozenset[str], many: bool) -> str | None:
         if name not in left:
             return None
         if not many:
-            return DONE
+            return closed(end + 1)
         chosen.append(name)
         i = end + 1
 
