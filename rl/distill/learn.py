@@ -358,7 +358,7 @@ def sft(run: Run, start: Path, teacher_records: list[Rollout]) -> dict[str, Any]
     _, stats = assign_advantages(teacher_records)
     weights = imitation_weights(teacher_records)
     config = run.config
-    imitations = [r.messages for r in run.label_records if r.messages and run.trains_on(r.group)]
+    imitations = label_trajectories(run)
     training = train_stage(
         run, start, run.out / "sft", teacher_records, weights, config.sft_epochs, config.learning_rate, config.sweep, imitations,
     )
@@ -419,11 +419,15 @@ def rl_iteration(run: Run, k: int, start: Path, target: Path, teacher_records: l
     }
 
 
+def label_trajectories(run: Run) -> list[list[dict[str, Any]]]:
+    """The rule's trajectories on the label units training reads (SFT imitates them all)."""
+    return [r.messages for r in run.label_records if r.messages and run.trains_on(r.group)]
+
+
 def replay(run: Run, corrections: int) -> list[list[dict[str, Any]]]:
     """DAgger's aggregated data set: `dagger_replay` per correction of the rule's label-unit trajectories
     that SFT trained on, spread over them (the corrections alone are mostly one kind of slip)."""
-    pool = [r.messages for r in run.label_records if r.messages and run.trains_on(r.group)]
-    return spread(pool, round(run.config.dagger_replay * corrections))
+    return spread(label_trajectories(run), round(run.config.dagger_replay * corrections))
 
 
 def informative_groups(run: Run, policy: PolicyGroup, k: int, teacher_records: list[Rollout]) -> tuple[list[Rollout], set[str], int]:
