@@ -160,10 +160,16 @@ def reason_state(value: str, texts: Mapping[str, str], last: bool = False) -> st
     words = _words(written)
     if after is not None:
         named = len(_begun_by(words + " ", texts)) if words else 0
-        after = after.lstrip()
-        return None if named < 2 or after[:1] not in ("", ",", "}" if last else ",") else DONE if after else OPEN
+        return None if named < 2 else _goes_on(after, ",}" if last else ",")
     words += " " if written[-1:].isspace() and words else ""  # a word ended: the next one is another
     return OPEN if len(_begun_by(words, texts)) >= 2 else None
+
+
+def _goes_on(rest: str, closers: str) -> str | None:
+    """After a value has closed: OPEN while only spaces follow, DONE once the call goes on (one of `closers`),
+    None once it goes anywhere else."""
+    rest = rest.lstrip()
+    return OPEN if not rest else DONE if rest[0] in closers else None
 
 
 def _open_reason(text: str) -> tuple[str, bool] | None:
@@ -208,10 +214,6 @@ def scan(tail: str, handles: frozenset[str], many: bool) -> str | None:
             i += 1
         return i
 
-    def closed(i: int) -> str | None:
-        i = skip(i)
-        return OPEN if i == n else DONE if tail[i] in ",}" else None
-
     i = skip(0)
     if i == n:
         return OPEN
@@ -230,7 +232,7 @@ def scan(tail: str, handles: frozenset[str], many: bool) -> str | None:
         if i == n:
             return OPEN
         if many and tail[i] == "]":
-            return closed(i + 1) if len(chosen) >= 2 else None
+            return _goes_on(tail[i + 1 :], ",}") if len(chosen) >= 2 else None
         if chosen:
             if tail[i] != ",":
                 return None
@@ -247,7 +249,7 @@ def scan(tail: str, handles: frozenset[str], many: bool) -> str | None:
         if name not in left:
             return None
         if not many:
-            return closed(end + 1)
+            return _goes_on(tail[end + 1 :], ",}")
         chosen.append(name)
         i = end + 1
 
