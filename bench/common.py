@@ -72,9 +72,9 @@ def bench_main(
 
 def open_engine(args: argparse.Namespace):
     """The engine to benchmark on, migrated: `--url`, else the embedded server in `--data-dir` or a temp dir."""
+    from memupdate.migrations.schema import upgrade
     from memupdate.store.database import get_engine
     from memupdate.store.embedded import start_embedded_server, temporary_data_dir
-    from memupdate.store.migrate import upgrade
 
     if args.url:
         engine = get_engine(args.url)

@@ -17,12 +17,12 @@ import pytest
 from hypothesis import settings
 from sqlalchemy import text
 
+from memupdate.migrations.schema import upgrade
 from memupdate.rl.data.locomo import load_sample
 from memupdate.store import MemoryStore
 from memupdate.store.database import get_engine
 from memupdate.store.embedded import start_embedded_server, temporary_data_dir
 from memupdate.store.embeddings import get_embedder
-from memupdate.store.migrate import upgrade
 
 # CI replays the same examples every run (a failure there reproduces); locally, new examples each run.
 settings.register_profile("ci", derandomize=True)

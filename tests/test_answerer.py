@@ -21,6 +21,7 @@ from sqlalchemy import inspect
 from typer.testing import CliRunner
 
 from memupdate.cli import app
+from memupdate.migrations.schema import current_revision, downgrade, upgrade
 from memupdate.scoring.answer_prompts import DATE_HINT, answer_prompt, chosen_answer, parse_judgement
 from memupdate.scoring.answer_report import answerer_report, pearson
 from memupdate.scoring.answerer import answerer_qa_scores, make_answerer
@@ -28,7 +29,6 @@ from memupdate.scoring.llm_cache import LLMReplyCache
 from memupdate.scoring.metrics import bleu1, locomo_f1
 from memupdate.scoring.readers import AnswererError, AnswererUnavailable, ChatEndpoint
 from memupdate.store.database import get_engine
-from memupdate.store.migrate import current_revision, downgrade, upgrade
 
 runner = CliRunner()
 

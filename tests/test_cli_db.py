@@ -14,8 +14,8 @@ from sqlalchemy import inspect, text
 from typer.testing import CliRunner
 
 from memupdate.cli import app
+from memupdate.migrations.schema import current_revision, downgrade, drift, head_revision, upgrade
 from memupdate.store.database import get_engine
-from memupdate.store.migrate import current_revision, downgrade, drift, head_revision, upgrade
 
 runner = CliRunner()
 
@@ -64,8 +64,8 @@ def test_other_apps_tables_are_not_drift(fresh_database) -> None:
     """LangGraph's checkpointer (`agent run --checkpoint`) shares the database; its tables are not ours."""
     from sqlalchemy import text
 
+    from memupdate.migrations.schema import upgrade
     from memupdate.store.database import get_engine
-    from memupdate.store.migrate import upgrade
 
     engine = get_engine(fresh_database)
     upgrade(engine)

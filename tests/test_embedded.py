@@ -142,7 +142,7 @@ def test_data_dir_of_another_major_version_is_refused_and_kept(tmp_path) -> None
 
 
 def test_db_status_reports_the_vector_check(database_url) -> None:
-    from memupdate.store.migrate import status
+    from memupdate.migrations.schema import status
 
     assert status(get_engine(database_url))["vector_operations"] == "ok"
 

@@ -1,4 +1,5 @@
 """Imports point one way, and no module imports itself back through others, not even inside a function;
+a migration imports no constant from the package (editing a tuple must not rewrite history);
 the store is sealed: no module outside `store/` (and the migrations) names its tables, its statements
 or MemoryStore's private methods, and the store declares no other layer's tables.
 
@@ -15,7 +16,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 # The README's order: a layer imports only the layers before it (`text` and `llm` are siblings).
-LAYERS = ["store", "text", "llm", "bank", "scoring", "agent", "rl"]
+# `migrations` sits above every layer that declares tables, since running them loads them all.
+LAYERS = ["store", "text", "llm", "judge", "bank", "scoring", "migrations", "agent", "rl"]
 ABOVE_ALL = {"cli", "bench"}
 
 
@@ -167,3 +169,39 @@ def test_the_store_declares_only_its_own_tables_and_the_migrations_load_every_ta
     known = modules()
     loaded = imports("memupdate.migrations.models", known["memupdate.migrations.models"], known) | {"memupdate.store.models"}
     assert {module for module in tables.values()} <= loaded, "alembic check would not see every table"
+
+
+def constants_imported(path: Path, known: dict[str, Path]) -> list[str]:
+    """The package's module-level constants `path` imports (a name a module assigns rather than defines),
+    and any `import memupdate...` (its constants would be read as attributes)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found += [alias.name for alias in node.names if alias.name.split(".")[0] == "memupdate"]
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "memupdate":
+            if node.module not in known:
+                found.append(node.module)
+                continue
+            source = ast.parse(known[node.module].read_text())
+            assigned = {t.id for n in source.body if isinstance(n, (ast.Assign, ast.AnnAssign))
+                        for t in (n.targets if isinstance(n, ast.Assign) else [n.target]) if isinstance(t, ast.Name)}
+            found += [f"{node.module}.{alias.name}" for alias in node.names if alias.name in assigned]
+    return found
+
+
+def test_no_migration_imports_a_constant_from_the_package() -> None:
+    known = modules()
+    revisions = sorted((REPO / "migrations" / "versions").glob("0*.py"))
+    assert len(revisions) >= 4
+    imported = {path.name: found for path in revisions if (found := constants_imported(path, known))}
+    assert not imported, f"a migration writes its values as literals; these import them: {imported}"
+
+
+def test_the_constant_check_finds_an_imported_constant(tmp_path: Path) -> None:
+    revision = tmp_path / "0099_leaky.py"
+    revision.write_text(
+        "from memupdate.bank.models import SOURCE_KINDS, MemorySource\n"
+        "from memupdate.settings import get_settings\n"
+        "import memupdate.store.models\n"
+    )
+    assert constants_imported(revision, modules()) == ["memupdate.bank.models.SOURCE_KINDS", "memupdate.store.models"]

@@ -19,10 +19,10 @@ from sqlalchemy.exc import OperationalError
 
 from memupdate.agent.graph import run_episode
 from memupdate.agent.tools import run_tool
+from memupdate.migrations.schema import upgrade
 from memupdate.store import MemoryStore, NewMemory
 from memupdate.store.database import get_engine
 from memupdate.store.embedded import start_embedded_server
-from memupdate.store.migrate import upgrade
 
 FACTS = ["Melanie painted a lake sunrise", "Melanie paints lake sunrises", "Caroline moved from Sweden"]
 

@@ -12,9 +12,9 @@ from reliability_helpers import SQL_LOOKING, as_events
 from sqlalchemy import event, text
 
 from memupdate.agent.tools import run_tool
+from memupdate.migrations.schema import alembic_config, current_revision, downgrade, head_revision, upgrade
 from memupdate.store import MemoryNotFound, MemoryStore, NewMemory
 from memupdate.store.database import get_engine
-from memupdate.store.migrate import alembic_config, current_revision, downgrade, head_revision, upgrade
 
 
 def test_upgrade_downgrade_upgrade_keeps_the_data(fresh_database, embedder) -> None:

@@ -192,10 +192,10 @@ def open_store(url: str | None = None, *, embed_on_demand: bool = False):
     """The root store on the configured database, migrated to head first (the embedded one needs it).
     `embed_on_demand`: load the embedding model only when something is embedded (commands that read or
     restore rows, `history`, `undo`, `review`, an idle `watch` pass, never pay for torch and the model)."""
+    from memupdate.migrations.schema import current_revision, head_revision, upgrade
     from memupdate.store import MemoryStore
     from memupdate.store.database import get_engine
     from memupdate.store.embeddings import get_embedder
-    from memupdate.store.migrate import current_revision, head_revision, upgrade
 
     engine = get_engine(url)
     if current_revision(engine) != head_revision():

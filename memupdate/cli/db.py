@@ -16,8 +16,8 @@ app = typer.Typer(help="Create, migrate and inspect the memory database.", no_ar
 @user_errors
 def db_upgrade(revision: str = typer.Argument("head"), url: str | None = URL_OPTION) -> None:
     """Migrate the database up to REVISION (default: head), creating the vector extension."""
+    from memupdate.migrations.schema import current_revision, upgrade
     from memupdate.store.database import get_engine
-    from memupdate.store.migrate import current_revision, upgrade
 
     engine = get_engine(url)
     upgrade(engine, revision)
@@ -28,8 +28,8 @@ def db_upgrade(revision: str = typer.Argument("head"), url: str | None = URL_OPT
 @user_errors
 def db_downgrade(revision: str = typer.Argument("-1"), url: str | None = URL_OPTION) -> None:
     """Migrate the database down to REVISION (default: one step; `base` removes memupdate's tables)."""
+    from memupdate.migrations.schema import current_revision, downgrade
     from memupdate.store.database import get_engine
-    from memupdate.store.migrate import current_revision, downgrade
 
     engine = get_engine(url)
     downgrade(engine, revision)
@@ -41,9 +41,9 @@ def db_downgrade(revision: str = typer.Argument("-1"), url: str | None = URL_OPT
 def db_status(url: str | None = URL_OPTION, as_json: bool = typer.Option(False, "--json")) -> None:
     """Show the revision, PostgreSQL and pgvector versions, and namespace and memory counts (bases and
     trajectory forks apart)."""
+    from memupdate.migrations.schema import status
     from memupdate.rl.leftover_forks import namespace_summary
     from memupdate.store.database import get_engine
-    from memupdate.store.migrate import status
 
     engine = get_engine(url)
     info = status(engine)

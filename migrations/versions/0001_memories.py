@@ -20,7 +20,6 @@ from pgvector.sqlalchemy import Vector
 from sqlalchemy.dialects import postgresql
 
 from memupdate.settings import get_settings
-from memupdate.store.models import MAX_CONTENT_CHARS, MEMORY_KINDS
 
 revision: str = "0001"
 down_revision: str | None = None
@@ -42,8 +41,8 @@ def upgrade() -> None:
         sa.Column("seq", sa.BigInteger(), sa.Identity(), nullable=False),
         sa.Column("created_at", sa.DateTime(timezone=True), server_default=sa.text("now()"), nullable=False),
         sa.Column("updated_at", sa.DateTime(timezone=True), server_default=sa.text("now()"), nullable=False),
-        sa.CheckConstraint(f"kind IN {MEMORY_KINDS}", name="ck_memories_kind"),
-        sa.CheckConstraint(f"char_length(content) BETWEEN 1 AND {MAX_CONTENT_CHARS}", name="ck_memories_content"),
+        sa.CheckConstraint("kind IN ('episodic', 'semantic', 'procedural')", name="ck_memories_kind"),
+        sa.CheckConstraint("char_length(content) BETWEEN 1 AND 4000", name="ck_memories_content"),
         sa.PrimaryKeyConstraint("id"),
         sa.UniqueConstraint("namespace", "key", name="uq_memories_namespace_key"),
     )

@@ -13,8 +13,6 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-from memupdate.scoring.llm_cache import LLM_REPLY_KINDS
-
 revision: str = "0002"
 down_revision: str | None = "0001"
 branch_labels: str | Sequence[str] | None = None
@@ -32,7 +30,7 @@ def upgrade() -> None:
         sa.Column("question", sa.Text(), nullable=False),
         sa.Column("reply", sa.Text(), nullable=False),
         sa.Column("created_at", sa.DateTime(timezone=True), server_default=sa.text("now()"), nullable=False),
-        sa.CheckConstraint(f"kind IN {LLM_REPLY_KINDS}", name="ck_llm_replies_kind"),
+        sa.CheckConstraint("kind IN ('answer', 'judge')", name="ck_llm_replies_kind"),
         sa.PrimaryKeyConstraint("id"),
         sa.UniqueConstraint(
             "kind", "model", "template_hash", "input_hash", "question", name="uq_llm_replies_key"

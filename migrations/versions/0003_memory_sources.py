@@ -15,8 +15,6 @@ import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects import postgresql
 
-from memupdate.bank.models import SOURCE_KINDS
-
 revision: str = "0003"
 down_revision: str | None = "0002"
 branch_labels: str | Sequence[str] | None = None
@@ -33,7 +31,7 @@ def upgrade() -> None:
         sa.Column("items", postgresql.JSONB(), server_default="{}", nullable=False),
         sa.Column("imported_at", sa.DateTime(timezone=True), server_default=sa.text("now()"), nullable=False),
         sa.Column("exported_at", sa.DateTime(timezone=True), nullable=True),
-        sa.CheckConstraint(f"kind IN {SOURCE_KINDS}", name="ck_memory_sources_kind"),
+        sa.CheckConstraint("kind IN ('langgraph', 'items', 'texts')", name="ck_memory_sources_kind"),
         sa.PrimaryKeyConstraint("namespace"),
     )
 

@@ -18,7 +18,6 @@ from alembic import op
 from pgvector.sqlalchemy import Vector
 from sqlalchemy.dialects import postgresql
 
-from memupdate.bank.models import CHANGE_STATUSES
 from memupdate.settings import get_settings
 
 revision: str = "0004"
@@ -40,7 +39,7 @@ def upgrade() -> None:
         sa.Column("created_at", sa.DateTime(timezone=True), server_default=sa.text("now()"), nullable=False),
         sa.Column("applied_at", sa.DateTime(timezone=True), nullable=True),
         sa.Column("undone_at", sa.DateTime(timezone=True), nullable=True),
-        sa.CheckConstraint(f"status IN {CHANGE_STATUSES}", name="ck_memory_changes_status"),
+        sa.CheckConstraint("status IN ('proposed', 'applied', 'undone', 'discarded')", name="ck_memory_changes_status"),
         sa.PrimaryKeyConstraint("id"),
     )
     op.create_index("ix_memory_changes_namespace", "memory_changes", ["namespace", "id"])

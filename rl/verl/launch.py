@@ -263,11 +263,11 @@ def check_database(
     """(the URL workers get, what was done); LaunchError when the database is unreachable, not migrated,
     or lacks a base namespace. Leftover forks under the bases are pruned when `prune_after` is set
     (only counted on a dry run)."""
+    from memupdate.migrations.schema import current_revision, head_revision
     from memupdate.rl.leftover_forks import list_forks, prune_forks
     from memupdate.store import MemoryStore
     from memupdate.store.database import get_engine
     from memupdate.store.embeddings import get_embedder
-    from memupdate.store.migrate import current_revision, head_revision
 
     engine = get_engine(url)  # DatabaseError (unreachable) names the URL and the fix
     shown = engine.url.render_as_string(hide_password=True)

@@ -1,9 +1,13 @@
-"""Alembic, driven from Python: `memupdate db upgrade|downgrade|status` and the tests use these.
+"""The schema's revision, driven from Python: `memupdate db upgrade|downgrade|status` and the tests use these.
 
-    from memupdate.store.migrate import upgrade, status
+    from memupdate.migrations.schema import upgrade, status, drift
     upgrade(engine)            # CREATE EXTENSION vector; tables; indexes
     status(engine)             # {"revision": "0001", "server_version": "18.4", "pgvector_version": "0.8.5",
                                #  "vector_operations": "ok", ...}
+    drift(engine)              # [] when every layer's tables match the live schema (`alembic check`)
+
+It lives with the migrations, above every layer that declares tables (store, bank, scoring): running
+them and checking drift needs all of those tables, and the store must not import upward.
 """
 
 from __future__ import annotations
@@ -18,13 +22,13 @@ from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Engine, func, select
 
-import memupdate.migrations
+from memupdate.migrations.models import metadata
 from memupdate.store.database import require_pgvector, server_info
 from memupdate.store.embedded import check_vector_operations
 from memupdate.store.errors import DatabaseError
 from memupdate.store.models import Memory
 
-MIGRATIONS_DIR = Path(memupdate.migrations.__file__).parent
+MIGRATIONS_DIR = Path(__file__).parent
 
 
 def alembic_config(connection=None) -> Config:
@@ -74,9 +78,6 @@ def head_revision() -> str | None:
 
 def drift(engine: Engine) -> list[Any]:
     """Differences between the models and the live schema (what `alembic check` reports); [] = none."""
-    # Every layer's tables, as the migrations see them: the store alone would call the others drift.
-    from memupdate.migrations.models import metadata
-
     with engine.connect() as conn:
         return compare_metadata(MigrationContext.configure(conn), metadata)
 
