@@ -289,10 +289,7 @@ def _undo_one(conn: Connection, bank: MemoryStore, change: ChangeRecord) -> None
     for key, _op, _before, after in logged:
         now = current[key].as_event() if key in current else None
         if now != after:
-            raise ChangeConflict(
-                f"memory {key!r} of {bank.path!r} was changed after change {change.id} was applied: nothing was undone; "
-                "undo the later changes first (`memupdate history` lists them) or edit it back"
-            )
+            raise ChangeConflict(_moved_since(bank, change, key, after, deleted=now is None and after is not None))
     restore = [k for k, op, _b, _a in logged if op in ("update", "delete")]
     kept = set(
         conn.execute(select(superseded.c.key).where(superseded.c.change_id == change.id, superseded.c.key.in_(restore))).scalars()
@@ -317,6 +314,31 @@ def _undo_one(conn: Connection, bank: MemoryStore, change: ChangeRecord) -> None
             entries.append(NewEvent("create", key, None, before))
     writer.append_events(entries, connection=conn)
 
+
+
+def _moved_since(bank: MemoryStore, change: ChangeRecord, key: str, after: dict | None, *, deleted: bool) -> str:
+    """Why a change cannot be undone, in the words of whoever holds the memory: the app's own key for a
+    bank kept in step with a LangGraph store, what happened to it (deleted or rewritten) and by whom."""
+    from memupdate.bank.sources import read_source, store_key
+
+    last = next((e for e in reversed(bank.events()) if e.memory_key == key and e.op in ("create", "update", "delete")), None)
+    by_change = last.episode if last is not None and written_by_a_change(last) else None
+    what = "deleted" if deleted else "rewritten"
+    undone = f"nothing was undone; `memupdate history {bank.path} --change {change.id}` shows its texts"
+    if by_change:  # a later change of memupdate's own: undoing that one first makes this one undoable
+        later = by_change.split(":", 1)[1]
+        verb = "undoing" if by_change.startswith("undo:") else "change"
+        return (f"memory {key!r} of {bank.path!r} was {what} by {verb} {later} after change {change.id} was applied: "
+                f"{undone}; undo change {later} first")
+    record = read_source(bank)
+    if record is not None and record["kind"] == "langgraph":
+        mapped = {state["key"]: source_key for source_key, state in record["items"].items()}
+        app_key = (change.summary.get("app_keys") or {}).get(key) or mapped.get(key) \
+            or store_key(bank.path, key, (after or {}).get("metadata"))
+        return (f"the app {what} its item {app_key!r} (memory {key!r} of {bank.path!r}) after change {change.id} "
+                f"was applied: {undone}; {'the deletion' if deleted else 'its write'} stays, as the app made it")
+    fix = "recreate it from those texts if you want it back" if deleted else "edit it back first"
+    return f"memory {key!r} of {bank.path!r} was {what} after change {change.id} was applied (not by a change): {undone}; {fix}"
 
 
 # -- change episodes and forks -----------------------------------------------------------------------

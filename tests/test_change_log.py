@@ -119,7 +119,7 @@ def test_undo_to_a_change_and_refusal_after_a_later_edit(store: MemoryStore) -> 
     assert [c.id for c in undone] == [second.id] and bank_rows(bank) == after_first
     edited = bank.list()[0]
     bank.update(edited.key, content="Alice moved to Porto in 2022")
-    with pytest.raises(ChangeConflict, match="was changed after change"):
+    with pytest.raises(ChangeConflict, match="was rewritten after change"):
         undo(bank, to=0)
     bank.update(edited.key, content=edited.content)  # edit it back: the undo can run
     undo(bank, to=0)

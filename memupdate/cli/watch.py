@@ -108,6 +108,19 @@ def _require_banks(root, source: str) -> None:
     raise MemupdateError(f"source {source!r} is neither a postgresql:// URL nor a path holding banks: check it; {hint}")
 
 
+def _require_banks_under(root, under: str) -> None:
+    """`review --under` a path holding no bank is a typo, not an empty queue: say so, naming the nearest."""
+    from memupdate.bank.namespaces import COMPACTION_LABEL, banks_under
+    from memupdate.rl.data.namespaces import TRAJ_LABEL
+    from memupdate.store.inventory import nearest_namespaces
+
+    if banks_under(root.engine, under):
+        return
+    near = nearest_namespaces(root.engine, under, fork_labels=(COMPACTION_LABEL, TRAJ_LABEL))
+    hint = f"did you mean {' or '.join(near)}?" if near else "the database holds no banks yet (memupdate data import)"
+    raise MemupdateError(f"--under {under!r}: no bank is at or under that path: check it; {hint}")
+
+
 def _bank_questions(questions: Path | None, locomo: Path | None):
     """The questions of the safety rule's QA check: the --questions file for every bank, else a LoCoMo
     bank's own."""
@@ -156,6 +169,8 @@ def review_command(
         _decide(root, accept, reject, reason, source_url)
         return
     check_output(html, "--html", (".html", ".htm"))
+    if under:
+        _require_banks_under(root, under.strip("/"))
     queued = [q.review for q in review_queue.pending(root.engine, under.strip("/") if under else None)]
     if html:
         html.write_text(render_queue_html(queued), encoding="utf-8")
