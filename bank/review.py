@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from memupdate.bank.supersessions import stated_time
 from memupdate.store import MemoryRecord, MemoryStore
 from memupdate.store.records import KEY_PATTERN
 from memupdate.text.dates import TIME_EXPRESSION, anchor_relative_dates
@@ -105,6 +106,7 @@ def build_review(bank: MemoryStore, fork: MemoryStore, calls: Sequence[dict[str,
             "coverage": {"flagged": False, "missing": {}, "covered_by": {}, "superseded_by": by} if superseding
             else _coverage(sources, results, fork_words),
         })
+    _name_newer(changes, before, after)
     _assess(bank, changes, before, after)
     order = {kind: i for i, kind in enumerate(CHANGE_KINDS)}
     changes.sort(key=lambda c: (order[c["kind"]], (c["sources"] or c["results"])[0]["key"]))
@@ -128,6 +130,15 @@ def replaced_by(review: dict[str, Any]) -> dict[str, dict[str, Any]]:
             by = [newer[source["key"]]] if source["key"] in newer else [r["key"] for r in change["results"]]
             out[source["key"]] = {"by": by, "reason": why, "change": change["id"]}
     return out
+
+
+def _name_newer(changes: list[dict[str, Any]], before: dict[str, MemoryRecord], after: dict[str, MemoryRecord]) -> None:
+    """Keep with each supersession the memories named newer as they are now: `history` and `review` show
+    what superseded what, even after those memories change."""
+    for change in changes:
+        named = dict.fromkeys((change["coverage"].get("superseded_by") or {}).values())
+        if named:
+            change["newer"] = [_memory(after.get(k) or before[k]) for k in named if k in after or k in before]
 
 
 def _call_keys(call: dict[str, Any]) -> list[str]:
@@ -160,6 +171,7 @@ def _memory(memory: MemoryRecord) -> dict[str, Any]:
         "kind": memory.kind,
         "date": meta.get("date") or ("..".join([meta["dates"][0], meta["dates"][-1]]) if meta.get("dates") else None),
         "source_key": origin.get("key"),
+        "stated_at": stated_time(memory),
     }
 
 
@@ -343,7 +355,10 @@ def _change(change: dict[str, Any]) -> str:
         lost = "; ".join(f"[{esc(k)}] {esc(', '.join(words))}" for k, words in coverage["missing"].items())
         note = f"<p class='coverage'>⚠ coverage: words in no result: {lost}</p>"
     elif coverage.get("superseded_by"):
-        held = ", ".join(f"[{esc(k)}] by the newer [{esc(v)}]" for k, v in coverage["superseded_by"].items())
+        newer = {m["key"]: m for m in change.get("newer") or []}  # its text and time, where the review kept them
+        held = ", ".join(f"[{esc(k)}] by the newer [{esc(v)}]" + (
+            f" {esc(newer[v]['content'])} (stated {esc(str(newer[v].get('stated_at') or 'at an unknown time'))})" if v in newer else "")
+            for k, v in coverage["superseded_by"].items())
         note = f"<p class='coverage ok'>superseded (kept as history): {held}</p>"
     elif coverage.get("covered_by"):
         held = ", ".join(f"[{esc(k)}] in [{esc(v)}]" for k, v in coverage["covered_by"].items())

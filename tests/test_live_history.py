@@ -11,9 +11,10 @@ from langgraph_source import langgraph_store, langmem_tool, remember
 from typer.testing import CliRunner
 
 from memupdate.agent.background import BackgroundCompactor
+from memupdate.agent.safety import SafetyRule
 from memupdate.bank.change_log import history
 from memupdate.cli import app
-from memupdate.store import MemoryStore
+from memupdate.store import MemoryStore, NewMemory
 
 runner = CliRunner()
 FACTS = [
@@ -34,6 +35,26 @@ def one_line_error(*args: Any) -> str:
     output = invoke(*args, code=2)
     assert len(output.strip().splitlines()) == 1 and "Traceback" not in output, output
     return output
+
+
+def forget_compactions(bank: MemoryStore) -> None:
+    """As if the bank was never compacted: the next pass compacts it again."""
+    from sqlalchemy import delete
+
+    from memupdate.store.statements import events
+
+    with bank.engine.begin() as conn:
+        conn.execute(delete(events).where(events.c.namespace == bank.path, events.c.op == "compacted"))
+
+
+def squeezed(text: str) -> str:
+    return "".join(text.split())
+
+
+def column(table: str, number: int) -> str:
+    """The text of a rich table's column (1: the first), its cells' lines joined, without spaces (a long
+    key folds mid-word)."""
+    return squeezed("".join(line.split("│")[number] for line in table.splitlines() if line.count("│") > number))
 
 
 def held(lg, user: str = "alice") -> dict[str, str]:
@@ -67,3 +88,39 @@ def test_undo_of_a_merge_whose_item_the_app_deleted_names_the_apps_key(fresh_dat
             assert output.index(merged_key) < output.index(memory.key)
         assert "changed" not in output
         assert next(c for c in history(bank) if c.id == merge.id).status == "applied"  # nothing undone
+
+
+COLOURS = [
+    NewMemory("Alice's favourite colour is blue", metadata={"time": "2024-03-01T09:00:00"}),
+    NewMemory("Alice works as a nurse at the city hospital", metadata={"time": "2024-03-02T10:00:00"}),
+    NewMemory("Alice's favourite colour is green", metadata={"time": "2024-06-02T18:30:00"}),
+]
+
+
+def test_history_and_review_show_what_superseded_what_with_both_times(store: MemoryStore, database_url) -> None:
+    bank = store.scoped((*store.namespace, "alice"))
+    bank.create_many(COLOURS)
+    (done,) = BackgroundCompactor(store, bank.path).run_once()
+    (change,) = [c for c in history(bank) if c.details["review_change"]["kind"] == "supersede"]
+    stale = "[{}] Alice's favourite colour is blue (stated 2024-03-01 09:00:00)"
+    newer = "[{}] Alice's favourite colour is green (stated 2024-06-02 18:30:00)"
+    (edit,) = json.loads(invoke("history", bank.path, "--change", change.id, "--json", "--url", database_url))["edits"]
+    (pair,) = edit["superseded_by"]
+    assert pair["stale"]["content"] == "Alice's favourite colour is blue" and pair["stale"]["stated_at"] == "2024-03-01 09:00:00"
+    assert pair["newer"]["content"] == "Alice's favourite colour is green" and pair["newer"]["stated_at"] == "2024-06-02 18:30:00"
+    shown = invoke("history", bank.path, "--change", change.id, "--url", database_url)
+    assert squeezed(stale.format(pair["stale"]["key"])) in column(shown, 2)
+    assert squeezed("superseded by " + newer.format(pair["newer"]["key"])) in column(shown, 3)
+
+    if change.status == "applied":  # the watcher applied it: undo it, and ask for it in review instead
+        invoke("undo", bank.path, "--change", change.id, "--url", database_url)
+        compactor = BackgroundCompactor(store, bank.path, rule=SafetyRule.review_everything())
+        bank.update(pair["stale"]["key"], content="Alice's favourite colour is blue!")  # a source changed: proposed anew
+        forget_compactions(bank)
+        compactor.run_once()
+    (pending,) = json.loads(invoke("review", "--under", bank.path, "--json", "--url", database_url))["pending"]
+    (queued,) = pending["superseded_by"]
+    assert queued["newer"] == {"key": pair["newer"]["key"], "content": "Alice's favourite colour is green", "stated_at": "2024-06-02 18:30:00"}
+    assert queued["stale"]["stated_at"] == "2024-03-01 09:00:00"
+    listing = invoke("review", "--under", bank.path, "--url", database_url)
+    assert squeezed(f"{stale.format(pair['stale']['key']).replace('blue', 'blue!')} -> superseded by {newer.format(pair['newer']['key'])}") in column(listing, 3)

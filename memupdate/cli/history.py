@@ -68,17 +68,20 @@ def change_edits(bank, change) -> list[dict[str, Any]]:
     one, from the writes it made."""
     from memupdate.bank.change_log import change_writes
 
+    from memupdate.bank.supersessions import supersessions
+
     review = change.details.get("review_change")
     groups = [review] if review else (change.details.get("review") or {}).get("changes")
     if groups:
         return [{"kind": g["kind"], "reasons": g.get("reasons", []),
                  "sources": [{"key": m["key"], "content": m["content"]} for m in g["sources"]],
-                 "results": [{"key": m["key"], "content": m["content"]} for m in g["results"]]} for g in groups]
+                 "results": [{"key": m["key"], "content": m["content"]} for m in g["results"]],
+                 "superseded_by": supersessions(bank, g, fork=change.fork, change_id=change.id)} for g in groups]
     edits = []
     for key, op, before, after in change_writes(bank, change.id):
         sources = [{"key": key, "content": before["content"]}] if before else []
         results = [{"key": key, "content": after["content"]}] if after else []
-        edits.append({"kind": op, "reasons": [], "sources": sources, "results": results})
+        edits.append({"kind": op, "reasons": [], "sources": sources, "results": results, "superseded_by": []})
     return edits
 
 
@@ -118,6 +121,9 @@ def _show_change(bank, change, as_json: bool) -> None:
     for edit in edits:
         sources = "\n".join(f"[{m['key']}] {m['content']}" for m in edit["sources"]) or "-"
         results = "\n".join(f"[{m['key']}] {m['content']}" for m in edit["results"]) or "-"
+        if edit["superseded_by"]:  # the stale text kept as history, beside the statement that retired it
+            sources = "\n".join(stated_line(pair["stale"]) for pair in edit["superseded_by"])
+            results = "\n".join("superseded by " + stated_line(pair["newer"]) for pair in edit["superseded_by"])
         one_to_one = len(edit["sources"]) == len(edit["results"]) == 1
         what = changed_words(edit["sources"][0]["content"], edit["results"][0]["content"]) if one_to_one else "; ".join(edit["reasons"])
         table.add_row(edit["kind"], sources, results, what or "-")
@@ -125,6 +131,12 @@ def _show_change(bank, change, as_json: bool) -> None:
         console.print(table, markup=False)
     if change.status == "applied":
         console.print(f"`memupdate undo {bank.path} --change {change.id}` reverts it", highlight=False, soft_wrap=True)
+
+
+def stated_line(memory: dict[str, Any]) -> str:
+    """`[key] text (stated 2024-06-02 18:30:00)`: a memory of a supersession, with when it was said."""
+    text = memory["content"] if memory["content"] is not None else "(no longer held anywhere)"
+    return f"[{memory['key']}] {text} (stated {memory['stated_at'] or 'at an unknown time'})"
 
 
 @user_errors

@@ -171,7 +171,7 @@ def review_command(
     check_output(html, "--html", (".html", ".htm"))
     if under:
         _require_banks_under(root, under.strip("/"))
-    queued = [q.review for q in review_queue.pending(root.engine, under.strip("/") if under else None)]
+    queued = [_with_supersessions(root, q) for q in review_queue.pending(root.engine, under.strip("/") if under else None)]
     if html:
         html.write_text(render_queue_html(queued), encoding="utf-8")
     if as_json:
@@ -189,8 +189,21 @@ def review_command(
                   + (": `memupdate review --accept ID` or `--reject ID`" if queued else ""), highlight=False)
 
 
+def _with_supersessions(root, queued) -> dict:
+    """A pending change's review, with what supersedes what (both texts, when each was stated)."""
+    from memupdate.bank.supersessions import supersessions
+
+    bank = root.scoped(queued.change.namespace)
+    return {**queued.review, "superseded_by": supersessions(bank, queued.review, fork=queued.change.fork)}
+
+
 def _change_texts(change: dict) -> str:
-    """A change's sources, then its results, each whole; for one text rewritten, the words that changed."""
+    """A change's sources, then its results, each whole; for one text rewritten, the words that changed;
+    for a supersession, the stale text and the newer one that retires it, each with when it was stated."""
+    from memupdate.cli.history import stated_line
+
+    if change.get("superseded_by"):
+        return "\n".join(f"{stated_line(p['stale'])}\n-> superseded by\n{stated_line(p['newer'])}" for p in change["superseded_by"])
     lines = [f"[{m['key']}] {m['content']}" for m in change["sources"]] + ["->"]
     lines += [f"[{m['key']}] {m['content']}" for m in change["results"]] or ["(removed)"]
     if len(change["sources"]) == len(change["results"]) == 1:
