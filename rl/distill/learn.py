@@ -5,45 +5,25 @@
     # CLI: memupdate rl learn --student smollm2 --locomo FILE --train-conversations a,b,c --eval-conversations d,e \
     #          --out runs/smollm2          (--iterations 0: distillation alone)
 
-What is learnt is a `task.Task` (`task`): the units rolled out on and how one is rolled out and scored.
-`compaction` (`compaction.CompactionTask`, what users run): a unit is one neighbourhood of a bank, edited
-blind and scored on every question of the bank; a held-out bank is evaluated whole, compacted as
-`memupdate compact` does, and paired per question. `targeted` (`targeted.TargetedTask`, the seed's and
-verl's setting): a unit is one question, visible to the policy. Stages, each written to `out/stages.json` when it
-finishes (a rerun of the same command skips the finished ones; rollouts inside a stage are logged one by
-one and are not redone either):
-1. `teacher-groups`: `group_size` rollouts of the teacher per training unit. The default teacher is the
-   heuristic policy in its `stepwise` form (search first, then edit only what the search showed), so
-   every handle it writes is in the transcript before it: a language model can imitate it. Any policy of
-   the registry can teach (`teacher`, `teacher_model`). `student="tiny"` builds a tiny model here, its
-   tokenizer trained on these trajectories (nothing downloaded). `teacher-labels` (compaction with
-   `label_units`): the rule's greedy rollout on more neighbourhoods where it edits, imitated whatever
-   their reward.
-2. `eval-teacher`, `eval-no-edits`, `eval-zero-shot`: the held-out units (conversations training never
-   touches), one greedy rollout each: the teacher, no edits (reward 0 by construction), the untrained
-   student.
-3. `sft`: fine-tune on the best of each teacher group (`imitation_weights`: its best reward above 0, or
-   a look and no edit where none gained) and the label trajectories; `eval-sft`.
-4. `rl-K` for K = 1..iterations: the current student samples `student_group_size` rollouts per unit
-   at `temperature`, joined by the teacher's trajectories of the same units; GRPO advantages over the
-   joined group; an advantage-weighted update from the current student: trajectories above their
-   group's mean pulled up, those below pushed down (PPO-clipped, `finetune.py`). With `dagger`, the rule
-   labels every state of the student's rollouts (and of one rollout on each of `rl_label_units` label
-   units), and each turn that did none of its actions is one more imitation example (`dagger.py`); with
-   `grpo` off those corrections are all it trains on; `eval-rl-K` (read from its start's evaluation where
-   the iteration kept its start's weights: it did not beat its start).
-Every eighth training unit and every eighth label unit are kept out of the updates: the loss on their
-teacher trajectories, the mean of each bank kind's (LoCoMo's, FactConsolidation's; `held_out_trajectories`),
-is the held-out loss that chooses SFT's learning rate (`sweep`) and the epoch it saves (its lowest,
-`keep_best`). An RL iteration (`rl_gate`, "agreement" by default with the heuristic teacher) trains each rate of
-`rl_sweep` from its start, rolls the start and each candidate out on the kept-out units with the rule labelling
-each state they reach, and keeps the candidate whose turns do the rule's action most often if it beats its
-start (`held_out_agreement`): the held-out loss reads only the rule's own states, never the ones a student's
-slip leads to. ("loss": the held-out loss chooses the RL rate and epoch too.) An iteration that keeps its
-start's weights ends the iterations (`improves`).
-The run ends with `metrics.json` and `learning_curve.png` (mean reward per stage with a 95% interval);
-the final student is the checkpoint `metrics.json` names (`sft`, or the last kept `rl-K`), a plain
-Hugging Face folder that `--policy hf --model DIR` and verl load unchanged.
+What is learnt is a `task.Task`, one entry of `TASKS`: `compaction` (what users run: a unit is one
+neighbourhood of a bank, edited blind, scored on every question of the bank; a held-out bank is compacted
+whole as `memupdate compact` does) or `targeted` (one visible question per unit, verl's setting).
+Stages, each recorded in `out/stages.json` when it finishes, so a rerun of the same command resumes
+(rollouts inside a stage are logged one by one and not redone either):
+1. `teacher-groups`: `group_size` rollouts of the teacher (by default the heuristic in its `stepwise`
+   form, whose every handle is in the transcript before it) per training unit; `teacher-labels`: the
+   rule's rollout on each of `label_units`, imitated whatever its reward.
+2. `eval-teacher`, `eval-heuristic`, `eval-no-edits`, `eval-zero-shot`: one greedy rollout per held-out
+   unit (conversations training never touches).
+3. `sft`: fine-tune on the best of each teacher group and the label trajectories; `eval-sft`.
+4. `rl-K`, K = 1..`iterations`: the student's own groups joined by the teacher's, GRPO advantages, an
+   advantage-weighted update (`grpo`), plus DAgger's corrections of the student's own states (`dagger`,
+   `dagger_states`, `dagger_replay`); `rl_gate` chooses the rate and whether the iteration is kept, and
+   one that keeps its start's weights is the last; `eval-rl-K`.
+Every eighth training and label unit is kept out of the updates: its teacher trajectories give the
+held-out loss that chooses SFT's rate (`sweep`) and saved epoch (`keep_best`). The run ends with
+`metrics.json` and `learning_curve.png` (`report.py`); the final student is the checkpoint the metrics name,
+a plain Hugging Face folder that `--policy hf --model DIR` and verl load.
 """
 
 from __future__ import annotations
@@ -54,7 +34,7 @@ import json
 import shutil
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -71,6 +51,7 @@ from memupdate.rl.distill.config import LearnConfig
 from memupdate.rl.distill.dagger import labelled, labelled_turns, relabelled, until_first_slip
 from memupdate.rl.distill.finetune import finetune
 from memupdate.rl.distill.render import as_student_saw
+from memupdate.rl.distill.report import collect_metrics, plot_learning_curve
 from memupdate.rl.distill.rollouts import (
     PolicyGroup,
     Progress,
@@ -81,7 +62,7 @@ from memupdate.rl.distill.rollouts import (
 )
 from memupdate.rl.distill.targeted import TargetedTask
 from memupdate.rl.distill.task import Rollout, Task, Unit, spread
-from memupdate.scoring.summaries import interval, mean
+from memupdate.scoring.summaries import mean
 from memupdate.store import MemoryStore, MemupdateError
 
 __all__ = ["LearnConfig", "learn", "spread"]
@@ -578,43 +559,6 @@ def bank_kind(unit: Unit) -> str:
     return "factconsolidation" if isinstance(getattr(unit, "conversation", None), FactBank) else "locomo"
 
 
-# -- metrics --------------------------------------------------------------------------------------------
-
-
-def collect_metrics(
-    done: dict[str, Any], config: LearnConfig, task: Task, train: Sequence[Conversation], held_out: Sequence[Conversation], final: Path,
-) -> dict[str, Any]:
-    evals = {name.removeprefix("eval-"): stage["result"] for name, stage in done.items() if name.startswith("eval-")}
-    teacher_mean = evals["teacher"]["reward_mean"]
-    reference = evals.get("heuristic")  # the task as users run it (`as_users_run`), if it has one
-    table = {}
-    for name, result in evals.items():
-        table[name] = {
-            "reward": interval(result["rewards"]),
-            "share_of_teacher": round(result["reward_mean"] / teacher_mean, 3) if teacher_mean > 0 else None,
-            "well_formed_calls": result["valid_call_share"],
-            "calls_ran": result["ok_call_share"],
-            "calls_per_episode": result["calls_per_episode"],
-            "tokens_per_rollout": result["tokens_per_rollout"],
-            "tool_calls": result["tool_calls"],
-        } | task.evaluation_row(result, reference)
-    rl = [n for n in evals if n.startswith("rl-")]
-    if rl and "sft" in evals:  # paired per question: did the last RL iteration beat SFT alone?
-        last, sft = task.paired_values(evals[rl[-1]]), task.paired_values(evals["sft"])
-        table["rl_minus_sft"] = interval([a - b for a, b in zip(last, sft, strict=True)])
-    return {
-        "config": _plain(config),
-        "train_conversations": [c.sample_id for c in train],
-        "held_out_conversations": [c.sample_id for c in held_out],
-        "task": config.task,
-        "held_out_questions": len(task.paired_values(evals["teacher"])),
-        "score": task.score,
-        "final_checkpoint": str(final),
-        "evaluations": table,
-        "stages": {name: {"seconds": s["seconds"], "load": s["load"], **_stage_facts(s["result"])} for name, s in done.items()},
-    }
-
-
 def release_memory() -> None:
     """Hand the heap a finished stage freed back to the system (glibc keeps it otherwise): a training
     stage's peak and the next evaluation's added up past 24 GB in one process."""
@@ -625,89 +569,6 @@ def release_memory() -> None:
         pass
 
 
-def _stage_facts(result: Any) -> dict[str, Any]:
-    if not isinstance(result, dict):
-        return {"rollouts": len(result)} if isinstance(result, list) else {}
-    facts = {k: result[k] for k in ("groups", "zero_variance_groups", "trajectories", "positive", "reward_mean",
-                                     "rollouts_per_minute", "tokens_per_rollout", "student_trajectories_trained",
-                                     "student_trajectories_pushed_down") if k in result}
-    if "training" in result:
-        t = result["training"]
-        facts["training"] = {k: t.get(k) for k in (
-            "examples", "pushed_down", "steps", "learning_rate", "sweep_held_out_loss", "held_out_loss", "held_out_loss_by_part", "held_out_examples_by_part",
-            "kept_epoch", "seconds", "peak_rss_mb", "trained_parameters",
-        )}
-        facts["training"]["loss_first_last"] = [t["losses"][0], t["losses"][-1]]
-    if "agreement" in result:  # an RL iteration chosen by `held_out_agreement`
-        facts["held_out_agreement"] = result["agreement"]
-    return facts
-
-
-def plot_learning_curve(metrics: dict[str, Any], path: Path) -> None:
-    """Held-out score per stage (zero-shot, SFT, RL iterations) with 95% intervals, beside the teacher,
-    the heuristic compaction and no edits; the student's call shares; the held-out loss per epoch."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    table = metrics["evaluations"]
-    order = ["zero-shot", "sft", *sorted((n for n in table if n.startswith("rl-") and n[3:].isdigit()), key=lambda n: int(n[3:]))]
-    order = [n for n in order if n in table]
-    xs = list(range(len(order)))
-    gates = {name: stage["held_out_agreement"] for name, stage in metrics["stages"].items() if "held_out_agreement" in stage}
-    fig, (reward_ax, calls_ax, loss_ax, *gate_ax) = plt.subplots(1, 4 if gates else 3, figsize=(18 if gates else 14, 4))
-    score = metrics.get("score", "reward")  # compaction: each question's QA proxy change on the compacted banks
-    means = [table[n][score]["mean"] for n in order]
-    errors = [[m - table[n][score]["low"] for n, m in zip(order, means, strict=True)], [table[n][score]["high"] - m for n, m in zip(order, means, strict=True)]]
-    reward_ax.errorbar(xs, means, yerr=errors, fmt="o-", capsize=4, label="student")
-    for name, colour in (("teacher", "C1"), ("heuristic", "C3")):
-        if name in table:
-            line = table[name][score]
-            reward_ax.axhline(line["mean"], color=colour, linestyle="--", label="heuristic compaction" if name == "heuristic" else name)
-            reward_ax.axhspan(line["low"], line["high"], color=colour, alpha=0.12)
-    reward_ax.axhline(0.0, color="gray", linestyle=":", label="no edits")
-    if "sft" in table:
-        reward_ax.axhline(table["sft"][score]["mean"], color="C2", linestyle="-.", alpha=0.6, label="SFT alone")
-    title = "QA change per question" if score == "qa_delta" else "reward"
-    reward_ax.set(title=f"held-out {title}\n({metrics['held_out_questions']} questions, 95% CI)", xticks=xs, xticklabels=order)
-    reward_ax.legend(fontsize=8)
-    calls_ax.plot(xs, [table[n]["well_formed_calls"] or 0.0 for n in order], "o-", label="well-formed")
-    calls_ax.plot(xs, [table[n]["calls_ran"] or 0.0 for n in order], "s-", label="ran without error")
-    calls_ax.axhline(0.9, color="C0", linestyle=":", alpha=0.5)
-    calls_ax.axhline(0.8, color="C1", linestyle=":", alpha=0.5)
-    calls_ax.set(title="student's tool calls", xticks=xs, xticklabels=order, ylim=(0, 1.05))
-    calls_ax.legend(fontsize=8)
-    offset = 0
-    for name, stage in metrics["stages"].items():
-        losses = [v for v in stage.get("training", {}).get("held_out_loss", []) if v is not None]
-        if losses:
-            loss_ax.plot(range(offset, offset + len(losses)), losses, "o-", label=name)
-            offset += len(losses) - 1
-    loss_ax.set(title="held-out loss (assistant tokens)", xlabel="epoch")
-    if loss_ax.lines:
-        loss_ax.legend(fontsize=8)
-    if gates:  # what chose each RL iteration: its start and each candidate rate, the one kept filled
-        (ax,) = gate_ax
-        labels, values, kept = [], [], []
-        for name, gate in gates.items():
-            labels.append(f"{name}\nstart")
-            values.append(gate["start"]["agreement"])
-            kept.append(gate["chosen"] is None)
-            for rate, measure in gate["candidates"].items():
-                labels.append(f"{name}\n{float(rate):g}")
-                values.append(measure["agreement"])
-                kept.append(gate["chosen"] is not None and float(rate) == gate["chosen"])
-        xs = list(range(len(values)))
-        ax.plot(xs, values, "o", color="C0", fillstyle="none")
-        ax.plot([x for x in xs if kept[x]], [v for v, k in zip(values, kept, strict=True) if k], "o", color="C0", label="kept")
-        ax.set(title="RL gate: turns agreeing with the rule\n(kept-out units)", xticks=xs, xticklabels=labels, ylim=(0, 1.05))
-        ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
 def _seen(record: Rollout, settings: dict[str, Any]) -> list[dict[str, str]]:
     return as_student_saw(record.messages, settings)
 
@@ -715,12 +576,6 @@ def _seen(record: Rollout, settings: dict[str, Any]) -> list[dict[str, str]]:
 def _tokens(record: Rollout) -> float:
     """Characters / 4 of what the policy wrote (a token estimate that needs no tokenizer)."""
     return sum(len(m["content"]) for m in record.messages if m["role"] == "assistant") / 4
-
-
-def _plain(config: LearnConfig) -> dict[str, Any]:
-    # Never write a key to disk.
-    plain = asdict(replace(config, api_key=None, reward=replace(config.reward, answerer_api_key=None)))
-    return json.loads(json.dumps(plain))
 
 
 def _load() -> float:
