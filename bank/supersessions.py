@@ -7,9 +7,9 @@ and `memupdate review` show them.
     # [{"stale": {"key": "k1", "content": "Alice's favourite colour is blue", "stated_at": "2024-03-01 09:00:00"},
     #   "newer": {"key": "k2", "content": "Alice's favourite colour is now green", "stated_at": "2024-06-02 18:30:00"}}]
 
-A review built since issue 55 keeps the newer memories as they were when the change was proposed
-(`newer`); for an older one they are looked up: in the bank, then the change's fork, then the rows a
-change superseded.
+A review that keeps the newer memories as they were when the change was proposed (`newer`) is read as
+it is; for a review without them they are looked up: in the bank, then the change's fork, then the rows
+a change superseded.
 """
 
 from __future__ import annotations

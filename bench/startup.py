@@ -1,7 +1,7 @@
 """Start-up of the commands that need no model: `memupdate review`, `history`, `history --change N`,
 `undo --change N` and an idle `watch --once`, each run as a person runs it (a fresh process).
 
-Targets (issue 36), on an idle machine: `review`, `history`, `undo` under 2 s; an idle `watch --once` under
+Targets, on an idle machine: `review`, `history`, `undo` under 2 s; an idle `watch --once` under
 4 s. Each command runs `--repeats` times against a bank of 12 memories (4 pairs of near-duplicates, so the
 first pass applies merges that `undo --change N` then reverts one by one), with the embedded server held
 by this process (as a running watcher or app holds it). One more `review` runs against a server that is

@@ -23,8 +23,8 @@ the answer is there as a phrase:
    credit from memory i is its F1 there × the *consistent share* at i: of the holders (memories about the
    question that hold some piece of the answer) and rivals ranked at or above i, the holders' share; the
    piece takes its best credit over the memories. The answer under one rival earns half; a rival below
-   the answer, or none, costs nothing, and the credit is then v2's (before issue 34) restricted to the
-   memories about the question.
+   the answer, or none, costs nothing: the credit is then the best window's F1 over the memories about
+   the question.
 4. **Adversarial questions** (category 5) score 0 on every side: a retrieval proxy cannot tell a right
    refusal from missing memory, so writing "not mentioned" can only cost (context budget, faithfulness).
    The LLM answerer (`scoring/answerer.py`) scores them with LoCoMo's own rule.

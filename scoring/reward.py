@@ -5,7 +5,7 @@
                   = d × (2 − e)      when d < 0   (inefficiency never softens harm)
 
 - performance_delta: QA proxy (`scoring/qa_proxy.py`) on the edited fork minus on the untouched base. The
-  proxy (v3) credits an answer only in a memory about the question and less under a rival value ranked
+  proxy credits an answer only in a memory about the question and less under a rival value ranked
   above it, so a date sprayed into unrelated memories earns nothing and superseding a stale value pays.
   `questions[0]` is the target question; `questions[1:]` are other questions of the same conversation
   (collateral): delta = target_weight × target delta + (1 − target_weight) × mean collateral delta.

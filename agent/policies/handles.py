@@ -1,47 +1,25 @@
 """Constrained decoding of memory handles: a model writing a tool call names only memories it was shown.
 
-A small student copies handles badly: SmolLM2 after RL wrote `merge_memory` with the same handle twice
-(`["f0197", "f0197"]`) or a handle no tool result held (`"f0013333"`), and the tool refused 38% of its
-calls. Inside the value of a `"memory_id"` / `"memory_ids"` key, `HandleConstraint` lets through only tokens
-that keep the value naming live handles (shown by a tool result of this episode and not since merged,
-split or deleted), each at most once, at least two in a list, as grammar-constrained decoding
-(vLLM's guided decoding, Outlines) does for a whole JSON schema. Everything else the model writes is free.
+    constraint = HandleConstraint(tokenizer, prompt_length, live_handles(messages),
+                                  datable=to_date(messages, live_handles(messages)))
+    model.generate(..., logits_processor=[constraint])
 
-A supersession's handles follow its own reason. The student wrote `delete_memory(reason="update: Thomas Kyd
-was born in the city of", memory_id=..., superseded_by=...)` naming a fact that changed in its look in half
-its calls, and then handles of both that fact's lines in 8%: a look prints the handle before the text, so
-going from the words it has just written to their handle is copying backwards. Inside a supersession's
-`"memory_id"` and `"superseded_by"`, where the call's reason (less its `update:` label) begins the text of
-two live memories or more, only those are let through, the two distinct. The policy still judges which fact
-changed (its reason) and which statement is stale (which handle it writes first); the decoder only keeps the
-handles it writes to the lines its words name. No tool result changes.
-
-A supersession's reason names two live lines. Inside the reason of a `delete_memory` call once it begins
-with the `update:` label, only tokens that keep the words after it beginning the text of two live memories
-or more are let through, and the reason closes only on a whole word (what `named_by_reason` reads). After a
-right supersession the student wrote the same reason again in half its FactConsolidation supersessions:
-one live line begins with it now, so its handles went free and named another fact's lines. A reason that
-names one line is a call at odds with its own words, as a handle never shown is; which shared words to
-write (which fact changed, and whether two lines that begin alike are one fact at all) is still the
-policy's, and so is stopping. Held off the words it meant, a student wrote a raw newline into the reason, or
-closed it and wrote them after the quote (`"update: The chairperson of "s000001", ...`): the reason stays a
-JSON string, and once closed the call goes on (`,` or `}`). It writes its words as they are, escaping only
-`"` and a backslash: each of the eleventh run's student's 14 malformed calls was a unicode escape begun in
-a reason (`"update: CH` then `u002a`, `u002b`, ... each after a backslash), whose fourth digit no token
-could give that kept the words on two lines, so the model, left free, wrote escapes to its token budget.
-Held off those, it wrote a backslash no escape of the lines goes on from (`"update: Canada` then
-`s000132`), so a backslash is let through only where one does. After a handle's value the call goes on
-(`,` or `}`): an RL candidate wrote `"superseded_by": "s000452"` and then, with no comma, the same key
-again until its token budget ran out.
-
-A dating names a memory with relative time. Inside an update call's `"memory_id"` with no `"content"`
-before it (an update that dates: the tool does the arithmetic), only the live handles last shown with the
-tool's `(date; relative time)` mark are let through, where there are any: the student wrote an unmarked
-neighbour (`f0001` under `to date (relative time): [f0207] [f0002]`) and then repeated the refused call,
-in about half its LoCoMo calls. Any other handle is one the tool refuses, so this masks invalid actions
-only (as action masking does in RL); which memories to date, and when to stop, are still the policy's.
-A rewrite that writes its `"content"` after its `"memory_id"` is held to the marked handles too, where
-there are any.
+`HandleConstraint` masks, while the model writes a tool call, the tokens that would make it one the tool
+refuses or one at odds with its own words, as grammar-constrained decoding (vLLM's guided decoding,
+Outlines) does for a whole JSON schema; everything else the model writes is free:
+- **A handle** (`"memory_id"`, `"memory_ids"`): only live handles (shown by a tool result of this episode
+  and not since merged, split or deleted, `live_handles`), each at most once, at least two in a list.
+- **A supersession** (`delete_memory` whose reason begins `update:`): its reason's words must begin the
+  text of two live memories or more, close only on a whole word (`reason_state`), stay a JSON string with
+  no escape but `\\"` and `\\\\` where the lines hold one, and go on with the call once closed; its
+  `"memory_id"` and `"superseded_by"` are two distinct lines its reason names (`named_by_reason`).
+- **A dating** (an update's `"memory_id"` before any `"content"`): only the live handles last shown with
+  the tool's `(date; relative time)` mark (`to_date`), where there are any.
+- After a handle's value the call goes on (`,` or `}`).
+Which fact changed, which statement is stale, what to date and when to stop stay the policy's: only
+calls the tool would refuse, or that name other lines than the call's own reason, are masked. Where no
+token fits, the model is left free and the tool's error tells it. Why each rule exists (what the student
+wrote without it): docs/log.md, 2026-11-25 to 2026-11-27.
 """
 
 from __future__ import annotations
