@@ -21,6 +21,9 @@ an app's `put` waits and lands after), then each change is
   written, and the change is undone in the bank (its rows restored from `superseded_memories`), so the
   app's version comes in with the next import and a later compaction may propose the change anew.
 
+An undo puts items back as the app had them, their `created_at` and `updated_at` included: a restored
+stale statement never reads as newer than the one that superseded it.
+
 The store commits before the bank records what it wrote; if the run dies between the two, the next
 run finds those changes *already there*. So a change is never half applied at the store, and an item
 the app wrote is never overwritten, deleted or brought back.
@@ -119,6 +122,7 @@ def export_changes(
             outcome, ops = _plan(steps, current, seen, source_of, namespace)
             if ops:
                 store.batch(ops)
+                _keep_stated_times(store, namespace, steps, outcome, source_of)
             after = _locked_items(store, namespace, keys)
             if before_commit is not None:
                 before_commit()
@@ -145,6 +149,23 @@ def _locked_items(store, namespace: tuple[str, ...], keys: list[str]) -> dict[st
             (".".join(namespace), keys),
         )
         return {row["key"]: {"value": row["value"], "updated_at": _iso(row["updated_at"])} for row in cur.fetchall()}
+
+
+def _keep_stated_times(store, namespace: tuple[str, ...], steps, outcome: dict[int, str], source_of) -> None:
+    """An undo puts an item back as the app last had it, times included: a `put` stamps it now, which
+    would make a restored stale statement read as the newest (a re-import then retires the current one)."""
+    with store.conn.cursor() as cur:
+        for change, episode, logged in steps:
+            if outcome[change.id] != "clean" or not episode.startswith("undo:"):
+                continue
+            for key, _op, _before, after in logged:
+                origin = ((after or {}).get("metadata") or {}).get("imported_from") or {}
+                if after is not None and origin.get("created_at"):
+                    cur.execute(
+                        "UPDATE store SET created_at = %s, updated_at = %s WHERE prefix = %s AND key = %s",
+                        (origin["created_at"], origin.get("updated_at") or origin["created_at"], ".".join(namespace),
+                         source_of.get(key, key)),
+                    )
 
 
 def _plan(steps, current, seen, source_of, namespace) -> tuple[dict[int, str], list]:

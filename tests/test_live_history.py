@@ -124,3 +124,34 @@ def test_history_and_review_show_what_superseded_what_with_both_times(store: Mem
     assert queued["stale"]["stated_at"] == "2024-03-01 09:00:00"
     listing = invoke("review", "--under", bank.path, "--url", database_url)
     assert squeezed(f"{stale.format(pair['stale']['key']).replace('blue', 'blue!')} -> superseded by {newer.format(pair['newer']['key'])}") in column(listing, 3)
+
+
+def test_an_undone_supersession_restores_the_stale_item_with_its_first_times(fresh_database, database_url, store: MemoryStore) -> None:
+    """Undo put the stale item back stamped now, so a re-import read it as the newest statement and
+    proposed retiring the current one. The restored item keeps the times the app first gave it."""
+    with langgraph_store(fresh_database) as (url, lg):
+        blue, green = remember(lg, "alice", ["Alice's favourite colour is blue", "Alice's favourite colour is green"])
+        remember(lg, "alice", FACTS[2:])
+        first = lg.get(("memories", "alice"), blue)
+        compactor = BackgroundCompactor(store, url, prefix=("memories",), into=store.namespace)
+        compactor.run_once()
+        bank = store.scoped((*store.namespace, "alice"))
+        (change,) = [c for c in history(bank) if c.details["review_change"]["kind"] == "supersede"]
+        assert change.status == "applied" and blue not in held(lg)
+        invoke("undo", bank.path, "--change", change.id, "--url", database_url)
+        restored = lg.get(("memories", "alice"), blue)
+        assert restored.value["content"] == "Alice's favourite colour is blue"
+        assert (restored.created_at, restored.updated_at) == (first.created_at, first.updated_at)
+
+        forget_compactions(bank)
+        again = compactor.run_once()[0]  # the same bank: the undone change is known, nothing else comes
+        assert again.applied == [] and again.queued == []
+
+        into = (*store.namespace, "again")
+        invoke("data", "import", url, "--prefix", "memories", "--into", "/".join(into), "--url", database_url)
+        fresh = store.scoped((*into, "alice"))
+        assert {m.key: m.metadata["imported_from"]["created_at"] for m in fresh.list()}[blue] == first.created_at.isoformat()
+        BackgroundCompactor(store, fresh.path, rule=SafetyRule.review_everything()).run_once()
+        retired = [s["key"] for c in history(fresh) for s in c.details["review_change"]["sources"]
+                   if c.details["review_change"]["kind"] == "supersede"]
+        assert green not in retired and retired == [blue]  # the current statement stays current
