@@ -21,8 +21,10 @@ from memupdate.agent.compaction import neighbourhood_episode
 from memupdate.llm.models import STUDENT_CHAT_TEMPLATE
 from memupdate.rl.data.factconsolidation import FactBank
 from memupdate.rl.distill.compaction import CompactionTask, Neighbourhood
+from memupdate.rl.distill.dagger import relabelled, until_first_slip
 from memupdate.rl.distill.learn import (
     STAGES,
+    IterationRecipe,
     LearnConfig,
     held_out_trajectories,
     improves,
@@ -328,3 +330,20 @@ def test_rl_learn_builds_its_config_from_the_options_given(monkeypatch, tmp_path
     assert given["config"] == replace(
         LearnConfig(), dagger=False, rl_sweep=(1e-4, 3e-4), max_turns=7, teacher_model="m", rl_learning_rate=2e-5,
     )
+
+
+@pytest.mark.parametrize(("settings", "expected"), [
+    ({}, (True, True, relabelled, "agreement")),
+    ({"dagger_states": "first", "grpo": False}, (False, True, until_first_slip, "agreement")),
+    ({"teacher": "openai"}, (True, False, relabelled, "loss")),  # only the rule labels a student's states
+    ({"rl_gate": "loss", "dagger": False}, (True, False, relabelled, "loss")),
+])
+def test_an_rl_iterations_recipe_is_chosen_once_from_the_config(settings, expected) -> None:
+    recipe = IterationRecipe.from_config(replace(LearnConfig(), **settings), kept_out={"conv-26/u7"})
+    assert (recipe.grpo, recipe.dagger, recipe.corrections, recipe.gate) == expected
+
+
+def test_an_rl_iterations_recipe_needs_something_to_train_on() -> None:
+    assert IterationRecipe.from_config(LearnConfig(), kept_out=set()).gate == "loss"  # no unit to measure agreement on
+    with pytest.raises(MemupdateError, match="--no-grpo trains RL iterations on DAgger's corrections alone"):
+        IterationRecipe.from_config(replace(LearnConfig(), grpo=False, teacher="openai"), kept_out={"conv-26/u7"})

@@ -87,6 +87,7 @@ class Run:
     label_units: list[Unit]  # imitated whatever their reward (`Task.label_units`)
     kept_out: set[str]  # the held-out loss's units
     done: dict[str, Any]
+    recipe: IterationRecipe  # what an RL iteration trains on and what keeps it
     teacher_records: list[Rollout] = field(default_factory=list)
     label_records: list[Rollout] = field(default_factory=list)  # the rule's trajectory on each label unit
     settings: dict[str, Any] = field(default_factory=dict)  # how the student sees its prompts (`prompt_settings`)
@@ -199,8 +200,6 @@ def check_config(config: LearnConfig, train: Sequence[Conversation], held_out: S
         raise MemupdateError(f"--dagger-states {config.dagger_states!r}: give every or first")
     if config.eval_budgets not in ("training", "users"):
         raise MemupdateError(f"--eval-budgets {config.eval_budgets!r}: give training or users")
-    if not config.grpo and not (config.dagger and config.teacher == "heuristic"):
-        raise MemupdateError("--no-grpo trains RL iterations on DAgger's corrections alone: keep --dagger and the heuristic teacher")
     if config.student == "tiny":
         if config.top_layers > config.tiny_layers:
             raise MemupdateError(f"--top-layers {config.top_layers}: the tiny student has {config.tiny_layers} layers (--tiny-layers); give at most that (0: all)")
@@ -228,9 +227,10 @@ def open_run(
         raise MemupdateError("no training questions: check --train-conversations and --train-questions")
     labels = task.label_units(train, config.label_units, units) if config.label_units else []
     done = json.loads((out / STAGES).read_text()) if (out / STAGES).is_file() else {}
+    kept = kept_out(units) | kept_out(labels, at_least=0)
     return Run(
         store, config, task, out, progress, TrajectoryLog(out / TRAJECTORIES), TrajectoryLog(out / EVALUATIONS), units,
-        task.evaluation_units(held_out, config.eval_questions), labels, kept_out(units) | kept_out(labels, at_least=0), done,
+        task.evaluation_units(held_out, config.eval_questions), labels, kept, done, IterationRecipe.from_config(config, kept),
     )
 
 
@@ -350,16 +350,45 @@ def sft(run: Run, start: Path, teacher_records: list[Rollout]) -> dict[str, Any]
 DYNAMIC_SAMPLING_ROUNDS = 3
 
 
+@dataclass(frozen=True)
+class IterationRecipe:
+    """What an RL iteration trains on and what keeps it, chosen once from the config (`from_config`), so the
+    iteration reads one choice instead of testing flags where it uses them.
+
+    `grpo`: the student's groups, joined by the teacher's, advantage-weighted. `dagger`: the rule labels every
+    state the student visits, and `corrections` makes imitation examples of the turns where it did otherwise
+    (`relabelled`, or `until_first_slip`). `gate`: "agreement" (`train_by_agreement`) or "loss" (the held-out
+    loss chooses the rate and the epoch, `train_stage`)."""
+
+    grpo: bool
+    dagger: bool
+    corrections: Callable[[Sequence[Rollout]], list[list[dict[str, Any]]]]
+    gate: str
+
+    @classmethod
+    def from_config(cls, config: LearnConfig, kept_out: set[str]) -> IterationRecipe:
+        """The recipe `config` asks for; `kept_out`: the units the agreement gate is measured on (none: "loss")."""
+        rule = config.teacher == "heuristic"  # only the rule labels any state a student reaches
+        if not config.grpo and not (config.dagger and rule):
+            raise MemupdateError("--no-grpo trains RL iterations on DAgger's corrections alone: keep --dagger and the heuristic teacher")
+        return cls(
+            grpo=config.grpo,
+            dagger=config.dagger and rule,
+            corrections=until_first_slip if config.dagger_states == "first" else relabelled,
+            gate="agreement" if config.rl_gate == "agreement" and rule and kept_out else "loss",
+        )
+
+
 def rl_iteration(run: Run, k: int, start: Path, target: Path, teacher_records: list[Rollout]) -> dict[str, Any]:
     """The student at `start` rolls out its own groups, joined by the teacher's; advantage-weighted into `target`."""
-    config = run.config
+    config, recipe = run.config, run.recipe
     policy = student(run, start, config.temperature)
-    if config.dagger and config.teacher == "heuristic":  # the rule labels each state the student visits
+    if recipe.dagger:  # the rule labels each state the student visits
         policy = rule_labelled(run, policy)
     rolled, groups, dropped = informative_groups(run, policy, k, teacher_records)
     minutes = sum(r.seconds for r in rolled) / 60  # each rollout's own time: right on a resumed stage too
     labelling = []  # DAgger alone: one student rollout on each of `rl_label_units` label units, labelled
-    if config.dagger and config.teacher == "heuristic" and run.label_units and config.rl_label_units:
+    if recipe.dagger and run.label_units and config.rl_label_units:
         pool = [u for u in run.label_units if run.trains_on(u.group)]
         labelling = run.collect(policy, spread(pool, config.rl_label_units), 1, f"rl-{k}/labels", f"rl-{k} label units")
     own = [r for r in rolled if r.group in groups]
@@ -367,15 +396,15 @@ def rl_iteration(run: Run, k: int, start: Path, target: Path, teacher_records: l
     advantages, stats = assign_advantages(records)
     stats["groups_dropped_equal_rewards"] = dropped
     weights = advantage_weights(advantages)
-    if not config.grpo:  # --no-grpo: the rollouts only visit states for the rule to label
+    if not recipe.grpo:  # the rollouts only visit states for the rule to label
         records, weights = [], []
     students = [w for w, r in zip(weights, records, strict=True) if r.policy.startswith("student")]
     # DAgger: each turn where the student did otherwise than the rule would on the state it was in (or only
     # each rollout's first, `dagger_states`), with the rule's action as the turn (equal-reward groups too: a
     # label needs no reward to compare).
-    corrections = (until_first_slip if config.dagger_states == "first" else relabelled)(rolled + labelling)
+    corrections = recipe.corrections(rolled + labelling)
     replayed = replay(run, len(corrections))
-    if agreement_gate(run):
+    if recipe.gate == "agreement":
         gate = {"agreement": train_by_agreement(run, k, start, target, records, weights, corrections + replayed)}
         training = gate["agreement"].pop("training")
     else:
@@ -455,11 +484,6 @@ def train_stage(
     if keep_best is not None:
         train_config = replace(train_config, keep_best=keep_best)
     return finetune(start, target, examples, held_out_trajectories(run), train_config, progress=run.progress)
-
-
-def agreement_gate(run: Run) -> bool:
-    """Whether the RL iterations are chosen by `held_out_agreement` (`rl_gate`; the rule must label states)."""
-    return run.config.rl_gate == "agreement" and run.config.teacher == "heuristic" and bool(run.kept_out)
 
 
 def train_by_agreement(
