@@ -335,7 +335,7 @@ def _moved_since(bank: MemoryStore, change: ChangeRecord, key: str, after: dict 
         mapped = {state["key"]: source_key for source_key, state in record["items"].items()}
         app_key = (change.summary.get("app_keys") or {}).get(key) or mapped.get(key) \
             or store_key(bank.path, key, (after or {}).get("metadata"))
-        return (f"the app {what} its item {app_key!r} (memory {key!r} of {bank.path!r}) after change {change.id} "
+        return (f"the app {'deleted' if deleted else 'rewrote'} its item {app_key!r} (memory {key!r} of {bank.path!r}) after change {change.id} "
                 f"was applied: {undone}; {'the deletion' if deleted else 'its write'} stays, as the app made it")
     fix = "recreate it from those texts if you want it back" if deleted else "edit it back first"
     return f"memory {key!r} of {bank.path!r} was {what} after change {change.id} was applied (not by a change): {undone}; {fix}"

@@ -62,12 +62,17 @@ class LiveExport:
     written: list[int] = field(default_factory=list)  # change ids written to the store now
     already: list[int] = field(default_factory=list)  # found there (a run killed after the store committed)
     conflicts: dict[int, str] = field(default_factory=dict)  # change id -> the item the app changed
+    kept_keys: dict[int, dict[str, str]] = field(default_factory=dict)  # change id -> {merged memory: app key it took}
 
     def summary(self, *, conflicts: bool = True) -> str:
         """One line; without `conflicts` when the caller says why those were dropped itself."""
         parts = [f"{self.bank}: {len(self.written)} change{'s' if len(self.written) != 1 else ''} written to the store"]
         if self.already:
             parts.append(f"{len(self.already)} found there already")
+        kept = [app_key for change in self.written + self.already for app_key in self.kept_keys.get(change, {}).values()]
+        if kept:
+            parts.append(f"merged item{'s' if len(kept) > 1 else ''} kept the app's key of {'their' if len(kept) > 1 else 'its'} "
+                         f"newest source: {', '.join(kept)}")
         if self.conflicts and conflicts:
             first = next(iter(self.conflicts.values()))
             parts.append(f"{len(self.conflicts)} dropped because the app wrote the same items after the change was made ({first})")
@@ -110,6 +115,10 @@ def export_changes(
     seen: dict[str, Any] = dict(record["items"])
     source_of = {state["key"]: source_key for source_key, state in seen.items()}
     steps = [(change, episode, _events(bank, episode)) for change, episode in jobs]
+    for change, episode, logged in steps:
+        if episode.startswith("change:") and (kept := merged_keeps(logged, source_of, seen)):
+            source_of.update(kept)
+            report.kept_keys[change.id] = kept
     for _change, _episode, logged in steps:  # memories new to the store get keys its app's tools accept
         for key, _op, before, after in logged:
             if key not in source_of:
@@ -136,6 +145,29 @@ def export_changes(
 
 def _events(bank: MemoryStore, episode: str) -> list[tuple[str, str, dict | None, dict | None]]:
     return [(e.memory_key, e.op, e.before, e.after) for e in bank.events(episode=episode)]
+
+
+def merged_keeps(logged, source_of: dict[str, str], seen: dict[str, Any]) -> dict[str, str]:
+    """For each memory a change's merge created: the app's key of its newest source, which the merged item
+    takes in the store (so an app holding that key finds the merged text, not "not found"). Only a source
+    the app holds (an item of the store) and this change deletes can lend its key; the same events always
+    choose the same key, so a rerun finds what a killed run wrote."""
+    from memupdate.text.facts import stated_at
+
+    deleted = {key: before for key, op, before, _after in logged if op == "delete" and before is not None}
+    kept: dict[str, str] = {}
+    for key, op, before, after in logged:
+        if op != "create" or before is not None or after is None:
+            continue
+        lenders = [k for k in (after.get("metadata") or {}).get("merged_from") or []
+                   if k in deleted and source_of.get(k) in seen and source_of[k] not in kept.values()]
+        if lenders:
+            def stated(k: str) -> str:
+                memory = MemoryRecord(k, (), deleted[k]["content"], deleted[k].get("kind", "semantic"), deleted[k].get("metadata") or {})
+                return stated_at(memory) or ""
+            newest = max(lenders, key=lambda k: (stated(k), lenders.index(k)))
+            kept[key] = source_of[newest]
+    return kept
 
 
 def _locked_items(store, namespace: tuple[str, ...], keys: list[str]) -> dict[str, dict[str, Any]]:
@@ -194,27 +226,37 @@ def _plan(steps, current, seen, source_of, namespace) -> tuple[dict[int, str], l
             if value is None:
                 now.pop(source_key)
             written.add(source_key)
-    return outcome, ops
+    return outcome, list({(op.namespace, op.key): op for op in ops}.values())  # a key's last put wins, as LangGraph's batch does
 
 
 def _state(logged, now, seen, source_of, written: set[str]) -> str:
-    already = clean = True
+    """`already`, `clean` or what the app did: each event is checked against the store as the change's
+    earlier events leave it (a merge's item takes the key of a source it deletes)."""
+    clean = True
     conflict = ""
+    mine: dict[str, str | None] = {}  # source key -> the text this change's events so far leave there
+    first: dict[str, dict | None] = {}  # source key -> what the change's first event of it expects
     for key, _op, before, after in logged:
         source_key = source_of.get(key, key)
-        value = now.get(source_key)
-        text = memory_text(value) if value is not None else None
-        already &= text == (after["content"] if after else None)
-        unmoved = value is None or source_key in written or source_key not in seen or value_hash(value) == seen[source_key].get("value_hash")
-        if not (text == (before["content"] if before else None) and unmoved):
-            clean = False
-            conflict = conflict or (f"item {source_key!r} was deleted by the app" if value is None and before
-                                    else f"item {source_key!r} was written by the app")
+        expected = before["content"] if before else None
+        if source_key in mine:
+            clean &= mine[source_key] == expected
+        else:
+            first[source_key] = before
+            value = now.get(source_key)
+            text = memory_text(value) if value is not None else None
+            unmoved = value is None or source_key in written or source_key not in seen or value_hash(value) == seen[source_key].get("value_hash")
+            if not (text == expected and unmoved):
+                clean = False
+                conflict = conflict or (f"item {source_key!r} was deleted by the app" if value is None and before
+                                        else f"item {source_key!r} was written by the app")
+        mine[source_key] = after["content"] if after else None
+    already = all((memory_text(now[k]) if k in now else None) == text for k, text in mine.items())
     # Items only this change creates (a merge's or split's result, under a fresh key) hold its text: its
     # transaction committed, and what differs elsewhere the app wrote after it (the next import reads it).
-    created = [(source_of.get(k, k), a) for k, _op, b, a in logged if b is None and a is not None]
+    created = [(k, text) for k, text in mine.items() if first[k] is None and text is not None]
     committed = bool(created) and all(
-        (value := now.get(sk)) is not None and memory_text(value) == a["content"] and sk not in written for sk, a in created
+        (value := now.get(k)) is not None and memory_text(value) == text and k not in written for k, text in created
     )
     return "already" if already or committed else "clean" if clean else conflict
 
@@ -241,7 +283,7 @@ def _record(bank, record, seen, source_of, steps, outcome, after, report: LiveEx
         state = outcome[change.id]
         mark = "unexported" if episode.startswith("undo:") else "exported"
         if state in ("clean", "already"):
-            _mark(bank, change, {mark: True})
+            _mark(bank, change, {mark: True, **({"app_keys": report.kept_keys[change.id]} if change.id in report.kept_keys else {})})
         elif mark == "exported":
             try:
                 undo_change(bank, change.id, note={"conflict": f"{state} while the change waited: undone here, the app's version kept"})

@@ -155,3 +155,27 @@ def test_an_undone_supersession_restores_the_stale_item_with_its_first_times(fre
         retired = [s["key"] for c in history(fresh) for s in c.details["review_change"]["sources"]
                    if c.details["review_change"]["kind"] == "supersede"]
         assert green not in retired and retired == [blue]  # the current statement stays current
+
+
+def test_a_merge_keeps_the_app_key_of_its_newest_source(fresh_database, database_url, store: MemoryStore) -> None:
+    """A merge wrote a new key and deleted both originals: an app holding either got "not found". The
+    merged item takes the key of its newest source, says so, and an undo gives each source its key back."""
+    with langgraph_store(fresh_database) as (url, lg):
+        older, newer = remember(lg, "alice", FACTS[:2])
+        remember(lg, "alice", FACTS[2:])
+        born = lg.get(("memories", "alice"), newer).created_at
+        compactor = BackgroundCompactor(store, url, prefix=("memories",), into=store.namespace)
+        (done,) = compactor.run_once()
+        bank = store.scoped((*store.namespace, "alice"))
+        merge = next(c for c in history(bank) if c.details["review_change"]["kind"] == "merge")
+        assert merge.status == "applied" and older not in held(lg)
+        item = lg.get(("memories", "alice"), newer)
+        assert item.value["content"] in FACTS[:2] and item.created_at == born  # updated in place, not re-created
+        assert f"merged item kept the app's key of its newest source: {newer}" in done.summary()
+        (memory,) = [m.key for m in bank.list() if m.content == item.value["content"]]
+        assert next(c for c in history(bank) if c.id == merge.id).summary["app_keys"] == {memory: newer}
+        shown = invoke("history", bank.path, "--change", merge.id, "--url", database_url)
+        assert f"merged memory {memory} is the app's item {newer} (the key of its newest source)" in " ".join(shown.split())
+        invoke("undo", bank.path, "--change", merge.id, "--url", database_url)
+        assert {k: held(lg)[k] for k in (older, newer)} == {older: FACTS[0], newer: FACTS[1]}
+        assert sorted(m.content for m in bank.list()) == sorted(held(lg).values())

@@ -77,9 +77,9 @@ def test_live_store_safe_changes_apply_in_place_and_undo_restores_the_store(fres
         assert done.bank == bank.path and done.reason.startswith("never compacted")
         assert len(done.applied) == 2 and done.queued == [] and done.export.written == done.applied
         now = held(lg)
-        assert len(now) == 4 and keys[FACTS[0]] not in now and keys[FACTS[1]] not in now
+        assert len(now) == 4 and keys[FACTS[0]] not in now and now[keys[FACTS[1]]] in FACTS[:2]  # the merge keeps the newest key
         assert now[keys[FACTS[3]]].startswith("Alice adopted a cat named Mia") and "(" in now[keys[FACTS[3]]]
-        assert sorted(bank_texts(bank)) == sorted(now.values())  # the bank mirrors the store (its merge under a UUID there)
+        assert sorted(bank_texts(bank)) == sorted(now.values())  # the bank mirrors the store (its merge under the app's key)
         kept = {row["key"] for row in superseded_rows(bank)}
         assert {keys[FACTS[0]], keys[FACTS[1]], keys[FACTS[3]]} <= kept
         assert compactor.run_once()[0].reason is None  # nothing new: left alone
@@ -234,10 +234,9 @@ def test_the_app_edits_what_the_compactor_wrote_with_langmem(fresh_database, sto
         compactor = BackgroundCompactor(store, url, prefix=("memories",), into=store.namespace)
         compactor.run_once()
         bank = store.scoped((*store.namespace, "alice"))
-        written = [key for key in held(lg) if key not in keys]
-        assert written, "the merge's result is a new item of the store"
+        (merged,) = [key for key, text in held(lg).items() if text in FACTS[:2]]
+        assert merged == keys[1]  # the merge's item keeps the key of its newest source
         assert all(str(uuid.UUID(key)) == key for key in held(lg))
-        merged = written[0]
         bank_key = next(m.key for m in bank.list() if m.content == held(lg)[merged])
         assert bank_key != merged  # the bank keeps its own key and maps the item to it
 

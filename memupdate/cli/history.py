@@ -115,6 +115,8 @@ def _show_change(bank, change, as_json: bool) -> None:
                   highlight=False, soft_wrap=True)
     for note in _notes(change):
         console.print(f"  {note}", highlight=False, soft_wrap=True)
+    for memory, app_key in (change.summary.get("app_keys") or {}).items():
+        console.print(f"  merged memory {memory} is the app's item {app_key} (the key of its newest source)", highlight=False, soft_wrap=True)
     table = Table("kind", "sources", "results", "what changed", show_lines=True)
     for column in table.columns:
         column.overflow = "fold"  # a long key breaks across lines rather than ending in "…"
