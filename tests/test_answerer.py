@@ -281,7 +281,7 @@ def test_eval_cli_reports_the_answerer_and_a_rerun_asks_nothing(database_url, st
     out = tmp_path / "report.json"
     args = ["eval", "--locomo", str(sample_conversation_path()), "--policy", "none", "--max-questions", "4",
             "--url", database_url, "--answerer", model, "--answerer-base-url", standin.base_url,
-            "--judge", "judge", "--json", str(out)]
+            "--judge", "judge", "--out", str(out)]
     result = runner.invoke(app, args, env={"COLUMNS": "200"})
     assert result.exit_code == 0, result.output
     assert f"answerer {model}, judge judge" in result.output and "Pearson r" in result.output

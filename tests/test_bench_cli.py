@@ -15,7 +15,7 @@ runner = CliRunner()
 def test_bench_store_writes_json_and_the_cost_curve(database_url: str, tmp_path) -> None:
     out, png = tmp_path / "bench.json", tmp_path / "cost.png"
     result = runner.invoke(
-        app, ["bench", "store", "--url", database_url, "--sizes", "200", "--queries", "12", "--json", str(out), "--plot", str(png)]
+        app, ["bench", "store", "--url", database_url, "--sizes", "200", "--queries", "12", "--out", str(out), "--plot", str(png)]
     )
     assert result.exit_code == 0, result.output
     summary = json.loads(out.read_text())

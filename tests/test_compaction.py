@@ -61,7 +61,7 @@ def test_compaction_review_apply_and_undo_on_the_sample(store: MemoryStore, samp
     bank.create_many([NewMemory(m.content + " ", kind=m.kind, metadata=m.metadata) for m in plain])  # duplicates
     start = rows(bank)
     page, data = tmp_path / "review.html", tmp_path / "review.json"
-    result = runner.invoke(app, ["compact", bank.path, "--size", "12", "--review", str(page), "--json", str(data), "--url", database_url])
+    result = runner.invoke(app, ["compact", bank.path, "--size", "12", "--review", str(page), "--out", str(data), "--url", database_url])
     assert result.exit_code == 0, result.output
     assert rows(bank) == start  # a review changes nothing
     review = json.loads(data.read_text())
@@ -226,7 +226,7 @@ def test_compacting_a_locomo_bank_keeps_every_word_and_does_not_lower_the_qa_pro
     questions.write_text("".join(json.dumps({"question": q.question, "answer": q.answer, "category": q.category}) + "\n"
                                  for q in conversation.qa if q.answer))
     data = tmp_path / "review.json"
-    args = ["compact", bank.path, "--questions", str(questions), "--review", str(tmp_path / "r.html"), "--json", str(data)]
+    args = ["compact", bank.path, "--questions", str(questions), "--review", str(tmp_path / "r.html"), "--out", str(data)]
     try:
         result = runner.invoke(app, [*args, "--url", database_url])
         assert result.exit_code == 0, result.output
@@ -248,7 +248,7 @@ def test_compact_with_a_reader_reports_its_f1_beside_the_proxy(store: MemoryStor
     asked = [q for q in sample.qa if q.answer and q.category != 5]
     questions.write_text("".join(json.dumps({"question": q.question, "answer": q.answer, "category": q.category}) + "\n" for q in asked))
     data = tmp_path / "review.json"
-    args = ["compact", bank.path, "--questions", str(questions), "--answerer", f"hf:{reader_model}", "--json", str(data),
+    args = ["compact", bank.path, "--questions", str(questions), "--answerer", f"hf:{reader_model}", "--out", str(data),
             "--review", str(tmp_path / "r.html"), "--url", database_url]
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output

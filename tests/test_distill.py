@@ -139,7 +139,7 @@ def test_tiny_student_end_to_end(store: MemoryStore, fixed_sample, database_url,
     sample_file.write_text(json.dumps(raw))
     result = runner.invoke(app, ["eval", "--policy", "hf", "--model", str(final), "--locomo", str(sample_file),
                                  "--max-questions", "1", "--max-operations", "4", "--max-new-tokens", "48", "--max-prose-tokens", "24",
-                                 "--url", database_url, "--json", str(report)])
+                                 "--url", database_url, "--out", str(report)])
     assert result.exit_code == 0, result.output
     assert json.loads(report.read_text())["questions"] == 1
 

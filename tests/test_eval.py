@@ -150,7 +150,7 @@ def test_heuristic_improves_conv48_in_both_modes(root: MemoryStore, locomo_dev_f
 
 def test_eval_and_agent_commands(root: MemoryStore, database_url, tmp_path) -> None:
     out = tmp_path / "report.json"
-    result = runner.invoke(app, ["eval", "--policy", "none", "--url", database_url, "--json", str(out),
+    result = runner.invoke(app, ["eval", "--policy", "none", "--url", database_url, "--out", str(out),
                                  "--locomo", str(tmp_path / "missing.json")])
     assert result.exit_code == 2 and "missing.json" in result.output
     demo = runner.invoke(app, ["demo", "--url", database_url, "--questions", "3"])

@@ -163,7 +163,7 @@ def test_command_end_to_end_on_a_slice(dev_file, database_url, tmp_path) -> None
                "questions": row["questions"][:5], "answers": row["answers"][:5]} for row in chosen]
     path, out = write_rows(tmp_path / "slice.jsonl", sliced), tmp_path / "out.json"
     result = runner.invoke(app, ["eval", "factconsolidation", "--file", str(path), "--sources", "sh_6k,mh_6k",
-                                 "--policy", "heuristic", "--url", database_url, "--json", str(out)],
+                                 "--policy", "heuristic", "--url", database_url, "--out", str(out)],
                            env={"COLUMNS": "200"})
     assert result.exit_code == 0, result.output
     report = json.loads(out.read_text())
@@ -189,7 +189,7 @@ def test_reader_exact_match_on_a_slice(dev_file, database_url, tmp_path) -> None
     out = tmp_path / "out.json"
     result = runner.invoke(app, ["eval", "factconsolidation", "--file", str(dev_file), "--sources", "sh_6k",
                                  "--policy", "none", "--max-questions", "4", "--answerer", "hf:qwen2.5-coder-0.5b",
-                                 "--url", database_url, "--json", str(out)], env={"COLUMNS": "200"})
+                                 "--url", database_url, "--out", str(out)], env={"COLUMNS": "200"})
     assert result.exit_code == 0, result.output
     reader = json.loads(out.read_text())["sources"]["sh_6k"]["reader"]
     assert reader["metric"] == "substring_exact_match" and reader["before"] == reader["after"]

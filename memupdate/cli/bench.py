@@ -84,7 +84,8 @@ def machine() -> dict[str, object]:
 
 def bench_command(
     which: Benchmark = typer.Argument(Benchmark.all, help="the benchmark to run, or all of them"),
-    json_out: Path | None = typer.Option(None, "--json", help="write every result to this JSON file"),
+    as_json: bool = typer.Option(False, "--json", help="print every result as JSON to stdout (the tables go to stderr)"),
+    json_out: Path | None = typer.Option(None, "--out", help="write every result to this JSON file"),
     plot: Path | None = typer.Option(None, "--plot", help="draw the store's cost curve (search, fork) to this PNG"),
     url: str | None = typer.Option(None, "--url", help="postgresql://... of a server instead of the embedded one"),
     sizes: str = typer.Option("200,5000,100000", help="the store benchmark's sizes, comma-separated"),
@@ -94,6 +95,15 @@ def bench_command(
     names = ORDER if which is Benchmark.all else [which.value]
     if plot and "store" not in names:
         raise typer.BadParameter("--plot draws the store benchmark's cost curve: run `bench store` or `bench all`")
+    from memupdate.cli.common import json_to_stdout, print_json
+
+    with json_to_stdout(as_json):
+        summary = _run(names, json_out, plot, url, sizes, queries)
+    if as_json:
+        print_json(summary)
+
+
+def _run(names: list[str], json_out: Path | None, plot: Path | None, url: str | None, sizes: str, queries: int) -> dict:
     data_dir = None
     if not url:  # one embedded server for every benchmark of the run
         from memupdate.store.embedded import temporary_data_dir
@@ -126,4 +136,5 @@ def bench_command(
     if json_out:
         json_out.write_text(json.dumps(summary, indent=2, default=str) + "\n")
         console.print(f"wrote {json_out}", soft_wrap=True)
+    return summary
 

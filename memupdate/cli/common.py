@@ -3,15 +3,20 @@ the configured store."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import json
 import os
 import signal
+import sys
 import threading
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import typer
 from rich.console import Console
+from typer.core import TyperGroup
 
 from memupdate.agent.policies import model_help, policy_help
 from memupdate.store.errors import MemupdateError
@@ -70,6 +75,51 @@ def raise_if_interrupted() -> None:
     """Raise KeyboardInterrupt if Ctrl-C was pressed during this command (called between episodes)."""
     if _interrupted.is_set():
         raise KeyboardInterrupt
+
+
+# -- one --json convention: a switch printing JSON to stdout; a file is --out PATH --------------------------
+
+# Commands whose --json took a file until issue 55: that file is now --out PATH.
+OUT_FILE_COMMANDS = ("compact", "eval", "bench")
+
+
+def old_json_path(args: Sequence[str]) -> str | None:
+    """The file an old-style `--json PATH` (or `--json=PATH`) names, if `args` hold one."""
+    for i, arg in enumerate(args):
+        if arg.startswith("--json="):
+            return arg.split("=", 1)[1]
+        if arg == "--json" and i + 1 < len(args) and args[i + 1].lower().endswith(".json"):
+            return args[i + 1]
+    return None
+
+
+class CommandLine(TyperGroup):
+    """The `memupdate` group: refuses the old `--json PATH` in one line before any command runs."""
+
+    def parse_args(self, ctx, args: list[str]) -> list[str]:
+        path = old_json_path(args)
+        if path is not None:
+            command = next((a for a in args if not a.startswith("-")), "")
+            fix = f"write the file with --out {path}" if command in OUT_FILE_COMMANDS else f"redirect it: --json > {path}"
+            err_console.print(f"[bold red]error:[/] --json takes no file: it is a switch printing JSON to stdout; {fix}",
+                              highlight=False)
+            raise typer.Exit(EXIT_USER_ERROR)
+        return super().parse_args(ctx, args)
+
+
+@contextlib.contextmanager
+def json_to_stdout(as_json: bool) -> Iterator[None]:
+    """With --json, stdout carries the JSON alone: what the command prints meanwhile goes to stderr."""
+    if not as_json:
+        yield
+        return
+    with contextlib.redirect_stdout(sys.stderr):
+        yield
+
+
+def print_json(data: Any) -> None:
+    """One JSON document on stdout (not through rich: a pipe gets it unwrapped and uncoloured)."""
+    sys.stdout.write(json.dumps(data, indent=1, ensure_ascii=False, default=str) + "\n")
 
 
 URL_OPTION = typer.Option(

@@ -28,7 +28,9 @@ from memupdate.cli.common import (
     checked_answerer,
     console,
     err_console,
+    json_to_stdout,
     open_store,
+    print_json,
     progress_bar,
     require_bank,
     user_errors,
@@ -58,7 +60,8 @@ def compact_command(
     api_key: str | None = API_KEY_OPTION,
     size: int = SIZE_OPTION,
     review: Path | None = typer.Option(None, "--review", help="The HTML review page (default: review-<bank>-<change>.html)."),
-    review_json: Path | None = typer.Option(None, "--json", help="Also write the review as JSON here."),
+    as_json: bool = typer.Option(False, "--json", help="Print the review as JSON to stdout (the other lines go to stderr)."),
+    out: Path | None = typer.Option(None, "--out", help="Also write the review as JSON to this file."),
     questions: Path | None = typer.Option(None, "--questions", help="JSON/JSONL of {question, answer} for the QA proxy."),
     locomo: Path | None = LOCOMO_OPTION,
     answerer: str | None = ANSWERER_OPTION,
@@ -97,7 +100,7 @@ def compact_command(
         raise MemupdateError("--change names a proposed change to apply: add --apply")
     if bank.count() == 0:
         raise MemupdateError(f"namespace {namespace!r} holds no memories: import or load it first (memupdate data import)")
-    for path, option, suffixes in ((review, "--review", (".html", ".htm")), (review_json, "--json", (".json",))):
+    for path, option, suffixes in ((review, "--review", (".html", ".htm")), (out, "--out", (".json",))):
         check_output(path, option, suffixes)
     probe = bank_questions(bank, questions, locomo)
     if answerer and not probe:
@@ -109,14 +112,17 @@ def compact_command(
         err_console.print(f"the pending compaction (change {pending.id}) was discarded for this one", highlight=False)
     options = {"model": model, "base_url": base_url, "api_key": api_key, "seed": seed, "max_new_tokens": max_new_tokens,
                "max_prose_tokens": max_prose_tokens}
-    proposal, report = _compact(root, bank, policy, options, size, (probe, reader), review, review_json)
-    if apply:
-        _print_applied(apply_change(bank, proposal.id), bank)
-    else:
-        console.print(f"apply with `memupdate compact {bank.path} --apply`, or drop it with --discard", highlight=False)
+    with json_to_stdout(as_json):
+        proposal, report = _compact(root, bank, policy, options, size, (probe, reader), review, out)
+        if apply:
+            _print_applied(apply_change(bank, proposal.id), bank)
+        else:
+            console.print(f"apply with `memupdate compact {bank.path} --apply`, or drop it with --discard", highlight=False)
+    if as_json:
+        print_json(report)
 
 
-def _compact(root, bank, policy, options, size, probe, review, review_json):
+def _compact(root, bank, policy, options, size, probe, review, review_json: Path | None):
     """Compact `bank` into a proposed change; `probe` is (questions, reader or None) for the QA figures."""
     from memupdate.agent.compaction import BankMoved, compact
     from memupdate.agent.policies import make_policy

@@ -30,8 +30,10 @@ from memupdate.cli.common import (
     checked_answerer,
     console,
     err_console,
+    json_to_stdout,
     load_conversations,
     open_store,
+    print_json,
     progress_bar,
     raise_if_interrupted,
     user_errors,
@@ -78,7 +80,8 @@ def eval_command(
     collateral: int = COLLATERAL_OPTION,
     max_failure_share: float = MAX_FAILURE_SHARE_OPTION,
     seed: int = SEED_OPTION,
-    json_out: Path | None = typer.Option(None, "--json", help="Write the report as JSON here (folders are created)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the report as JSON to stdout (the tables go to stderr)."),
+    json_out: Path | None = typer.Option(None, "--out", help="Write the report as JSON to this file (folders are created)."),
     plot: Path | None = typer.Option(None, "--plot", help="Write before/after bars per category (.png, .pdf or .svg)."),
     url: str | None = URL_OPTION,
     answerer: str | None = ANSWERER_OPTION,
@@ -104,7 +107,7 @@ def eval_command(
     if reward_qa not in ("proxy", "answerer") or (reward_qa == "answerer" and not answerer):
         raise MemupdateError(f"--reward-qa {reward_qa!r}: choose proxy, or answerer together with --answerer MODEL")
     # Everything that can be checked is checked before the run, so a finished run is never lost.
-    check_output(json_out, "--json")
+    check_output(json_out, "--out")
     check_output(plot, "--plot", PLOT_SUFFIXES)
     reader = checked_answerer(answerer, answerer_base_url, answerer_api_key, judge)  # before any work
     chosen = load_conversations(locomo, conversations)
@@ -124,9 +127,12 @@ def eval_command(
         ),
         max_failure_share=max_failure_share,
     )
-    report = evaluate_with_progress(f"eval {policy} ({mode})", store, chosen, chat_model, config, policy, reader)
-    save_report(report, json_out, plot)
-    print_report(report)
+    with json_to_stdout(as_json):
+        report = evaluate_with_progress(f"eval {policy} ({mode})", store, chosen, chat_model, config, policy, reader)
+        save_report(report, json_out, plot)
+        print_report(report)
+    if as_json:
+        print_json(report)
     if report["failures"]["over_threshold"]:
         raise typer.Exit(EXIT_FAILED_RUN)
 
@@ -387,7 +393,8 @@ def factconsolidation_command(
     answerer: str | None = ANSWERER_OPTION,
     answerer_base_url: str | None = ANSWERER_BASE_URL_OPTION,
     answerer_api_key: str | None = ANSWERER_API_KEY_OPTION,
-    json_out: Path | None = typer.Option(None, "--json", help="Write the report as JSON here (folders are created)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the report as JSON to stdout (the tables go to stderr)."),
+    json_out: Path | None = typer.Option(None, "--out", help="Write the report as JSON to this file (folders are created)."),
     url: str | None = URL_OPTION,
 ) -> None:
     """MemoryAgentBench FactConsolidation: load each context into a bank ("factconsolidation/<context>"),
@@ -400,7 +407,7 @@ def factconsolidation_command(
     from memupdate.rl.data.factconsolidation import load_factconsolidation, select_sources
 
     chosen = select_sources(load_factconsolidation(file), sources)
-    check_output(json_out, "--json")
+    check_output(json_out, "--out")
     reader = checked_answerer(answerer, answerer_base_url, answerer_api_key)
     store, chat_model = _open_policy(url, reader, policy, model=model, base_url=base_url, api_key=api_key, seed=seed,
                                      max_operations=max_operations, max_new_tokens=max_new_tokens, max_prose_tokens=max_prose_tokens)
@@ -414,9 +421,12 @@ def factconsolidation_command(
         report = factconsolidation_report(store, chosen, chat_model, reader, policy_name=policy,
                                           max_questions=max_questions, max_operations=max_operations, size=size,
                                           progress=progress)
-    if json_out:
-        save_report(report, json_out, None)
-    print_factconsolidation(report)
+    with json_to_stdout(as_json):
+        if json_out:
+            save_report(report, json_out, None)
+        print_factconsolidation(report)
+    if as_json:
+        print_json(report)
 
 
 def print_factconsolidation(report: dict[str, Any]) -> None:

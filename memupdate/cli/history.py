@@ -67,7 +67,6 @@ def change_edits(bank, change) -> list[dict[str, Any]]:
     From its review (a part of the review queue, or a `memupdate compact` proposal); for a change without
     one, from the writes it made."""
     from memupdate.bank.change_log import change_writes
-
     from memupdate.bank.supersessions import supersessions
 
     review = change.details.get("review_change")
