@@ -148,7 +148,8 @@ def test_heuristic_improves_conv48_in_both_modes(root: MemoryStore, locomo_dev_f
         assert report["reward_mean"] > 0 and not report["errors"]
 
 
-def test_eval_and_agent_commands(root: MemoryStore, database_url, tmp_path) -> None:
+def test_eval_and_agent_commands(root: MemoryStore, database_url, tmp_path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)  # the demo writes its review page under out/
     out = tmp_path / "report.json"
     result = runner.invoke(app, ["eval", "--policy", "none", "--url", database_url, "--out", str(out),
                                  "--locomo", str(tmp_path / "missing.json")])

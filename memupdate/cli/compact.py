@@ -123,12 +123,36 @@ def compact_command(
 
 
 def _compact(root, bank, policy, options, size, probe, review, review_json: Path | None):
-    """Compact `bank` into a proposed change; `probe` is (questions, reader or None) for the QA figures."""
+    """Compact `bank` into a proposed change and say what it holds; `probe` is (questions, reader or None)
+    for the QA figures."""
+    from memupdate.bank.review import CHANGE_KINDS
+
+    proposal, page, done, review = propose_compaction(root, bank, policy, options, size, probe, review, review_json)
+    result, qa = done.result, page["qa"]
+    counts = page["counts"]
+    kinds = ", ".join(f"{counts[k]} {k}s" for k in CHANGE_KINDS if counts[k])
+    console.print(
+        f"change {proposal.id}: {result.episodes} episodes in {done.seconds:.1f} s; memories {counts['memories_before']} -> "
+        f"{counts['memories_after']}; {kinds or 'no changes'}; {counts['flagged']} coverage flags"
+        + (f"; QA proxy {qa['before']:.3f} -> {qa['after']:.3f} on {qa['questions']} questions" if qa else "")
+        + (_reader_line(qa["reader"]) if qa and "reader" in qa else ""),
+        highlight=False, soft_wrap=True,
+    )
+    if result.failed_episodes:
+        err_console.print(f"{len(result.failed_episodes)} episodes failed (their neighbourhoods unchanged): {result.failed_episodes[0]}", highlight=False)
+    console.print(f"review: {review.resolve()}" + (f" and {review_json}" if review_json else ""), highlight=False, soft_wrap=True)
+    return proposal, page
+
+
+def propose_compaction(root, bank, policy, options, size, probe, review: Path | None = None, review_json: Path | None = None):
+    """Compact `bank` with `policy` into a proposed change, its review page written (to `review`, default
+    review-<bank>-c<change>.html) and, with `review_json`, its JSON: (change, review, compaction, page path).
+    `memupdate compact` and `memupdate demo` both compact through here."""
     from memupdate.agent.compaction import BankMoved, compact
     from memupdate.agent.policies import make_policy
     from memupdate.bank.change_log import next_change_id, propose_change_with_id
     from memupdate.bank.namespaces import compaction_namespace
-    from memupdate.bank.review import CHANGE_KINDS, render_html, replaced_by
+    from memupdate.bank.review import render_html, replaced_by
 
     chat_model = make_policy(policy, root, **options)
     change_id = next_change_id(bank)
@@ -158,19 +182,7 @@ def _compact(root, bank, policy, options, size, probe, review, review_json: Path
     review.write_text(render_html(page), encoding="utf-8")
     if review_json:
         review_json.write_text(json.dumps(page, indent=1, ensure_ascii=False, default=str) + "\n", encoding="utf-8")
-    counts = page["counts"]
-    kinds = ", ".join(f"{counts[k]} {k}s" for k in CHANGE_KINDS if counts[k])
-    console.print(
-        f"change {change_id}: {result.episodes} episodes in {done.seconds:.1f} s; memories {counts['memories_before']} -> "
-        f"{counts['memories_after']}; {kinds or 'no changes'}; {counts['flagged']} coverage flags"
-        + (f"; QA proxy {qa['before']:.3f} -> {qa['after']:.3f} on {qa['questions']} questions" if qa else "")
-        + (_reader_line(qa["reader"]) if qa and "reader" in qa else ""),
-        highlight=False, soft_wrap=True,
-    )
-    if result.failed_episodes:
-        err_console.print(f"{len(result.failed_episodes)} episodes failed (their neighbourhoods unchanged): {result.failed_episodes[0]}", highlight=False)
-    console.print(f"review: {review.resolve()}" + (f" and {review_json}" if review_json else ""), highlight=False, soft_wrap=True)
-    return proposal, page
+    return proposal, page, done, review
 
 
 def _print_applied(change, bank) -> None:

@@ -255,9 +255,11 @@ def demo(
     ),
     url: str | None = URL_OPTION,
 ) -> None:
-    """The main job: start the embedded database, migrate, load a conversation, let the heuristic
-    policy edit the memory for a few questions, and print QA before -> after."""
+    """The main job, then the training task: start the embedded database, migrate, load a conversation;
+    compact a copy of its bank (review page, QA before -> after, applied and undone); then let the
+    heuristic policy edit the memory for each question with its answer in hand, and print QA before -> after."""
     from memupdate.agent.policies import make_policy
+    from memupdate.cli.demo import show_compaction
     from memupdate.rl.data.locomo import load_sample
     from memupdate.rl.evaluate import EvalConfig
 
@@ -270,12 +272,24 @@ def demo(
         chosen = chosen if conversations else chosen[:1]
         questions = questions or 8
     store = open_store(url)
-    console.print(f"database: {store.engine.url.render_as_string(hide_password=True)}")
+    console.print(f"database: {database_name(store.engine.url)}", highlight=False, soft_wrap=True)
+    show_compaction(store, chosen[0])
+    console.rule("2. the training task: one edit per question, its answer in hand", style="bold")
     policy = make_policy("heuristic", store)
     config = EvalConfig(mode="targeted", max_questions=questions)
     print_report(evaluate_with_progress("demo: heuristic policy, targeted", store, chosen, policy, config, "heuristic"))
 
 
+
+
+def database_name(url) -> str:
+    """The database as a person reads it on one line: the embedded server's data dir (its URL is a long
+    socket path: <data dir>/pg), else the configured URL without its password."""
+    socket = url.query.get("host", "")
+    if isinstance(socket, str) and socket.startswith("/") and Path(socket).name == "pg":
+        data_dir, home = str(Path(socket).parent), str(Path.home())
+        return f"the embedded PostgreSQL in {data_dir.replace(home, '~', 1) if data_dir.startswith(home) else data_dir}"
+    return url.render_as_string(hide_password=True)
 
 
 # -- memupdate eval factconsolidation ------------------------------------------------------------
