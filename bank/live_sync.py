@@ -21,7 +21,9 @@ an app's `put` waits and lands after), then each change is
   written, and the change is undone in the bank (its rows restored from `superseded_memories`), so the
   app's version comes in with the next import and a later compaction may propose the change anew.
 
-An undo puts items back as the app had them, their `created_at` and `updated_at` included: a restored
+A merge of items the app holds keeps, for its merged item, the app's key of its newest source (that item
+is updated in place, the other sources deleted; the change's summary records it under "app_keys"), so an
+app holding that key finds the merged text. An undo puts items back as the app had them, their `created_at` and `updated_at` included: a restored
 stale statement never reads as newer than the one that superseded it.
 
 The store commits before the bank records what it wrote; if the run dies between the two, the next
