@@ -49,7 +49,7 @@ def test_import_compact_apply_export_read_back_undo(fresh_database, database_url
         before_apply = rows(bank)
 
         page, data = tmp_path / "review.html", tmp_path / "review.json"
-        invoke("compact", bank.path, "--review", page, "--json", data, "--url", database_url)
+        invoke("compact", bank.path, "--review", page, "--out", data, "--url", database_url)
         review = json.loads(data.read_text())
         kinds = {c["kind"]: c for c in review["changes"]}
         assert set(kinds) == {"merge", "update"}
