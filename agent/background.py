@@ -56,6 +56,7 @@ from memupdate.bank.change_log import (
 from memupdate.bank.live_sync import LiveExport, export_changes
 from memupdate.bank.namespaces import COMPACTION_LABEL, compaction_namespace
 from memupdate.bank.review_queue import known_signatures, propose_parts, shrink_fork, signature
+from memupdate.bank.source_kinds import live_kind
 from memupdate.store import MemoryStore, Namespace, NewEvent, to_namespace
 from memupdate.store.errors import MemupdateError
 from memupdate.store.inventory import namespaces_labelled
@@ -124,7 +125,8 @@ class BackgroundCompactor:
         if grow_by < 1:
             raise MemupdateError(f"grow_by={grow_by}: a bank must grow by at least 1 memory to be compacted again")
         self.root, self.source, self.prefix, self.into = root, source, tuple(prefix), into
-        self.live = "://" in source
+        self.kind = live_kind(source)  # an app's store kept in step, else a path of memupdate's own banks
+        self.live = self.kind is not None
         self.path = None if self.live else to_namespace(source)
         self.rule, self.grow_by, self.size, self.interval = rule or SafetyRule(), grow_by, size, interval
         self.questions = questions
@@ -190,16 +192,15 @@ class BackgroundCompactor:
 
     def _live_pass(self) -> list[BankPass]:
         from memupdate.bank.source_import import import_items
-        from memupdate.bank.sources import Source, langgraph_uri, live_banks, read_langgraph_items
+        from memupdate.bank.sources import banks_of_source
 
-        uri = langgraph_uri(self.source)
-        known = live_banks(self.root, uri)
+        known = banks_of_source(self.root, self.kind.kinds, self.kind.uri(self.source))
         for bank in known.values():
             self._step("resume", bank.path)
             export_changes(bank, url=self.source)
         self._step("import", "")
-        items = read_langgraph_items(self.source, self.prefix)
-        reports = import_items(self.root, items, Source("langgraph", uri, self.prefix, self.into), mirror=True,
+        source, items = self.kind.read(self.source, self.prefix, self.into)
+        reports = import_items(self.root, items, source, mirror=True,
                                namespaces=[ns for ns in known if ns[: len(self.prefix)] == self.prefix])
         passes = []
         for report in reports:

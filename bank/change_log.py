@@ -319,6 +319,7 @@ def _undo_one(conn: Connection, bank: MemoryStore, change: ChangeRecord) -> None
 def _moved_since(bank: MemoryStore, change: ChangeRecord, key: str, after: dict | None, *, deleted: bool) -> str:
     """Why a change cannot be undone, in the words of whoever holds the memory: the app's own key for a
     bank kept in step with a LangGraph store, what happened to it (deleted or rewritten) and by whom."""
+    from memupdate.bank.source_kinds import source_kind
     from memupdate.bank.sources import read_source, store_key
 
     last = next((e for e in reversed(bank.events()) if e.memory_key == key and e.op in ("create", "update", "delete")), None)
@@ -331,7 +332,7 @@ def _moved_since(bank: MemoryStore, change: ChangeRecord, key: str, after: dict 
         return (f"memory {key!r} of {bank.path!r} was {what} by {verb} {later} after change {change.id} was applied: "
                 f"{undone}; undo change {later} first")
     record = read_source(bank)
-    if record is not None and record["kind"] == "langgraph":
+    if record is not None and source_kind(record["kind"]).live:
         mapped = {state["key"]: source_key for source_key, state in record["items"].items()}
         app_key = (change.summary.get("app_keys") or {}).get(key) or mapped.get(key) \
             or store_key(bank.path, key, (after or {}).get("metadata"))

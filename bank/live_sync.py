@@ -40,13 +40,12 @@ from typing import Any
 from sqlalchemy import select, update
 
 from memupdate.bank.change_log import ChangeConflict, ChangeRecord, change_record, changes, undo_change
+from memupdate.bank.source_kinds import Source, source_kind
 from memupdate.bank.sources import (
-    Source,
-    _iso,
+    iso_time,
     item_value,
     memory_digest,
     memory_text,
-    open_langgraph_store,
     read_source,
     store_key,
     value_hash,
@@ -82,9 +81,9 @@ class LiveExport:
 
 
 def is_live(bank: MemoryStore) -> bool:
-    """Whether the bank mirrors a LangGraph store (imported from a `postgresql://` URL)."""
+    """Whether the bank mirrors a store an app keeps writing (imported by a live kind: a `postgresql://` URL)."""
     record = read_source(bank)
-    return record is not None and record["kind"] == "langgraph"
+    return record is not None and source_kind(record["kind"]).live
 
 
 def pending_jobs(bank: MemoryStore) -> list[tuple[ChangeRecord, str]]:
@@ -105,12 +104,23 @@ def export_changes(
     bank: MemoryStore, *, url: str | None = None, before_commit: Callable[[], None] | None = None,
     after_commit: Callable[[], None] | None = None,
 ) -> LiveExport:
-    """Write the bank's pending live changes to its LangGraph store (see the module docstring).
-    `before_commit()` runs last inside the store's transaction, `after_commit()` after it commits and
-    before the bank records it (tests kill the run at both)."""
-    report = LiveExport(bank.path)
+    """Write the bank's pending live changes to the store it mirrors, through its kind (nothing for a bank
+    no app writes to). `before_commit()` runs last inside the store's transaction, `after_commit()` after
+    it commits and before the bank records it (tests kill the run at both)."""
     record = read_source(bank)
-    jobs = pending_jobs(bank) if record is not None and record["kind"] == "langgraph" else []
+    if record is None or not source_kind(record["kind"]).live:
+        return LiveExport(bank.path)
+    return source_kind(record["kind"]).export_changes(bank, record, url=url, before_commit=before_commit, after_commit=after_commit)
+
+
+def write_live_changes(
+    bank: MemoryStore, record: dict[str, Any], open_store: Callable[[], tuple[Any, Any]], *,
+    before_commit: Callable[[], None] | None = None, after_commit: Callable[[], None] | None = None,
+) -> LiveExport:
+    """LangGraph's `export_changes`: the pending changes written to its `PostgresStore` (see the module
+    docstring); `open_store()` gives (context manager, store), called only when a change is pending."""
+    report = LiveExport(bank.path)
+    jobs = pending_jobs(bank)
     if not jobs:
         return report
     namespace = tuple(record["source_namespace"])
@@ -126,7 +136,7 @@ def export_changes(
             if key not in source_of:
                 source_of[key] = store_key(bank.path, key, (after or before or {}).get("metadata"))
     keys = sorted({source_of.get(key, key) for _, _, logged in steps for key, *_ in logged})
-    manager, store = open_langgraph_store(url or record["uri"])
+    manager, store = open_store()
     try:
         with store.conn.transaction():
             current = _locked_items(store, namespace, keys)
@@ -182,7 +192,7 @@ def _locked_items(store, namespace: tuple[str, ...], keys: list[str]) -> dict[st
             "SELECT key, value, updated_at FROM store WHERE prefix = %s AND key = ANY(%s) FOR UPDATE",
             (".".join(namespace), keys),
         )
-        return {row["key"]: {"value": row["value"], "updated_at": _iso(row["updated_at"])} for row in cur.fetchall()}
+        return {row["key"]: {"value": row["value"], "updated_at": iso_time(row["updated_at"])} for row in cur.fetchall()}
 
 
 def _keep_stated_times(store, namespace: tuple[str, ...], steps, outcome: dict[int, str], source_of) -> None:

@@ -20,10 +20,10 @@ from sqlalchemy import BigInteger, CheckConstraint, DateTime, ForeignKey, Index,
 from sqlalchemy.dialects.postgresql import JSONB, UUID
 from sqlalchemy.orm import Mapped, mapped_column
 
+from memupdate.bank.source_kinds import SOURCE_KINDS
 from memupdate.settings import get_settings
 from memupdate.store.models import Base
 
-SOURCE_KINDS = ("langgraph", "items", "texts")
 CHANGE_STATUSES = ("proposed", "applied", "undone", "discarded")
 
 

@@ -1,30 +1,28 @@
-"""Export: a bank back to the LangGraph store it was imported from (or to a dump of items), under the
-same keys; deletes there only when asked; never over an item changed at the source since.
+"""Export: a bank back to the source it was imported from, under the same keys, through its kind
+(`bank/source_kinds.py`); deletes there only when asked; never over an item changed at the source since.
 
-    from memupdate.bank.source_export import export_file, export_langgraph
+    from memupdate.bank.source_export import export_bank
 
-    report = export_langgraph(bank, apply_deletes=False)   # new and changed items written, removals listed
+    report = export_bank(bank, apply_deletes=False)   # new and changed items written, removals listed
     report.summary()    # "imported/memories/alice -> postgresql://app@db/app: 1 new and 0 changed items written; ..."
-    export_file(bank, Path("items.json"))                  # LangGraph `Item.dict()` objects instead
+
+A kind's export is `write_back` over its own read and write of items; what to write (`plan_export`) and
+what was written (the bank's source state) are the same for every kind. A dump of any bank to a file:
+`bank.file_source.export_file`.
 """
 
 from __future__ import annotations
 
-import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
+from memupdate.bank.source_kinds import Source, SourceError, SourceItem, source_kind
 from memupdate.bank.sources import (
-    Source,
-    SourceError,
-    SourceItem,
     few_keys,
     item_value,
     memory_digest,
     memory_text,
-    namespace_items,
-    open_langgraph_store,
     read_source,
     store_key,
     value_hash,
@@ -121,59 +119,33 @@ def _moved(item: SourceItem | None, state: dict[str, Any]) -> bool:
     return item is None or item.updated_at != state.get("updated_at") or value_hash(item.value) != state.get("value_hash")
 
 
-def export_langgraph(bank: MemoryStore, *, apply_deletes: bool = False, url: str | None = None) -> ExportReport:
-    """Write the bank back to the LangGraph store it was imported from: same namespace, same keys for
-    the items it came from, new items under UUIDs the bank maps to their memories; removed items are deleted there only
-    with `apply_deletes`; an item changed at the source since the import is reported and left alone."""
+def export_bank(bank: MemoryStore, *, apply_deletes: bool = False, url: str | None = None) -> ExportReport:
+    """Write the bank back to the source it was imported from, through its kind (`bank/source_kinds.py`):
+    removed items are deleted there only with `apply_deletes`; an item changed at the source since the
+    import is reported and left alone. `url`: the source's location when the recorded one lacks a password."""
     record = read_source(bank)
     if record is None:
         raise SourceError(f"bank {bank.path!r} was not imported (`memupdate data import`): nothing to export it to")
-    if record["kind"] != "langgraph":
-        raise SourceError(f"bank {bank.path!r} came from a {record['kind']} file: export it with --out FILE")
-    target_url = url or record["uri"]
-    namespace = tuple(record["source_namespace"])
-    manager, store = open_langgraph_store(target_url)
-    try:
-        current = {item.key: item for item in namespace_items(store, namespace)}
-        report, puts, deletes = plan_export(bank, record, current)
-        from langgraph.store.base import PutOp
+    return source_kind(record["kind"]).export(bank, record, apply_deletes=apply_deletes, url=url)
 
-        ops = [PutOp(namespace, key, value) for key, value in puts.items()]
-        if apply_deletes:
-            ops += [PutOp(namespace, key, None) for key in deletes]
-            report.deleted = deletes
-        else:
-            report.to_delete = deletes
-        if ops:
-            store.batch(ops)
-        after = {item.key: item for item in namespace_items(store, namespace)}
-    finally:
-        manager.__exit__(None, None, None)
+
+def write_back(
+    bank: MemoryStore, record: dict[str, Any], items: Callable[[], dict[str, SourceItem]],
+    write: Callable[[dict[str, dict], list[str]], None], *, apply_deletes: bool = False,
+) -> ExportReport:
+    """An export through a kind's own access to the bank's source namespace: `items()` reads its items by
+    source key, `write(puts, deletes)` puts values (source key -> value) and deletes keys. What was
+    written is recorded, so the next import sees those items in sync."""
+    report, puts, deletes = plan_export(bank, record, items())
+    if apply_deletes:
+        report.deleted = deletes
+    else:
+        report.to_delete, deletes = deletes, []
+    if puts or deletes:
+        write(puts, deletes)
     seen = dict(record["items"])
-    _record_written(bank, seen, report.bank_keys, after, report.deleted)
-    write_source(bank, Source(record["kind"], record["uri"]), namespace, seen, exported=True)
-    return report
-
-
-def export_file(bank: MemoryStore, path: Path) -> ExportReport:
-    """Write the bank as a JSON list of LangGraph items (`Item.dict()` shape) under its source namespace."""
-    record = read_source(bank)
-    namespace = list(record["source_namespace"]) if record else list(bank.namespace)
-    by_bank_key = {s["key"]: k for k, s in (record or {"items": {}})["items"].items()}
-    rows = []
-    report = ExportReport(bank.path, str(path))
-    for memory in bank.list():
-        source_key = by_bank_key.get(memory.key) or store_key(bank.path, memory.key, memory.metadata)
-        origin = memory.metadata.get("imported_from") or {}
-        rows.append({
-            "namespace": namespace, "key": source_key, "value": item_value(memory, None),
-            "created_at": origin.get("created_at") or memory.created_at.isoformat(), "updated_at": memory.updated_at.isoformat(),
-        })
-        (report.written_changed if source_key in (record or {"items": {}})["items"] else report.written_new).append(source_key)
-    try:
-        path.write_text(json.dumps(rows, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
-    except OSError as exc:
-        raise SourceError(f"cannot write {str(path)!r}: {exc.strerror}") from None
+    _record_written(bank, seen, report.bank_keys, items(), report.deleted)
+    write_source(bank, Source(record["kind"], record["uri"]), tuple(record["source_namespace"]), seen, exported=True)
     return report
 
 

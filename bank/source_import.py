@@ -1,11 +1,9 @@
 """Import: one memupdate bank per source namespace, with provenance; importing again is idempotent and
 reports what changed at the source since the last import.
 
-    from memupdate.bank.source_import import import_items
-    from memupdate.bank.sources import Source, read_langgraph_items
+    from memupdate.bank.source_import import import_source
 
-    items = read_langgraph_items("postgresql://app@db/app", ("memories",))
-    reports = import_items(root, items, Source("langgraph", "postgresql://app@db/app", ("memories",)))
+    reports = import_source(root, "postgresql://app@db/app", ("memories",))   # any registered kind's location
     reports[0].summary()     # "imported/memories/alice: at the source since the last import 1 new, ..."
 
 Provenance goes into `metadata["imported_from"]` (source kind, URI without password, namespace, key,
@@ -22,10 +20,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from memupdate.bank.source_kinds import Source, SourceError, SourceItem, claiming_kind
 from memupdate.bank.sources import (
-    Source,
-    SourceError,
-    SourceItem,
     bank_key,
     bank_label,
     few_keys,
@@ -129,7 +125,10 @@ def _memory_for(item: SourceItem, source: Source, key: str) -> NewMemory:
     return NewMemory(text, kind, metadata, key)
 
 
-#---------------------------------------------------------------------------------------
+def import_source(root: MemoryStore, location: str, prefix: Sequence[str] = (), into: Namespace | None = None) -> list[ImportReport]:
+    """Import the items under `prefix` at `location`, read by the kind that claims it (`bank/source_kinds.py`)."""
+    source, items = claiming_kind(location).read(location, tuple(prefix), into)
+    return import_items(root, items, source)
 
 
 def import_items(

@@ -1,17 +1,16 @@
-"""Where memories already live, read as items, and the bank's record of what its source held:
-LangGraph's `PostgresStore`, `BaseStore` item dumps, plain text lines.
+"""The mapping between a source's items and a bank's memories, and the bank's record of what its source
+held. Each kind of source (a LangGraph store, a file) is its own module, registered in
+`bank/source_kinds.py`; what is here serves every kind.
 
-    from memupdate.bank.sources import read_file_items, read_langgraph_items, read_source
+    from memupdate.bank.sources import memory_text, read_source
 
-    items = read_langgraph_items("postgresql://app@db/app", ("memories",))   # LangMem's items, every user
-    kind, items = read_file_items(Path("dump.json"))    # "items" (Item.dict() objects) or "texts"
+    memory_text({"content": "Alice likes jazz"})   # "Alice likes jazz": the text a policy edits
     read_source(bank)     # the bank's `memory_sources` row: kind, uri, source_namespace, items as last seen
 
 A source item becomes one memory (`bank/source_import.py`) and a memory goes back as an item
 (`bank/source_export.py`) through the mapping here: the text is the value's string `content`
 (LangMem writes `{"content": ...}`), else the value's JSON; the key is the source key where memupdate
-allows it (LangMem's UUIDs are), else a stable hash of it. A source that cannot be read raises
-`SourceError` with one line naming it and the fix.
+allows it (LangMem's UUIDs are), else a stable hash of it.
 """
 
 from __future__ import annotations
@@ -21,183 +20,25 @@ import json
 import re
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import date, datetime
-from pathlib import Path
 from typing import Any
 
 from sqlalchemy import func, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.engine import URL, make_url
-from sqlalchemy.exc import ArgumentError
 
 from memupdate.bank.models import MemorySource
-from memupdate.store.errors import MemupdateError
+from memupdate.bank.source_kinds import Source
 from memupdate.store.memory_store import MemoryStore
-from memupdate.store.records import KEY_PATTERN, NAMESPACE_LABEL, MemoryRecord, Namespace
+from memupdate.store.records import KEY_PATTERN, NAMESPACE_LABEL, MemoryRecord
 
 sources = MemorySource.__table__
-PAGE_SIZE = 1000
 
 
-class SourceError(MemupdateError):
-    """A source cannot be read: a wrong URL, a namespace with no items, a malformed file."""
+# -- items <-> memories ------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class SourceItem:
-    """One item as the source holds it (a LangGraph `Item`, or a text line made into one)."""
-
-    namespace: tuple[str, ...]
-    key: str
-    value: dict[str, Any]
-    created_at: str | None = None  # ISO 8601, as the source gave it
-    updated_at: str | None = None
-
-
-@dataclass(frozen=True)
-class Source:
-    """Where items come from: `kind` langgraph (a database URL), items (a JSON/JSONL dump of
-    `BaseStore` items) or texts (JSONL of `{text, created_at?, user?}`)."""
-
-    kind: str
-    uri: str
-    prefix: tuple[str, ...] = ()
-    into: Namespace | None = None  # the bank root replacing `prefix` (default: imported/<prefix>)
-
-
-# -- reading sources ----------------------------------------------------------------------------------
-
-
-def langgraph_uri(url: str) -> str:
-    """The URL as kept in provenance: no password (a re-export takes it from --url or the environment)."""
-    try:
-        parsed = make_url(url)
-    except ArgumentError:
-        raise SourceError(f"source {url!r} is not a database URL: give postgresql://user@host:5432/db") from None
-    # URL.set(password=None) keeps the password (None means "unchanged"): build the URL without it.
-    bare = URL.create(parsed.drivername, parsed.username, None, parsed.host, parsed.port, parsed.database, parsed.query)
-    return bare.render_as_string(hide_password=False)
-
-
-def open_langgraph_store(url: str):
-    """LangGraph's own `PostgresStore` on `url` (a context manager); SourceError naming the URL if the
-    server cannot be reached or holds no LangGraph store."""
-    from langgraph.store.postgres import PostgresStore
-
-    conninfo = _conninfo(url)
-    try:
-        manager = PostgresStore.from_conn_string(conninfo)
-        store = manager.__enter__()
-    except Exception as exc:  # psycopg's OperationalError and friends: the message names host and cause
-        raise SourceError(f"cannot connect to LangGraph store {langgraph_uri(url)!r}: {_first_line(exc)}; check the URL") from None
-    return manager, store
-
-
-def read_langgraph_items(url: str, prefix: Sequence[str]) -> list[SourceItem]:
-    """Every item under `prefix` in the LangGraph `PostgresStore` at `url` (read page by page)."""
-    manager, store = open_langgraph_store(url)
-    try:
-        items = _langgraph_items(store, tuple(prefix), url)
-    finally:
-        manager.__exit__(None, None, None)
-    return items
-
-
-def _langgraph_items(store, prefix: tuple[str, ...], url: str) -> list[SourceItem]:
-    from psycopg.errors import UndefinedTable
-
-    try:
-        namespaces = store.list_namespaces(prefix=prefix or None, limit=100_000)
-    except UndefinedTable:
-        raise SourceError(
-            f"database {langgraph_uri(url)!r} holds no LangGraph store (no `store` table): check the URL's database name"
-        ) from None
-    if not namespaces:
-        known = sorted({ns[:2] for ns in store.list_namespaces(limit=10_000)})
-        hint = ", ".join("/".join(ns) for ns in known[:8]) or "none: the store is empty"
-        raise SourceError(f"LangGraph store {langgraph_uri(url)!r} has no namespace under {'/'.join(prefix)!r}; it has: {hint}")
-    return [item for namespace in namespaces for item in namespace_items(store, tuple(namespace))]
-
-
-def namespace_items(store, namespace: tuple[str, ...]) -> list[SourceItem]:
-    """The items of one namespace of a LangGraph store (not of its children), read page by page."""
-    items, offset = [], 0
-    while True:
-        page = store.search(namespace, limit=PAGE_SIZE, offset=offset)
-        items += [from_langgraph_item(item) for item in page if tuple(item.namespace) == namespace]
-        if len(page) < PAGE_SIZE:
-            return items
-        offset += PAGE_SIZE
-
-
-def read_file_items(path: Path) -> tuple[str, list[SourceItem]]:
-    """The items of a JSON or JSONL file and its kind: `items` (LangGraph `Item.dict()` objects:
-    namespace, key, value, created_at, updated_at) or `texts` (`{text, created_at?, user?}`)."""
-    try:
-        raw = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise SourceError(f"cannot read {str(path)!r}: {exc.strerror}") from None
-    records = _records(raw, path)
-    if not records:
-        raise SourceError(f"{str(path)!r} holds no items: give a JSON list or JSONL lines of items or texts")
-    kinds = {"texts" if "text" in r and "value" not in r else "items" for r in records}
-    if len(kinds) > 1:
-        raise SourceError(f"{str(path)!r} mixes text lines ({{text}}) and items ({{namespace, key, value}}): split the file")
-    kind = kinds.pop()
-    parse = _text_item if kind == "texts" else _dump_item
-    items = []
-    for number, record in enumerate(records, 1):
-        try:
-            items.append(parse(record))
-        except (KeyError, TypeError, ValueError) as exc:
-            raise SourceError(f"{str(path)!r} item {number}: {exc}; see `memupdate data import --help` for the format") from None
-    return kind, items
-
-
-def _records(raw: str, path: Path) -> list[dict[str, Any]]:
-    stripped = raw.strip()
-    try:
-        if stripped.startswith("["):
-            data = json.loads(stripped)
-        elif stripped.startswith("{") and "\n" not in stripped:
-            data = [json.loads(stripped)]
-        else:
-            data = [json.loads(line) for line in stripped.splitlines() if line.strip()]
-    except json.JSONDecodeError as exc:
-        raise SourceError(f"{str(path)!r} is not JSON or JSONL (line {exc.lineno}: {exc.msg})") from None
-    if isinstance(data, dict) and isinstance(data.get("items"), list):
-        data = data["items"]
-    if not isinstance(data, list) or not all(isinstance(r, dict) for r in data):
-        raise SourceError(f"{str(path)!r} must hold JSON objects, one per item")
-    return data
-
-
-def _dump_item(record: dict[str, Any]) -> SourceItem:
-    namespace = record["namespace"]
-    if isinstance(namespace, str):
-        namespace = namespace.split("/")
-    if not isinstance(record["value"], dict):
-        raise ValueError("value must be a JSON object (a LangGraph item's value)")
-    return SourceItem(tuple(map(str, namespace)), str(record["key"]), record["value"], _iso(record.get("created_at")), _iso(record.get("updated_at")))
-
-
-def _text_item(record: dict[str, Any]) -> SourceItem:
-    text = record["text"]
-    if not isinstance(text, str) or not text.strip():
-        raise ValueError("text must be a non-empty string")
-    user = record.get("user")
-    created = _iso(record.get("created_at"))
-    # The key is the line's identity: the same line imported twice is one memory.
-    digest = hashlib.sha256(json.dumps([user, text, created]).encode()).hexdigest()[:16]
-    return SourceItem((str(user),) if user else (), f"t{digest}", {"content": text}, created, created)
-
-
-def from_langgraph_item(item) -> SourceItem:
-    return SourceItem(tuple(item.namespace), item.key, dict(item.value), _iso(item.created_at), _iso(item.updated_at))
-
-
-def _iso(value: Any) -> str | None:
+def iso_time(value: Any) -> str | None:
+    """A source's time (a datetime, a Unix time, ISO text) as ISO 8601, or None if it gave none."""
     if value is None or value == "":
         return None
     if isinstance(value, datetime | date):
@@ -209,9 +50,6 @@ def _iso(value: Any) -> str | None:
         return datetime.fromisoformat(text.replace("Z", "+00:00")).isoformat()
     except ValueError:
         raise ValueError(f"created_at/updated_at {text!r} is not an ISO 8601 time such as 2024-05-07T14:00:00") from None
-
-
-# -- items <-> memories ------------------------------------------------------------------------------
 
 
 def memory_text(value: dict[str, Any]) -> str:
@@ -292,10 +130,11 @@ def read_source(bank: MemoryStore) -> dict[str, Any] | None:
     return dict(row) if row else None
 
 
-def live_banks(root: MemoryStore, uri: str) -> dict[tuple[str, ...], MemoryStore]:
-    """The banks imported from the LangGraph store at `uri` (its URI without password), by their source namespace."""
+def banks_of_source(root: MemoryStore, kinds: Sequence[str], uri: str) -> dict[tuple[str, ...], MemoryStore]:
+    """The banks imported from `uri` (as recorded: no password) by a kind named in `kinds`, by their source namespace."""
     with root.engine.connect() as conn:
-        rows = conn.execute(select(sources.c.namespace, sources.c.source_namespace).where(sources.c.kind == "langgraph", sources.c.uri == uri))
+        query = select(sources.c.namespace, sources.c.source_namespace).where(sources.c.kind.in_(kinds), sources.c.uri == uri)
+        rows = conn.execute(query)
         return {tuple(ns): root.scoped(path) for path, ns in rows}
 
 
@@ -307,21 +146,6 @@ def write_source(bank: MemoryStore, source: Source, source_namespace: tuple[str,
     update["exported_at" if exported else "imported_at"] = func.now()
     with bank.engine.begin() as conn:
         conn.execute(statement.on_conflict_do_update(index_elements=[sources.c.namespace], set_=update))
-
-
-def _conninfo(url: str) -> str:
-    try:
-        parsed = make_url(url)
-    except ArgumentError:
-        raise SourceError(f"source {url!r} is not a database URL: give postgresql://user@host:5432/db") from None
-    if not parsed.drivername.startswith("postgresql"):
-        raise SourceError(f"source {url!r} is not a PostgreSQL URL: LangGraph's PostgresStore needs postgresql://...")
-    return parsed.set(drivername="postgresql").render_as_string(hide_password=False)
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def few_keys(keys: Sequence[str], n: int = 5) -> str:

@@ -104,7 +104,7 @@ def test_import_of_item_dumps_and_text_lines(tmp_path, database_url, store: Memo
 
 
 def test_provenance_keeps_a_source_url_without_its_password() -> None:
-    from memupdate.bank.sources import langgraph_uri
+    from memupdate.bank.langgraph_source import langgraph_uri
 
     assert langgraph_uri("postgresql://app:s3cret@db:5432/app") == "postgresql://app@db:5432/app"
     # An empty password is the same source as none: importing again must not see another store.

@@ -172,7 +172,7 @@ def test_the_store_declares_only_its_own_tables_and_the_migrations_load_every_ta
 
 
 def constants_imported(path: Path, known: dict[str, Path]) -> list[str]:
-    """The package's module-level constants `path` imports (a name a module assigns rather than defines),
+    """The package's module-level constants `path` imports (a name a module assigns or imports rather than defines),
     and any `import memupdate...` (its constants would be read as attributes)."""
     found = []
     for node in ast.walk(ast.parse(path.read_text())):
@@ -185,6 +185,8 @@ def constants_imported(path: Path, known: dict[str, Path]) -> list[str]:
             source = ast.parse(known[node.module].read_text())
             assigned = {t.id for n in source.body if isinstance(n, (ast.Assign, ast.AnnAssign))
                         for t in (n.targets if isinstance(n, ast.Assign) else [n.target]) if isinstance(t, ast.Name)}
+            # A constant the module imports from another (bank.models' SOURCE_KINDS) is one too.
+            assigned |= {a.asname or a.name for n in source.body if isinstance(n, ast.ImportFrom) for a in n.names}
             found += [f"{node.module}.{alias.name}" for alias in node.names if alias.name in assigned]
     return found
 

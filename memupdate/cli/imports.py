@@ -30,31 +30,12 @@ def import_command(
     Importing again is idempotent: it reports what changed at the source since the last import,
     writes those changes, and leaves alone memories edited here since.
     """
-    from memupdate.bank.source_import import import_items
-    from memupdate.bank.sources import (
-        Source,
-        bank_label,
-        langgraph_uri,
-        read_file_items,
-        read_langgraph_items,
-    )
+    from memupdate.bank.source_import import import_source
     from memupdate.store import to_namespace
 
     prefix_labels = tuple(label for label in prefix.split("/") if label)
-    into_namespace = to_namespace(into) if into else None
     root = open_store(url, embed_on_demand=True)  # first: the source may live on the embedded server this starts
-    if "://" in source:
-        items = read_langgraph_items(source, prefix_labels)
-        spec = Source("langgraph", langgraph_uri(source), prefix_labels, into_namespace)
-    else:
-        path = Path(source)
-        if not path.is_file():
-            raise MemupdateError(f"source {source!r} is neither a postgresql:// URL nor a file: check the path")
-        kind, items = read_file_items(path)
-        if kind == "texts" and into_namespace is None:
-            into_namespace = ("imported", bank_label(path.stem))
-        spec = Source(kind, str(path.resolve()), prefix_labels, into_namespace)
-    reports = import_items(root, items, spec)
+    reports = import_source(root, source, prefix_labels, to_namespace(into) if into else None)
     if as_json:
         console.print_json(json.dumps([r.as_dict() for r in reports]))
         return
@@ -76,7 +57,8 @@ def export_command(
     New and changed memories are written; items removed here are deleted there only with --apply;
     an item changed at the source since the import is reported and left alone.
     """
-    from memupdate.bank.source_export import export_file, export_langgraph
+    from memupdate.bank.file_source import export_file
+    from memupdate.bank.source_export import export_bank
     from memupdate.cli.common import check_output
     from memupdate.store import to_namespace
 
@@ -90,7 +72,7 @@ def export_command(
         check_output(out, "--out", (".json",))
         report = export_file(bank, out)
     else:
-        report = export_langgraph(bank, apply_deletes=apply, url=source_url)
+        report = export_bank(bank, apply_deletes=apply, url=source_url)
     if as_json:
         console.print_json(json.dumps(report.as_dict()))
     else:

@@ -67,6 +67,7 @@ def watch_command(
     from memupdate.agent.policies import policy_kind
     from memupdate.agent.safety import SafetyRule
     from memupdate.bank.namespaces import COMPACTION_LABEL
+    from memupdate.bank.source_kinds import live_kind
     from memupdate.rl.data.namespaces import TRAJ_LABEL
     from memupdate.store import to_namespace
 
@@ -78,7 +79,7 @@ def watch_command(
     except ValueError as exc:
         raise MemupdateError(f"--auto-kinds {auto_kinds!r}: {exc}") from None
     root = open_store(url, embed_on_demand=True)  # first: the source may live on the embedded server this starts
-    if "://" not in source:
+    if live_kind(source) is None:
         _require_banks(root, source)
     check_policy_endpoint(policy, model, base_url, api_key)
     compactor = BackgroundCompactor(
@@ -97,6 +98,7 @@ def watch_command(
 
 def _require_banks(root, source: str) -> None:
     from memupdate.bank.namespaces import COMPACTION_LABEL
+    from memupdate.bank.source_kinds import live_kinds
     from memupdate.rl.data.namespaces import TRAJ_LABEL
     from memupdate.store import to_namespace
     from memupdate.store.inventory import nearest_namespaces
@@ -105,7 +107,8 @@ def _require_banks(root, source: str) -> None:
         return
     near = nearest_namespaces(root.engine, source, fork_labels=(COMPACTION_LABEL, TRAJ_LABEL))
     hint = f"did you mean {' or '.join(near)}?" if near else "the database holds no banks yet (memupdate data import)"
-    raise MemupdateError(f"source {source!r} is neither a postgresql:// URL nor a path holding banks: check it; {hint}")
+    stores = " nor ".join(kind.accepts for kind in live_kinds())
+    raise MemupdateError(f"source {source!r} is neither {stores} nor a path holding banks: check it; {hint}")
 
 
 def _require_banks_under(root, under: str) -> None:
