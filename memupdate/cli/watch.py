@@ -238,7 +238,7 @@ def export_live(bank, source_url: str | None) -> None:
     """Write a live bank's pending changes to its LangGraph store now; if the store cannot be reached, say
     that the watcher's next pass will."""
     from memupdate.bank.live_sync import export_changes, is_live
-    from memupdate.bank.sources import SourceError
+    from memupdate.bank.source_kinds import SourceError
 
     if not is_live(bank):
         return
