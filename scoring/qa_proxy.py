@@ -238,26 +238,51 @@ def score_fork(
     once per question and kept while the base's version stays the same) minus the memories the fork
     replaced, plus its new and edited memories ranked by the same distances: the same hits, in the same
     order, as searching the fork. A fork that replaced too many of the base's hits is searched directly.
+    A question whose top hits are the base's very hits (most collateral questions) scores what it
+    scores on the base, computed once and kept while the base's version holds.
     """
     vectors = fork.embedder.embed([q.question for q in questions])
     changes = changes_from(fork, base, vectors, nearest=NEAREST_SOURCES)  # faithfulness's sources, same trip
     depth = candidates * BASE_HITS_FACTOR
-    base_hits = _base_hits(base, vectors, depth, changes.base_version)
-    results = []
+    vector_keys = [np.asarray(v, dtype=np.float32).tobytes() for v in vectors]
+    base_hits = _base_hits(base, vectors, vector_keys, depth, changes.base_version)
+    results: list[QAScore | None] = []
+    unchanged = []  # questions whose top hits on the fork are the base's very hits: the base's score holds
     for i, (question, vector) in enumerate(zip(questions, vectors, strict=True)):
         kept = [hit for hit in base_hits[i] if hit[1].memory.key not in changes.replaced]
         if len(kept) >= candidates or len(base_hits[i]) < depth:  # else unseen base memories may rank in
             ranked = sorted(kept + changes.changed_hits[i], key=lambda hit: (hit[0], hit[1].memory.key))
-            hits = [hit for _, hit in ranked[:candidates]]
+            top = ranked[:candidates]
+            if len(top) == len(base_hits[i][:candidates]) and all(a is b for a, b in zip(top, base_hits[i], strict=False)):
+                unchanged.append(i)
+                results.append(None)
+                continue
+            hits = [hit for _, hit in top]
         else:
             hits = fork.search_by_vector(vector, candidates)
         results.append(_score(question, build_context(hits, context_tokens)))
+    if unchanged:
+        kept_scores = base_cache.lookup(
+            base, changes.base_version,
+            [("score", vector_keys[i], candidates, context_tokens, *_question_key(questions[i])) for i in unchanged],
+            lambda missing: [
+                _score(questions[unchanged[m]], build_context([hit for _, hit in base_hits[unchanged[m]][:candidates]], context_tokens))
+                for m in missing
+            ],
+        )
+        for i, kept_score in zip(unchanged, kept_scores, strict=True):
+            results[i] = kept_score
     return results, changes
 
 
-def _base_hits(base: MemoryStore, vectors: Sequence, depth: int, version: tuple) -> list[list]:
-    """The base's top `depth` (distance, hit) per vector, kept while the base's `version` holds."""
-    keys = [("hits", depth, np.asarray(v, dtype=np.float32).tobytes()) for v in vectors]
+def _question_key(question: Question) -> tuple:
+    """What a QA score reads of a question besides its hits."""
+    return question.question, question.answer, question.category, tuple(question.evidence)
+
+
+def _base_hits(base: MemoryStore, vectors: Sequence, vector_keys: Sequence[bytes], depth: int, version: tuple) -> list[list]:
+    """The base's top `depth` (distance, hit) per vector (`vector_keys`: their bytes), kept while the base's `version` holds."""
+    keys = [("hits", depth, vector_key) for vector_key in vector_keys]
     return base_cache.lookup(
         base, version, keys, lambda missing: base.ranked_many_by_vector([vectors[i] for i in missing], depth)
     )

@@ -55,8 +55,9 @@ _BASE = select(
     memories.c.key, memories.c.content, memories.c.kind, memories.c.metadata, memories.c.embedding,
     memories.c.seq, memories.c.updated_at,
 ).where(memories.c.namespace == bindparam("base")).subquery("base")
+# Only what the comparison reads: a changed row's record and embedding are fetched by id after.
 _FORK = (
-    select(*RECORD_COLUMNS, memories.c.embedding, memories.c.seq)
+    select(memories.c.id, memories.c.key, memories.c.content, memories.c.kind, memories.c.metadata, memories.c.embedding)
     .where(memories.c.namespace == bindparam("fork"))
     .subquery("fork")
 )
@@ -72,17 +73,19 @@ _EDITED = (
 # A row a search could see differently: edited, or re-embedded.
 _REPLACED = _EDITED | _BASE.c.embedding.is_distinct_from(_FORK.c.embedding)
 _WRITTEN = _BASE.c.key.is_(None) | (_BASE.c.content != _FORK.c.content)
-# Every key of either side once, with what a caller may ask of it, compared in one merge join (both
-# sides come sorted from the (namespace, key) index); referenced twice below, so PostgreSQL computes it once.
+# Every key of either side once, with the comparison's verdicts; referenced twice below, so PostgreSQL
+# computes it once. It holds no text or vector: materialising those for every row cost more than the join.
 _ROWS = (
     select(
         _BASE.c.key.label("base_key"), _BASE.c.seq.label("base_seq"), _BASE.c.updated_at.label("base_updated_at"),
-        *(_FORK.c[c.name] for c in RECORD_COLUMNS), _FORK.c.embedding,
+        _FORK.c.id.label("fork_id"), _FORK.c.key.label("fork_key"),
         _EDITED.label("edited"), _REPLACED.label("replaced"), _WRITTEN.label("written"),
     )
     .select_from(_BY_KEY)
     .cte("by_key")
 )
+# A changed row of the fork, read whole by its id (the few rows the fork changed, not all of them).
+_CHANGED_ROW = memories.alias("changed_row")
 
 
 def version_columns(key, seq, updated_at) -> tuple:
@@ -94,7 +97,7 @@ def version_columns(key, seq, updated_at) -> tuple:
 _BASE_COUNT, _BASE_SEQ, _BASE_UPDATED_AT = version_columns(_ROWS.c.base_key, _ROWS.c.base_seq, _ROWS.c.base_updated_at)
 CHANGE_COUNTS = select(
     _BASE_COUNT.label("before"),
-    func.count(_ROWS.c.key).label("after"),
+    func.count(_ROWS.c.fork_key).label("after"),
     func.count().filter(_ROWS.c.edited).label("edited"),
     func.coalesce(
         func.array_agg(_ROWS.c.base_key).filter(_ROWS.c.base_key.is_not(None) & _ROWS.c.replaced),
@@ -112,13 +115,13 @@ VERSION = select(*version_columns(memories.c.key, memories.c.seq, memories.c.upd
 _NEAREST_BASE = memories.alias("nearest_base")
 _NEAREST_KEYS = case(
     (
-        _ROWS.c.base_key.is_(None) & _ROWS.c.embedding.is_not(None),
+        _ROWS.c.base_key.is_(None) & _CHANGED_ROW.c.embedding.is_not(None),
         func.array(
             select(_NEAREST_BASE.c.key)
             .where(_NEAREST_BASE.c.namespace == bindparam("base"), _NEAREST_BASE.c.embedding.is_not(None))
-            .order_by(_NEAREST_BASE.c.embedding.cosine_distance(_ROWS.c.embedding), _NEAREST_BASE.c.key)
+            .order_by(_NEAREST_BASE.c.embedding.cosine_distance(_CHANGED_ROW.c.embedding), _NEAREST_BASE.c.key)
             .limit(bindparam("nearest"))
-            .correlate(_ROWS)
+            .correlate(_ROWS, _CHANGED_ROW)
             .scalar_subquery()
         ),
     ),
@@ -140,20 +143,21 @@ def _diff_statement(query_vectors: int) -> Select:
             for i in range(query_vectors)
         )).subquery("query_vectors")
         distances = func.array(
-            select(_ROWS.c.embedding.cosine_distance(given.c.query_vector))
+            select(_CHANGED_ROW.c.embedding.cosine_distance(given.c.query_vector))
             .select_from(given)
             .order_by(given.c.ordinal)
-            .correlate(_ROWS)
+            .correlate(_CHANGED_ROW)
             .scalar_subquery()
         )
     else:
         distances = literal(None, ARRAY(Float))
     changed = (
         select(
-            *(_ROWS.c[c.name] for c in RECORD_COLUMNS), _ROWS.c.written, distances.label("distances"),
+            *(_CHANGED_ROW.c[c.name] for c in RECORD_COLUMNS), _ROWS.c.written, distances.label("distances"),
             _NEAREST_KEYS.label("nearest"),
         )
-        .where(_ROWS.c.replaced, _ROWS.c.key.is_not(None))
+        .join_from(_ROWS, _CHANGED_ROW, _CHANGED_ROW.c.id == _ROWS.c.fork_id)
+        .where(_ROWS.c.replaced)
         .subquery("changed")
     )
     counts = CHANGE_COUNTS.subquery("counts")
