@@ -13,6 +13,7 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q torch==2.13.0
 	$(BIN)/pip install -q -e '.[dev,rl]'
+	$(BIN)/memupdate models get relation-judge
 	touch $@
 
 demo: install

@@ -17,7 +17,8 @@ A pass, bank by bank:
 1. *Live store only:* write the bank's changes the store has not had yet (`bank.live_sync`: a run
    killed after applying resumes here), then import what the app wrote since, mirroring deletions.
 2. Does the bank need work? Never compacted, grown by `grow_by` memories since its last compaction,
-   or a memory created since that has a near-duplicate (cosine >= TIGHT). Else it is left alone.
+   or a memory created since that the relation judge reads as a duplicate or an update of one of its
+   nearest live memories (pairs meet when they are written). Else it is left alone.
 3. Compact it (`compact_bank`, any policy) into a fork, review the fork (`build_review`), and queue
    each change of the review as its own proposed change (`bank.review_queue`); changes the app's
    writes made (keys the compaction never touched) and changes already pending or rejected are left out.
@@ -306,9 +307,11 @@ class BackgroundCompactor:
                 orphan.drop()
 
 
-def needs_work(bank: MemoryStore, grow_by: int) -> str | None:
+def needs_work(bank: MemoryStore, grow_by: int, judge=None) -> str | None:
     """Why the bank needs a compaction, or None: never compacted (2 memories or more), grown by
-    `grow_by` memories since its last compaction, or a memory created since has a near-duplicate."""
+    `grow_by` memories since its last compaction, or a memory created since meets one the relation
+    judge (`judge`, None: the configured one) reads as a duplicate or an update of it: pairs meet when
+    they are written, as each new memory and its nearest live memories above a floor (`judge.meeting`)."""
     last = bank.last_event(COMPACTED_OP)
     if last is None:
         count = bank.count()
@@ -318,12 +321,19 @@ def needs_work(bank: MemoryStore, grow_by: int) -> str | None:
     if len(vectors) >= grow_by:
         return f"grown by {len(vectors)} memories since its last compaction"
     keys = list(vectors)
-    if keys:
-        from memupdate.agent.compaction import TIGHT  # only with new memories: see `_compact`
-    for key, hits in zip(keys, bank.search_many_by_vector([vectors[k] for k in keys], top_k=2) if keys else [], strict=True):
-        twin = next((h for h in hits if h.memory.key != key and h.score >= TIGHT), None)
-        if twin is not None:
-            return f"new memory {key} is a near-duplicate of {twin.memory.key} (similarity {twin.score:.2f})"
+    if not keys:
+        return None
+    from memupdate.judge import judge_memories
+    from memupdate.judge.judges import make_judge
+    from memupdate.judge.meeting import MEET_FLOOR, MEET_K
+
+    new = {m.key: m for m in bank.get_many(keys)}
+    pairs = []
+    for key, hits in zip(keys, bank.search_many_by_vector([vectors[k] for k in keys], top_k=MEET_K + 1), strict=True):
+        pairs += [(h.memory, new[key]) for h in hits if h.memory.key != key and h.score >= MEET_FLOOR and key in new]
+    for (old, fresh), verdict in zip(pairs, judge_memories(judge or make_judge(), pairs), strict=True):
+        if verdict.relation in ("update", "duplicate"):
+            return f"new memory {fresh.key} meets {old.key}: the judge reads {verdict.relation} ({verdict.confidence:.2f})"
     return None
 
 

@@ -81,20 +81,43 @@ class BankMoved(Exception):
     """The bank was written while the compaction ran."""
 
 
-def neighbourhoods(keys: Sequence[str], vectors: np.ndarray, size: int = DEFAULT_NEIGHBOURHOOD, *, seed: int = 0) -> list[list[str]]:
+def neighbourhoods(
+    keys: Sequence[str], vectors: np.ndarray, size: int = DEFAULT_NEIGHBOURHOOD, *, seed: int = 0,
+    together: Sequence[tuple[str, str]] = (),
+) -> list[list[str]]:
     """Disjoint groups of at most `size` keys covering all of `keys`, each a seed memory and its nearest
     unassigned neighbours by cosine similarity (seeds taken in bank order). Large banks are first cut
-    into k-means cells of about CELL_SIZE memories, so the work stays near-linear."""
+    into k-means cells of about CELL_SIZE memories, so the work stays near-linear. `together`: pairs of
+    keys that must share a group (the pairs a policy's judge reads as one fact: see `pairs_to_meet`),
+    kept whole through the cells and the packing unless their chain alone exceeds `size`."""
     if len(keys) == 0:
         return []
     matrix = vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+    index = {k: i for i, k in enumerate(keys)}
+    chain = _chains(len(keys), [(index[a], index[b]) for a, b in together if a in index and b in index])
     groups: list[list[str]] = []
-    for cell in _cells(matrix, np.arange(len(keys)), np.random.default_rng(seed)):
-        groups += [[keys[i] for i in group] for group in _greedy(matrix, cell, size)]
+    for cell in _cells(matrix, np.arange(len(keys)), np.random.default_rng(seed), chain):
+        groups += [[keys[i] for i in group] for group in _greedy(matrix, cell, size, chain)]
     return groups
 
 
-def _cells(matrix: np.ndarray, members: np.ndarray, rng: np.random.Generator) -> list[np.ndarray]:
+def _chains(n: int, pairs: Sequence[tuple[int, int]]) -> np.ndarray:
+    """Each index's chain (the least index of its connected component over `pairs`)."""
+    parent = list(range(n))
+
+    def find(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    for a, b in pairs:
+        ra, rb = find(a), find(b)
+        parent[max(ra, rb)] = min(ra, rb)
+    return np.array([find(i) for i in range(n)])
+
+
+def _cells(matrix: np.ndarray, members: np.ndarray, rng: np.random.Generator, chain: np.ndarray) -> list[np.ndarray]:
     if len(members) <= CELL_SIZE:
         return [members]
     k = math.ceil(len(members) / CELL_SIZE)
@@ -107,18 +130,25 @@ def _cells(matrix: np.ndarray, members: np.ndarray, rng: np.random.Generator) ->
             if len(chosen):
                 centre = chosen.mean(axis=0)
                 centres[c] = centre / max(np.linalg.norm(centre), 1e-12)
+    first = {}  # a chain goes to the cell of its first member
+    for position, member in enumerate(members):
+        labels[position] = first.setdefault(chain[member], labels[position])
     cells = [members[labels == c] for c in range(k) if np.any(labels == c)]
     if len(cells) == 1:  # identical vectors: split by order instead of looping forever
         return [members[i : i + CELL_SIZE] for i in range(0, len(members), CELL_SIZE)]
-    return [part for cell in cells for part in _cells(matrix, cell, rng)]
+    return [part for cell in cells for part in _cells(matrix, cell, rng, chain)]
 
 
-def _greedy(matrix: np.ndarray, members: np.ndarray, size: int) -> list[list[int]]:
-    """Pack `members` into groups of at most `size`: near-duplicates (cosine >= TIGHT, transitively) stay
-    in one unit, and each group is a seed unit (in bank order) plus the units nearest to it that fit."""
+def _greedy(matrix: np.ndarray, members: np.ndarray, size: int, chain: np.ndarray) -> list[list[int]]:
+    """Pack `members` into groups of at most `size`: near-duplicates (cosine >= TIGHT, transitively) and
+    chains stay in one unit, and each group is a seed unit (in bank order) plus the units nearest to it
+    that fit. A unit over `size` is cut between chains where it can be."""
     members = np.sort(members)  # bank order
     sims = matrix[members] @ matrix[members].T
-    units = [u[i : i + size] for u in _tight_units(_close(sims)) for i in range(0, len(u), size)]
+    close = _close(sims)
+    links = chain[members]
+    close |= links[:, None] == links[None, :]
+    units = [part for u in _tight_units(close) for part in _cut(u, links, size)]
     units.sort(key=lambda u: u[0])
     centres = np.stack([matrix[members[u]].mean(axis=0) for u in units])
     free = np.ones(len(units), dtype=bool)
@@ -137,6 +167,23 @@ def _greedy(matrix: np.ndarray, members: np.ndarray, size: int) -> list[list[int
                 break
         groups.append(sorted(int(members[k]) for k in group))
     return groups
+
+
+def _cut(unit: list[int], links: np.ndarray, size: int) -> list[list[int]]:
+    """`unit` in parts of at most `size`, whole chains packed in order (a chain over `size` is cut)."""
+    if len(unit) <= size:
+        return [unit]
+    by_chain: dict[int, list[int]] = {}
+    for i in unit:
+        by_chain.setdefault(int(links[i]), []).append(i)
+    parts: list[list[int]] = [[]]
+    for members in by_chain.values():
+        for start in range(0, len(members), size):
+            piece = members[start : start + size]
+            if len(parts[-1]) + len(piece) > size:
+                parts.append([])
+            parts[-1] += piece
+    return [sorted(p) for p in parts if p]
 
 
 def _close(sims: np.ndarray) -> np.ndarray:
@@ -194,7 +241,9 @@ def compact_bank(
     result = CompactionResult(fork, [])
     try:
         keys, vectors = fork.vectors()
-        result.neighbourhoods = neighbourhoods(keys, vectors, size)
+        # A policy with a judge names the pairs it must see together (`HeuristicPolicy.pairs_to_meet`).
+        together = policy.pairs_to_meet(fork, keys, vectors) if hasattr(policy, "pairs_to_meet") else ()
+        result.neighbourhoods = neighbourhoods(keys, vectors, size, together=together)
         if on_plan is not None:
             on_plan(len(result.neighbourhoods))
         labels = [f"n{index:05d}" for index in range(len(result.neighbourhoods))]
@@ -253,7 +302,8 @@ def compact(
                           on_plan=on_plan, on_episode=on_episode, check_moved=check_moved)
     try:
         qa = qa_change(bank, result.fork, questions, reader, on_answer) if questions else None
-        page = build_review(bank, result.fork, result.calls, qa=qa.summary() if qa else None) if review else {}
+        judge = getattr(policy, "judge", None)  # the review reads pairs as the policy did, where it has a judge
+        page = build_review(bank, result.fork, result.calls, qa=qa.summary() if qa else None, judge=judge) if review else {}
     except BaseException:
         result.fork.drop()
         raise

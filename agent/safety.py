@@ -9,9 +9,12 @@
     rule.holds(review_change, qa.worse_keys)             # where the bank has questions (`scoring.qa_change`)
 
 The default applies a change only when every check passes: its kind is a merge, an update, a
-supersession or a delete; a supersession the rule reads as a clear update (same subject and attribute,
-the newer stated later: `text.facts`), and a merge none of whose sources updates another;
-no coverage flag (no source loses a content word, a deleted memory is held elsewhere); no word its
+supersession or a delete; a supersession the relation judge reads as a clear update (same subject and attribute, the newer
+current and stated later, with a confidence at least the judge's calibrated threshold: `bank.review`),
+and a merge none of whose sources updates another or tells another event; no review flag (a
+supersession by a dissimilar memory, a change retiring a large share of the bank); no coverage flag
+(no source loses a content word, a deleted memory is held elsewhere; a merge of statements the judge
+confidently reads as one fact told twice keeps the fullest wording and may drop a synonym); no word its
 sources do not hold (dates their relative time resolves to excepted); sources alike (a merge's least
 pairwise similarity at least `min_similarity`, and a content word they all share: a merge of unrelated
 memories keeps every word and raises no coverage flag, so this is what catches it); and, where the
@@ -39,9 +42,9 @@ class SafetyRule:
     min_similarity: float = UNRELATED_BELOW
     require_shared_word: bool = True
     allow_qa_drop: bool = False
-    # A supersession applies itself only when the rule reads it as a clear update (the same subject and
-    # attribute, the newer stated later), and a merge only when none of its sources is an update of
-    # another (merging an update would keep the older statement beside or over the newer).
+    # A supersession applies itself only when the judge confidently reads it as an update with the newer
+    # current, and a merge only when none of its sources updates another (merging an update would keep the
+    # older statement beside or over the newer) or tells another event.
     allow_unclear_facts: bool = False
 
     def __post_init__(self) -> None:
@@ -62,7 +65,8 @@ class SafetyRule:
         reasons = []
         if change["kind"] not in self.kinds:
             reasons.append(f"{article(change['kind'])} never applies itself under this rule")
-        if change["coverage"]["flagged"] and not self.allow_coverage_flags:
+        facts = change.get("facts") or {}
+        if change["coverage"]["flagged"] and not self.allow_coverage_flags and not facts.get("duplicates"):
             reasons.append("coverage flag: " + "; ".join(f"{k} loses {', '.join(w)}" for k, w in change["coverage"]["missing"].items()))
         if change.get("unsupported") and not self.allow_unsupported_words:
             reasons.append(f"words no source holds: {', '.join(change['unsupported'])}")
@@ -72,12 +76,13 @@ class SafetyRule:
             reasons.append(f"sources not alike: least similarity {least} < {self.min_similarity}")
         if len(change["sources"]) > 1 and self.require_shared_word and not alike.get("shared_words"):
             reasons.append("sources share no content word")
-        facts = change.get("facts")
         if facts and not facts["clear"] and not self.allow_unclear_facts:
             reasons.append(
-                "not a clear update: the newer is not stated later, or the two read as different facts"
-                if change["kind"] == "supersede" else "its sources state an update, not a duplicate: supersede the older instead"
+                f"not a clear update: the judge ({facts.get('judge')}) is not sure above {facts.get('threshold')}, "
+                "reads another relation, or the newer is not stated later"
+                if change["kind"] == "supersede" else "its sources state an update or two events, not a duplicate"
             )
+        reasons += [f"flag: {flag}" for flag in change.get("flags") or []]
         touched = {m["key"] for m in change["sources"]} | {m["key"] for m in change["results"]}
         if touched & qa_worse and not self.allow_qa_drop:
             reasons.append("a question it touches scores lower on the QA proxy")

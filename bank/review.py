@@ -35,21 +35,31 @@ from typing import Any
 import numpy as np
 
 from memupdate.bank.supersessions import stated_time
+from memupdate.judge import RelationJudge, judge_memories
 from memupdate.store import MemoryRecord, MemoryStore
 from memupdate.store.records import KEY_PATTERN
 from memupdate.text.dates import TIME_EXPRESSION, anchor_relative_dates
-from memupdate.text.facts import is_newer, relation_of
+from memupdate.text.facts import is_newer
 from memupdate.text.strategies import content_words
 
 CHANGE_KINDS = ("merge", "split", "update", "supersede", "delete", "create", "rewrite")
 # Sources less alike than this (cosine) are not one memory told twice: near-duplicates score 0.9 and
 # more, while four remarks on one person's health, writing, work and tastes score 0.42-0.58.
 UNRELATED_BELOW = 0.75
+# A supersession whose two statements are less alike than this is flagged: they hardly share a subject.
+DISSIMILAR_BELOW = 0.2
+# A compaction retiring at least WIPE_MIN memories and more than WIPE_SHARE of the bank, or one memory
+# superseding WIPE_MIN others, is flagged: a wipe dressed as updates.
+WIPE_MIN, WIPE_SHARE = 5, 0.2
 _HANDLE = re.compile(rf"\[({KEY_PATTERN.pattern})\]")
 
 
-def build_review(bank: MemoryStore, fork: MemoryStore, calls: Sequence[dict[str, Any]] = (), *, qa: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The diff of `fork` against `bank` grouped into changes, with reasons, coverage and counts."""
+def build_review(
+    bank: MemoryStore, fork: MemoryStore, calls: Sequence[dict[str, Any]] = (), *, qa: dict[str, Any] | None = None,
+    judge: RelationJudge | None = None,
+) -> dict[str, Any]:
+    """The diff of `fork` against `bank` grouped into changes, with reasons, coverage, flags and counts;
+    `judge` reads the statements each supersession or merge relates (None: the configured judge)."""
     before, after = bank.snapshot(), fork.snapshot()
     removed = [k for k in before if k not in after]
     changed = [k for k in before if k in after and before[k].as_event() != after[k].as_event()]
@@ -107,7 +117,7 @@ def build_review(bank: MemoryStore, fork: MemoryStore, calls: Sequence[dict[str,
             else _coverage(sources, results, fork_words),
         })
     _name_newer(changes, before, after)
-    _assess(bank, changes, before, after)
+    _assess(bank, fork, changes, before, after, judge)
     order = {kind: i for i, kind in enumerate(CHANGE_KINDS)}
     changes.sort(key=lambda c: (order[c["kind"]], (c["sources"] or c["results"])[0]["key"]))
     for number, change in enumerate(changes, 1):
@@ -117,6 +127,7 @@ def build_review(bank: MemoryStore, fork: MemoryStore, calls: Sequence[dict[str,
     counts["flagged"] = sum(c["coverage"]["flagged"] for c in changes)
     counts["unrelated"] = sum(c["alike"]["unrelated"] for c in changes)
     counts["unsupported"] = sum(bool(c["unsupported"]) for c in changes)
+    counts["flags"] = sum(bool(c["flags"]) for c in changes)
     return {"bank": bank.path, "fork": fork.path, "counts": counts, "qa": qa, "changes": changes}
 
 
@@ -197,41 +208,101 @@ def _coverage(sources: Sequence[MemoryRecord], results: Sequence[MemoryRecord], 
     return {"flagged": bool(missing), "missing": missing, "covered_by": covered_by}
 
 
-def _assess(bank: MemoryStore, changes: list[dict[str, Any]], before: dict[str, MemoryRecord], after: dict[str, MemoryRecord]) -> None:
+def _assess(
+    bank: MemoryStore, fork: MemoryStore, changes: list[dict[str, Any]], before: dict[str, MemoryRecord],
+    after: dict[str, MemoryRecord], judge: RelationJudge | None,
+) -> None:
     """Add to each change what coverage cannot see: whether its sources are alike (`alike`: the least
     cosine similarity of any two sources, the content words they all share, `unrelated` when the
-    similarity is under UNRELATED_BELOW or they share no word) and the words its results hold that no
-    source does (`unsupported`, dates its sources' relative time resolves to excepted)."""
+    similarity is under UNRELATED_BELOW or they share no word), the words its results hold that no
+    source does (`unsupported`, dates its sources' relative time resolves to excepted), how the judge
+    reads its statements (`facts`), and `flags`: a supersession by a dissimilar memory, or one change
+    retiring a large share of the bank (a wipe dressed as updates)."""
     several = [k["key"] for c in changes if len(c["sources"]) > 1 for k in c["sources"]]
-    vectors = bank.vectors_of(several)
+    named = [k for c in changes for k in (c["coverage"].get("superseded_by") or {}).values()]
+    stale = [k for c in changes if c["coverage"].get("superseded_by") for k in c["coverage"]["superseded_by"]]
+    vectors = bank.vectors_of(sorted(set(several) | set(named) | set(stale)))
+    vectors |= {k: v for k, v in fork.vectors_of(sorted(set(named) - set(vectors))).items()}
+    if judge is None and any(c["kind"] in ("supersede", "merge") for c in changes):
+        from memupdate.judge.judges import make_judge
+
+        judge = make_judge()
+    retired = len(stale)
+    by_newer: dict[str, int] = {}
+    for key in named:
+        by_newer[key] = by_newer.get(key, 0) + 1
     for change in changes:
         sources = [before[s["key"]] for s in change["sources"]]
         results = [after[r["key"]] for r in change["results"]]
         change["alike"] = _alike(sources, vectors)
-        change["facts"] = _facts(sources, change, before, after)
+        change["facts"] = _facts(sources, change, before, after, judge, vectors) if judge is not None else None
         allowed = set().union(*(content_words(_anchored(m)) | content_words(m.content) for m in sources)) if sources else set()
         change["unsupported"] = sorted(set().union(*(content_words(r.content) for r in results)) - allowed) if sources else []
+        change["flags"] = _flags(change, len(before), retired, by_newer)
+
+
+def _flags(change: dict[str, Any], bank_size: int, retired: int, by_newer: dict[str, int]) -> list[str]:
+    """A supersession's review flags: the compaction retires a large share of the bank, one memory
+    supersedes many, or the two statements are hardly alike."""
+    flags = []
+    if change["kind"] == "supersede":
+        if retired >= WIPE_MIN and retired > WIPE_SHARE * bank_size:
+            flags.append(f"this compaction retires {retired} of {bank_size} memories")
+        crowded = max((by_newer.get(k, 0) for k in (change["coverage"].get("superseded_by") or {}).values()), default=0)
+        if crowded >= WIPE_MIN:
+            flags.append(f"one memory supersedes {crowded} others")
+        facts = change.get("facts") or {}
+        least = min((p["similarity"] for p in facts.get("pairs", []) if p.get("similarity") is not None), default=None)
+        if least is not None and least < DISSIMILAR_BELOW:
+            flags.append(f"superseded by a dissimilar memory (similarity {least} < {DISSIMILAR_BELOW})")
+    return flags
 
 
 def _facts(
-    sources: Sequence[MemoryRecord], change: dict[str, Any], before: dict[str, MemoryRecord], after: dict[str, MemoryRecord]
+    sources: Sequence[MemoryRecord], change: dict[str, Any], before: dict[str, MemoryRecord], after: dict[str, MemoryRecord],
+    judge: RelationJudge, vectors: dict[str, Any],
 ) -> dict[str, Any] | None:
-    """How the rule reads the statements a change joins or retires (`text.facts.relation`): for a merge,
-    the pairs of its sources; for a supersession, each stale memory and the memory named newer, with
-    whether that one was stated later. `clear` only when every pair reads as an update told in order
-    (a supersession), or none does (a merge): what the safety rule lets apply itself."""
+    """How the relation judge reads the statements a change joins or retires: for a merge, the pairs of
+    its sources; for a supersession, each stale memory and the memory named newer (the judge's relation,
+    its confidence, whether the newer is the one it reads as current, and how alike the two are).
+    `clear` only when every pair is an update read confidently (at least the judge's `threshold`) with
+    the newer current (a supersession), or none is an update or two events (a merge): what the safety
+    rule lets apply itself. `duplicates`: a merge whose every pair the judge confidently reads as one fact."""
+    threshold = getattr(judge, "threshold", 1.0)
     if change["kind"] == "supersede":
         named = change["coverage"]["superseded_by"]
         pairs = [(m, after.get(named[m.key]) or before.get(named[m.key])) for m in sources]
-        read = [{"stale": m.key, "newer": n.key if n else named[m.key],
-                 "relation": relation_of(m, n) if n else None,
-                 "stated_later": is_newer(n, m) if n else None} for m, n in pairs]
-        return {"pairs": read, "clear": all(r["relation"] == "update" and r["stated_later"] for r in read)}
+        known = [(m, n) for m, n in pairs if n is not None]
+        verdicts = dict(zip([m.key for m, _ in known], judge_memories(judge, known), strict=True))
+        read = []
+        for m, n in pairs:
+            verdict = verdicts.get(m.key)
+            read.append({
+                "stale": m.key, "newer": n.key if n else named[m.key],
+                "relation": verdict.relation if verdict else None,
+                "confidence": round(verdict.confidence, 3) if verdict else None,
+                "stated_later": is_newer(n, m) if n else None,
+                "newer_current": bool(verdict and verdict.current == "second"),
+                "similarity": _similarity(vectors, m.key, n.key) if n else None,
+            })
+        clear = all(r["relation"] == "update" and r["stated_later"] and r["newer_current"] and r["confidence"] >= threshold
+                    for r in read)
+        return {"judge": getattr(judge, "name", "judge"), "threshold": threshold, "pairs": read, "clear": clear}
     if change["kind"] == "merge":
-        read = [{"a": a.key, "b": b.key, "relation": relation_of(a, b)}
-                for i, a in enumerate(sources) for b in sources[i + 1 :]]
-        return {"pairs": read, "clear": not any(r["relation"] == "update" for r in read)}
+        both = [(a, b) for i, a in enumerate(sources) for b in sources[i + 1 :]]
+        read = [{"a": a.key, "b": b.key, "relation": v.relation, "confidence": round(v.confidence, 3)}
+                for (a, b), v in zip(both, judge_memories(judge, both), strict=True)]
+        return {"judge": getattr(judge, "name", "judge"), "threshold": threshold, "pairs": read,
+                "clear": not any(r["relation"] in ("update", "events") for r in read),
+                "duplicates": bool(read) and all(r["relation"] == "duplicate" and r["confidence"] >= threshold for r in read)}
     return None
+
+
+def _similarity(vectors: dict[str, Any], a: str, b: str) -> float | None:
+    if a not in vectors or b not in vectors:
+        return None
+    u, v = vectors[a], vectors[b]
+    return round(float(u @ v / max(float(np.linalg.norm(u) * np.linalg.norm(v)), 1e-12)), 3)
 
 
 def _alike(sources: Sequence[MemoryRecord], vectors: dict[str, Any]) -> dict[str, Any]:

@@ -49,6 +49,13 @@ class Settings(BaseSettings):
     embedding_dims: int = Field(default=DEFAULT_EMBEDDING_DIMS, gt=0, description="Size of the vector column.")
     embedding_base_url: str | None = Field(default=None, description="Base URL for `openai:` embeddings.")
     embedding_api_key: str | None = Field(default=None, description="API key for `openai:` embeddings.")
+    judge: str = Field(
+        default="local",
+        description="The relation judge: `local` (the model trained here), `rule`, a judge checkpoint folder, "
+        "or `openai:<model>` for an OpenAI-compatible endpoint.",
+    )
+    judge_base_url: str | None = Field(default=None, description="Base URL for an `openai:` judge.")
+    judge_api_key: str | None = Field(default=None, description="API key for an `openai:` judge.")
     max_turns: int = Field(default=DEFAULT_MAX_TURNS, gt=0, description="Assistant turns per episode.")
     max_operations: int = Field(default=DEFAULT_MAX_OPERATIONS, gt=0, description="Memory operations per episode.")
 

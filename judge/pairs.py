@@ -1,0 +1,158 @@
+"""Labelled pairs of statements, in a JSON-lines file, and how a judge scores on them.
+
+    from memupdate.judge.pairs import read_pairs, score_judge
+    pairs = read_pairs("relations-eval.jsonl")     # {"first": ..., "second": ..., "label": "update", ...} a line
+    report = score_judge(RuleJudge(), pairs)
+    report.per_relation["update"].recall, report.harmed, report.accuracy
+
+A line: `first`, `second` (texts; the first said earlier when no times are given), `label` (one of
+RELATIONS), optional `first_time`, `second_time` (ISO), `event` (both tell events), `source`, `group`
+(the person or profile: splits are by group) and `generated` (made here, never part of an evaluation).
+Scoring reads three decisions, as a bank acts on them: merge (duplicate), supersede (update), keep
+(compatible, events). `harmed`: of the pairs that are both true, the share a judge would merge or
+supersede.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from memupdate.errors import MemupdateError
+from memupdate.judge.verdict import ACTIONS, RELATIONS, Statement, Verdict
+
+
+@dataclass(frozen=True)
+class LabelledPair:
+    first: str
+    second: str
+    label: str
+    first_time: str | None = None
+    second_time: str | None = None
+    event: bool = False
+    source: str = ""
+    group: str = ""
+    generated: bool = False
+
+    @property
+    def statements(self) -> tuple[Statement, Statement]:
+        return Statement(self.first, self.first_time, self.event), Statement(self.second, self.second_time, self.event)
+
+    @property
+    def action(self) -> str:
+        return ACTIONS[self.label]
+
+
+def read_pairs(path: str | Path) -> list[LabelledPair]:
+    """Every pair of a JSON-lines file; a bad line stops with one message naming it and the fix."""
+    path = Path(path)
+    if not path.is_file():
+        raise MemupdateError(f"no pairs file at {path}: give a JSON-lines file of {{\"first\", \"second\", \"label\"}} objects")
+    pairs = []
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        where = f"{path}:{number}"
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise MemupdateError(f"{where} is not JSON ({exc.msg}): one object a line") from None
+        if not isinstance(row, dict) or not all(isinstance(row.get(k), str) and row[k].strip() for k in ("first", "second", "label")):
+            raise MemupdateError(f"{where} needs non-empty strings \"first\", \"second\" and \"label\"")
+        if row["label"] not in RELATIONS:
+            raise MemupdateError(f"{where}: label {row['label']!r} is not a relation: use one of {', '.join(RELATIONS)}")
+        known = {k: row[k] for k in LabelledPair.__dataclass_fields__ if k in row}
+        pairs.append(LabelledPair(**known))
+    return pairs
+
+
+def write_pairs(pairs: Iterable[LabelledPair], path: str | Path) -> int:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    rows = [json.dumps({k: v for k, v in asdict(p).items() if v not in (None, "", False)}) for p in pairs]
+    path.write_text("".join(r + "\n" for r in rows))
+    return len(rows)
+
+
+def wilson(hits: int, total: int, z: float = 1.96) -> tuple[float, float]:
+    """The 95% Wilson interval of a proportion (well-behaved at 0 and 1 and for small counts)."""
+    if total == 0:
+        return (0.0, 1.0)
+    p = hits / total
+    centre = (p + z * z / (2 * total)) / (1 + z * z / total)
+    half = z * math.sqrt(p * (1 - p) / total + z * z / (4 * total * total)) / (1 + z * z / total)
+    return (max(0.0, centre - half), min(1.0, centre + half))
+
+
+@dataclass
+class Rate:
+    hits: int
+    total: int
+
+    @property
+    def value(self) -> float | None:
+        return self.hits / self.total if self.total else None
+
+    @property
+    def interval(self) -> tuple[float, float]:
+        return wilson(self.hits, self.total)
+
+    def __str__(self) -> str:
+        if not self.total:
+            return "n/a (0 pairs)"
+        low, high = self.interval
+        return f"{self.value:.2f} [{low:.2f}, {high:.2f}] ({self.hits}/{self.total})"
+
+
+@dataclass
+class RelationScore:
+    precision: Rate
+    recall: Rate
+
+
+@dataclass
+class JudgeReport:
+    judge: str
+    pairs: int
+    per_relation: dict[str, RelationScore]
+    accuracy: Rate  # the action (merge / supersede / keep) agrees with the label's
+    harmed: Rate  # both-true pairs merged or superseded
+    wrong_direction: int  # updates read as updates with the older statement current
+    verdicts: list[Verdict] = field(default_factory=list, repr=False)
+    downstream: dict | None = None  # what compacting banks of these pairs did (`rl.relation_banks`)
+
+    def to_json(self) -> dict:
+        def rate(r: Rate) -> dict:
+            return {"value": r.value, "interval": list(r.interval), "hits": r.hits, "total": r.total}
+
+        return {
+            "judge": self.judge, "pairs": self.pairs, "accuracy": rate(self.accuracy), "harmed": rate(self.harmed),
+            "wrong_direction": self.wrong_direction,
+            "per_relation": {k: {"precision": rate(v.precision), "recall": rate(v.recall)} for k, v in self.per_relation.items()},
+        }
+
+
+def score_judge(judge, pairs: Sequence[LabelledPair], verdicts: Sequence[Verdict] | None = None) -> JudgeReport:
+    """`judge` on `pairs` (or its `verdicts` already read): per decision precision and recall, accuracy
+    over all pairs, and the share of both-true pairs it would harm."""
+    verdicts = list(verdicts) if verdicts is not None else judge.judge([p.statements for p in pairs])
+    decisions = {"duplicate": "duplicate", "update": "update", "compatible": "keep", "events": "keep"}
+    gold = [decisions[p.label] for p in pairs]
+    said = [decisions[v.relation] for v in verdicts]
+    per = {}
+    for name in ("duplicate", "update", "keep"):
+        tp = sum(g == s == name for g, s in zip(gold, said, strict=True))
+        per[name] = RelationScore(Rate(tp, said.count(name)), Rate(tp, gold.count(name)))
+    both_true = [s for g, s in zip(gold, said, strict=True) if g == "keep"]
+    wrong = sum(
+        1 for p, v in zip(pairs, verdicts, strict=True)
+        if p.label == v.relation == "update" and v.current == "first" and p.first_time is None and p.second_time is None
+    )
+    return JudgeReport(
+        judge=getattr(judge, "name", str(judge)), pairs=len(pairs), per_relation=per,
+        accuracy=Rate(sum(g == s for g, s in zip(gold, said, strict=True)), len(pairs)),
+        harmed=Rate(sum(s != "keep" for s in both_true), len(both_true)), wrong_direction=wrong, verdicts=verdicts,
+    )

@@ -1,0 +1,91 @@
+"""How two memories relate: the judge's interface, its verdict, and the statements it reads.
+
+    from memupdate.judge import Statement, default_judge
+    judge = default_judge()                          # the local model trained here (an endpoint if configured)
+    old = Statement("Sam lives in Paris", time="2024-03-01")
+    new = Statement("Sam moved to Berlin last month", time="2024-09-12")
+    [verdict] = judge.judge([(old, new)])
+    verdict.relation, verdict.current, verdict.confidence        # "update", "second", 0.97
+
+A pair is a *duplicate* (one fact told twice), an *update* (the same subject and attribute with a new
+value or state; `current` says which statement holds now: the one stated later), *compatible* (both
+true), or two *events* of one kind (both true: "visited Rome in 2019" / "... in 2022"; never an update).
+Every reader of "how do these two relate" asks a `RelationJudge`: the heuristic policy, the review's
+labels, the watcher's safety rule, the student's labels. A judge never writes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal, Protocol
+
+if TYPE_CHECKING:
+    from memupdate.store import MemoryRecord
+
+Relation = Literal["duplicate", "update", "compatible", "events"]
+RELATIONS: tuple[Relation, ...] = ("duplicate", "update", "compatible", "events")
+# What a relation asks of a bank: merge the two, retire the older, or leave both.
+ACTIONS = {"duplicate": "merge", "update": "supersede", "compatible": "keep", "events": "keep"}
+
+
+@dataclass(frozen=True)
+class Statement:
+    """One memory as a judge reads it: its text, when it was stated (ISO, sortable; None when unknown) and
+    whether it tells an event (an episodic memory)."""
+
+    text: str
+    time: str | None = None
+    event: bool = False
+
+    @classmethod
+    def of(cls, memory: MemoryRecord) -> Statement:
+        from memupdate.text.facts import stated_at
+
+        return cls(memory.content, stated_at(memory), memory.kind == "episodic")
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A judge's reading of one pair. `current`: for an update, which statement holds now ("first" or
+    "second" as the pair was given; None when neither was stated later). `confidence`: the judge's
+    probability of `relation` (1.0 for the rule). `scores`: every relation's probability, where known."""
+
+    relation: Relation
+    confidence: float
+    current: Literal["first", "second"] | None = None
+    scores: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def action(self) -> str:
+        return ACTIONS[self.relation]
+
+
+Pair = tuple[Statement, Statement]
+
+
+class RelationJudge(Protocol):
+    """Reads pairs of statements; one verdict per pair, in order. `name` appears in reports; `threshold`:
+    the confidence at or above which its update verdict lets a supersession apply itself (calibrated on
+    held-out pairs for the local judge)."""
+
+    name: str
+    threshold: float
+
+    def judge(self, pairs: Sequence[Pair]) -> list[Verdict]: ...
+
+
+def later(first: Statement, second: Statement) -> Literal["first", "second"] | None:
+    """Which of two statements was made later; None when a time is missing or they are equal (a day
+    against a time is compared at the day)."""
+    if first.time is None or second.time is None:
+        return None
+    a, b = first.time, second.time
+    if min(len(a), len(b)) <= 10:
+        a, b = a[:10], b[:10]
+    return None if a == b else ("first" if a > b else "second")
+
+
+def judge_memories(judge: RelationJudge, pairs: Sequence[tuple[MemoryRecord, MemoryRecord]]) -> list[Verdict]:
+    """`judge` over pairs of memories (their texts, stated times and kinds)."""
+    return judge.judge([(Statement.of(a), Statement.of(b)) for a, b in pairs])

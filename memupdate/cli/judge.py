@@ -1,0 +1,133 @@
+"""`memupdate judge`: the relation judge's data, training and measurement.
+
+    memupdate judge pairs --data ../shared/data --out data/relations     # train / recipe / eval .jsonl, by person
+    memupdate judge train --data ../shared/data --out runs/judge         # ~15 min on 2 cores; --ship copies the weights
+    memupdate eval relations --file data/relations/eval.jsonl --judge rule,local   # precision, recall, intervals
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from pathlib import Path
+
+import typer
+
+from memupdate.cli.common import console, user_errors
+
+app = typer.Typer(help="The relation judge: labelled pairs, training, the shipped weights.", no_args_is_help=True)
+
+DEFAULT_DATA = Path("../shared/data")
+
+
+@app.command("pairs")
+@user_errors
+def pairs_command(
+    data: Path = typer.Option(DEFAULT_DATA, "--data", help="The development data folder (locomo/, memoryagentbench/, natural-updates/)."),
+    out: Path = typer.Option(Path("data/relations"), "--out", help="Folder for train.jsonl, recipe.jsonl, eval.jsonl."),
+) -> None:
+    """Labelled pairs from the development data, split by person (generated pairs are added at training)."""
+    from memupdate.judge.pairs import write_pairs
+
+    parts = _parts(data)
+    for name, pairs in parts.items():
+        write_pairs(pairs, out / f"{name}.jsonl")
+        console.print(f"{name}: {len(pairs)} pairs -> {out / f'{name}.jsonl'}", highlight=False)
+
+
+@app.command("train")
+@user_errors
+def train_command(
+    data: Path = typer.Option(DEFAULT_DATA, "--data", help="The development data folder."),
+    out: Path = typer.Option(Path("runs/judge"), "--out", help="The checkpoint folder to write."),
+    generated: int = typer.Option(4000, "--generated", help="Generated everyday pairs added to training (never evaluated)."),
+    epochs: float = typer.Option(3.0, "--epochs"),
+    learning_rate: float = typer.Option(1e-4, "--learning-rate"),
+    train_layers: int = typer.Option(3, "--train-layers", help="MiniLM's top layers trained (of 6)."),
+    seed: int = typer.Option(0, "--seed"),
+    ship: bool = typer.Option(False, "--ship", help="Copy the trained weights into judge/weights/ (the default judge)."),
+) -> None:
+    """Train the local judge on the training part (plus generated pairs), calibrate on the recipe part."""
+    from rich.progress import Progress
+
+    from memupdate.judge.local import SHIPPED_CARD, SHIPPED_DELTA
+    from memupdate.judge.train import JudgeTrainConfig, train_judge
+    from memupdate.rl.data.generated_relations import generated_pairs
+
+    parts = _parts(data)
+    train = parts["train"] + generated_pairs(generated, seed=seed)
+    config = JudgeTrainConfig(learning_rate=learning_rate, epochs=epochs, train_layers=train_layers, seed=seed)
+    started = time.time()
+    with Progress(console=console) as bar:
+        task = bar.add_task("training the judge", total=None)
+
+        def progress(step: int, steps: int, loss: float) -> None:
+            bar.update(task, completed=step, total=steps, description=f"training the judge (loss {loss:.3f})")
+
+        card = train_judge(train, parts["recipe"], config, out, progress=progress)
+    console.print(f"trained on {len(train)} pairs in {(time.time() - started) / 60:.1f} min; temperature "
+                  f"{card['temperature']}, auto-apply threshold {card['threshold']}; checkpoint in {out}", highlight=False)
+    if ship:
+        shutil.copy(out / "relation-judge.safetensors", SHIPPED_DELTA)
+        SHIPPED_CARD.write_text(json.dumps(card, indent=2) + "\n")
+        console.print(f"shipped: {SHIPPED_DELTA}", highlight=False)
+
+
+def relations_eval_command(
+    file: Path = typer.Option(..., "--file", help="Labelled pairs, JSON lines: first, second, label[, first_time, second_time]."),
+    judge: str = typer.Option("rule,local", "--judge", help="Judges, comma-separated: rule, local, a checkpoint folder, openai:<model>."),
+    judge_base_url: str | None = typer.Option(None, "--judge-base-url", help="The endpoint of an openai: judge."),
+    judge_api_key: str | None = typer.Option(None, "--judge-api-key"),
+    out: Path | None = typer.Option(None, "--out", help="Also write the figures as JSON here."),
+    downstream: bool = typer.Option(False, "--downstream", help="Also build a bank per group (person), compact it with the defaults reading each judge, and count updates resolved, compatible pairs harmed, duplicates merged, statements lost."),
+    url: str | None = typer.Option(None, "--url", help="Database URL for --downstream (default: the configured or embedded one)."),
+) -> None:
+    """Per-decision precision and recall (95% Wilson intervals), accuracy, and the share of both-true pairs
+    harmed, for each judge on the same pairs; generated pairs in the file are left out."""
+    from memupdate.judge.judges import make_judge
+    from memupdate.judge.pairs import read_pairs, score_judge
+
+    from memupdate.judge.meeting import MEET_FLOOR, MEET_K, meeting_recall
+    from memupdate.judge.pairs import Rate
+    from memupdate.store.embeddings import get_embedder
+
+    pairs = [p for p in read_pairs(file) if not p.generated]
+    met = meeting_recall(pairs, get_embedder().embed)
+    console.print(f"pairs that meet (each statement's {MEET_K} nearest at cosine >= {MEET_FLOOR}, a bank a group): "
+                  + ", ".join(f"{label} {Rate(*counts)}" for label, counts in sorted(met.items())), highlight=False)
+    reports = []
+    for spec in [s.strip() for s in judge.split(",") if s.strip()]:
+        j = make_judge(spec, base_url=judge_base_url, api_key=judge_api_key)
+        started = time.perf_counter()
+        report = score_judge(j, pairs)
+        elapsed = time.perf_counter() - started
+        reports.append(report)
+        console.print(f"[bold]{report.judge}[/bold]: {len(pairs)} pairs, {1000 * elapsed / max(1, len(pairs)):.1f} ms a pair")
+        for name, score in report.per_relation.items():
+            console.print(f"  {name:<9} precision {score.precision}   recall {score.recall}", highlight=False)
+        console.print(f"  accuracy {report.accuracy}   both-true harmed {report.harmed}", highlight=False)
+        if downstream:
+            from memupdate.rl.relation_banks import compact_pair_banks
+            from memupdate.store import MemoryStore
+
+            with console.status(f"compacting a bank per group with {report.judge} ..."):
+                banks = compact_pair_banks(MemoryStore.connect(("memupdate",), url=url), pairs, j)
+            report.downstream = banks.to_json()
+            console.print(f"  downstream ({banks.banks} banks): updates resolved {banks.updates_resolved}   compatible "
+                          f"harmed {banks.compatible_harmed}   duplicates merged {banks.duplicates_merged}   lost {banks.lost}", highlight=False)
+    if out:
+        out.write_text(json.dumps([r.to_json() | ({"downstream": r.downstream} if r.downstream else {}) for r in reports], indent=2))
+
+
+relations_eval_command = user_errors(relations_eval_command)
+
+
+def _parts(data: Path):
+    from memupdate.errors import MemupdateError
+    from memupdate.rl.data.relations import relation_pairs
+
+    if not data.is_dir():
+        raise MemupdateError(f"no data folder at {data}: pass --data with the folder holding locomo/, memoryagentbench/, natural-updates/")
+    with console.status("reading the development data ..."):
+        return relation_pairs(data)
