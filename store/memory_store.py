@@ -203,7 +203,8 @@ class MemoryStore:
         if k < 1:
             raise InvalidMemory(f"k={k} must be at least 1")
         where = memories.c.namespace == self.path
-        with self.engine.connect() as conn:
+        # One snapshot for both reads below: the picked keys are all there when their rows are read.
+        with self.engine.connect().execution_options(isolation_level="REPEATABLE READ") as conn:
             if strategy == "recent":
                 date = memories.c.metadata["date"].astext
                 rows = conn.execute(
@@ -213,17 +214,19 @@ class MemoryStore:
                     .limit(k)
                 )
                 return [record_of(row) for row in rows]
+            # Keys (and vectors) of every memory, then the k picked rows whole: decoding every row's
+            # text, metadata and times cost more than the second read.
             # vector_send: pgvector's binary form, far cheaper to read than the text form of many vectors.
             vectors = func.vector_send(memories.c.embedding).label("vector")
-            columns = (*RECORD_COLUMNS, vectors) if strategy == "diverse" else RECORD_COLUMNS
+            columns = (memories.c.key, vectors) if strategy == "diverse" else (memories.c.key,)
             rows = conn.execute(select(*columns).where(where).order_by(memories.c.key)).all()
-        rng = random.Random(seed)
-        if strategy == "random" or len(rows) <= k:
-            picked = rng.sample(range(len(rows)), min(k, len(rows)))
-        else:
-            matrix = np.stack([from_vector_send(row.vector, self.column_dims) for row in rows])
-            picked = _farthest_points(matrix, k, rng.randrange(len(rows)))
-        return [record_of(rows[i]) for i in picked]
+            rng = random.Random(seed)
+            if strategy == "random" or len(rows) <= k:
+                picked = rng.sample(range(len(rows)), min(k, len(rows)))
+            else:
+                matrix = np.stack([from_vector_send(row.vector, self.column_dims) for row in rows])
+                picked = _farthest_points(matrix, k, rng.randrange(len(rows)))
+            return self._fetch(conn, [rows[i].key for i in picked]) if picked else []
 
     def snapshot(self) -> dict[str, MemoryRecord]:
         """All memories of the namespace by key."""

@@ -111,6 +111,29 @@ def assert_rewards_equal(base: MemoryStore, fork: MemoryStore, questions: list[Q
             assert (fast.base_scores, fast.fork_scores) == (reference.base_scores, reference.fork_scores), edit
 
 
+def test_a_question_whose_hits_the_fork_left_alone_keeps_the_base_score(bank, monkeypatch) -> None:
+    """Warm, only the questions whose top hits the edit moved are scored again; the rest keep the base's score."""
+    from memupdate.scoring import qa_proxy
+
+    base, questions = bank
+    fork = base.fork((*base.namespace, "traj", "kept"))
+    run_tool(fork, "manage_memory", {"action": "update", "memory_id": "f0001", "content": "Melanie surfed in Boston."})
+    scored = [questions[1], *collateral_sample(questions, 1, 8)]
+    compute_reward(base, fork, scored)  # warm: the base's hits and scores are kept
+    scoring, calls = qa_proxy._score, []
+    monkeypatch.setattr(qa_proxy, "_score", lambda question, context: calls.append(question) or scoring(question, context))
+    fast = compute_reward(base, fork, scored)
+
+    def top(store: MemoryStore, question: QAItem) -> list[str]:
+        return [hit.memory.key for hit in store.search(question.question, RewardConfig().candidates)]
+
+    moved = [q for q in scored if top(fork, q) != top(base, q) or "f0001" in top(base, q)]
+    assert questions[1] in moved and len(moved) < len(scored)  # the update moved the target's hits, not all
+    assert calls == moved
+    assert fast.as_dict() | {"reward": None} == spec_reward(base, fork, scored).as_dict() | {"reward": None}
+    fork.drop()
+
+
 def test_reloading_the_base_invalidates_what_was_kept_of_it(bank) -> None:
     """A worker that outlives a reload of its base scores against the new base, not the one it kept."""
     base, questions = bank
