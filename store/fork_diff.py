@@ -62,28 +62,29 @@ _FORK = (
     .subquery("fork")
 )
 _BY_KEY = _BASE.join(_FORK, _BASE.c.key == _FORK.c.key, full=True)
-# What `MemoryRecord.as_event()` compares (jsonb equality is Python's dict equality of the decoded values).
-_EDITED = (
-    _BASE.c.key.is_(None)
-    | _FORK.c.key.is_(None)
-    | (_BASE.c.content != _FORK.c.content)
-    | (_BASE.c.kind != _FORK.c.kind)
-    | (_BASE.c.metadata != _FORK.c.metadata)
-)
-# A row a search could see differently: edited, or re-embedded.
-_REPLACED = _EDITED | _BASE.c.embedding.is_distinct_from(_FORK.c.embedding)
-_WRITTEN = _BASE.c.key.is_(None) | (_BASE.c.content != _FORK.c.content)
-# Every key of either side once, with the comparison's verdicts; referenced twice below, so PostgreSQL
-# computes it once. It holds no text or vector: materialising those for every row cost more than the join.
+# Each comparison once per key (what `MemoryRecord.as_event()` compares; jsonb equality is Python's dict
+# equality of the decoded values): the verdicts below combine these flags, so no text, jsonb or vector
+# is compared twice. NULL where either side is missing.
+_CONTENT_MOVED = _BASE.c.content != _FORK.c.content
+_ATTRIBUTES_MOVED = (_BASE.c.kind != _FORK.c.kind) | (_BASE.c.metadata != _FORK.c.metadata)
+_VECTOR_MOVED = _BASE.c.embedding.is_distinct_from(_FORK.c.embedding)
+# Every key of either side once, with those flags; referenced twice below, so PostgreSQL computes it
+# once. It holds no text or vector: materialising those for every row cost more than the join.
 _ROWS = (
     select(
         _BASE.c.key.label("base_key"), _BASE.c.seq.label("base_seq"), _BASE.c.updated_at.label("base_updated_at"),
         _FORK.c.id.label("fork_id"), _FORK.c.key.label("fork_key"),
-        _EDITED.label("edited"), _REPLACED.label("replaced"), _WRITTEN.label("written"),
+        _CONTENT_MOVED.label("content_moved"), _ATTRIBUTES_MOVED.label("attributes_moved"),
+        _VECTOR_MOVED.label("vector_moved"),
     )
     .select_from(_BY_KEY)
     .cte("by_key")
 )
+# Added, removed, or another content, kind or metadata.
+_EDITED = _ROWS.c.base_key.is_(None) | _ROWS.c.fork_key.is_(None) | _ROWS.c.content_moved | _ROWS.c.attributes_moved
+# A row a search could see differently: edited, or re-embedded.
+_REPLACED = _EDITED | _ROWS.c.vector_moved
+_WRITTEN = _ROWS.c.base_key.is_(None) | _ROWS.c.content_moved
 # A changed row of the fork, read whole by its id (the few rows the fork changed, not all of them).
 _CHANGED_ROW = memories.alias("changed_row")
 
@@ -98,9 +99,9 @@ _BASE_COUNT, _BASE_SEQ, _BASE_UPDATED_AT = version_columns(_ROWS.c.base_key, _RO
 CHANGE_COUNTS = select(
     _BASE_COUNT.label("before"),
     func.count(_ROWS.c.fork_key).label("after"),
-    func.count().filter(_ROWS.c.edited).label("edited"),
+    func.count().filter(_EDITED).label("edited"),
     func.coalesce(
-        func.array_agg(_ROWS.c.base_key).filter(_ROWS.c.base_key.is_not(None) & _ROWS.c.replaced),
+        func.array_agg(_ROWS.c.base_key).filter(_ROWS.c.base_key.is_not(None) & _REPLACED),
         literal([], ARRAY(Text)),
     ).label("replaced"),
     _BASE_SEQ.label("base_seq"),
@@ -153,11 +154,11 @@ def _diff_statement(query_vectors: int) -> Select:
         distances = literal(None, ARRAY(Float))
     changed = (
         select(
-            *(_CHANGED_ROW.c[c.name] for c in RECORD_COLUMNS), _ROWS.c.written, distances.label("distances"),
+            *(_CHANGED_ROW.c[c.name] for c in RECORD_COLUMNS), _WRITTEN.label("written"), distances.label("distances"),
             _NEAREST_KEYS.label("nearest"),
         )
         .join_from(_ROWS, _CHANGED_ROW, _CHANGED_ROW.c.id == _ROWS.c.fork_id)
-        .where(_ROWS.c.replaced)
+        .where(_REPLACED)
         .subquery("changed")
     )
     counts = CHANGE_COUNTS.subquery("counts")
