@@ -49,8 +49,9 @@ UNRELATED_BELOW = 0.75
 # A supersession whose two statements are less alike than this is flagged: they hardly share a subject.
 DISSIMILAR_BELOW = 0.2
 # A compaction retiring at least WIPE_MIN memories and more than WIPE_SHARE of the bank, or one memory
-# superseding WIPE_MIN others, is flagged: a wipe dressed as updates.
-WIPE_MIN, WIPE_SHARE = 5, 0.2
+# superseding WIPE_MIN others, is flagged: a wipe dressed as updates (a person who changed a few facts
+# of a small bank is not one).
+WIPE_MIN, WIPE_SHARE = 10, 0.5
 _HANDLE = re.compile(rf"\[({KEY_PATTERN.pattern})\]")
 
 

@@ -170,7 +170,7 @@ def fresh_classifier(labels: Sequence[str] = RELATIONS):
     logging.set_verbosity_error()  # "some weights newly initialized": the head, as intended
     try:
         model = AutoModelForSequenceClassification.from_pretrained(
-            base, num_labels=len(labels), id2label=dict(enumerate(labels)), label2id={l: i for i, l in enumerate(labels)}
+            base, num_labels=len(labels), id2label=dict(enumerate(labels)), label2id={label: i for i, label in enumerate(labels)}
         )
     finally:
         logging.set_verbosity(verbosity)

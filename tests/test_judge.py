@@ -157,7 +157,7 @@ def test_a_wipe_dressed_as_updates_is_flagged_and_held(store) -> None:
     from memupdate.agent.tools import run_tool
     from memupdate.bank.review import build_review
 
-    made = _bank(store, [(f"Ben fact number {i} about topic {i}", f"2024-01-{i + 1:02d}") for i in range(12)])
+    made = _bank(store, [(f"Ben fact number {i} about topic {i}", f"2024-01-{i + 1:02d}") for i in range(12)])  # 11 of 12 go
     fork = store.fork((*store.namespace, "wipe"))
     newest = made[-1].key
     for memory in made[:-1]:

@@ -191,21 +191,25 @@ class HeuristicPolicy(PlanningPolicy):
         return [self._read[n] for n in name]
 
     def _supersessions(self, memories: Sequence[MemoryRecord], touched: set[str], verdicts: dict[frozenset[str], Verdict]) -> list[ToolCall]:
-        """Newest first, each memory supersedes the older ones the judge reads as an update of its fact."""
-        calls = []
-        ordered = sorted((m for m in memories if stated_at(m) and m.key not in touched), key=stated_at, reverse=True)
-        gone: set[str] = set()
-        for i, newer in enumerate(ordered):
-            if newer.key in gone:
-                continue
-            for older in ordered[i + 1 :]:
-                if older.key in gone or not is_newer(newer, older):
+        """Each older memory is superseded by the newer one the judge reads as an update of its fact with
+        the most confidence (surest pairs first; a memory already superseded supersedes nothing)."""
+        dated = [m for m in memories if stated_at(m) and m.key not in touched]
+        updates = []
+        for i, a in enumerate(dated):
+            for b in dated[i + 1 :]:
+                verdict = verdicts.get(frozenset((a.key, b.key)))
+                if verdict is None or verdict.relation != "update" or (later := is_newer(b, a)) is None:
                     continue
-                verdict = verdicts.get(frozenset((older.key, newer.key)))
-                if verdict is not None and verdict.relation == "update":  # the reason first: the fact that changed
-                    reason = f"update: {shared_head(older.content, newer.content) or newer.content}"
-                    calls.append(("delete_memory", {"reason": reason, "memory_id": older.key, "superseded_by": newer.key}))
-                    gone.add(older.key)
+                older, newer = (a, b) if later else (b, a)
+                updates.append((-verdict.confidence, stated_at(newer), older, newer))
+        calls = []
+        gone: set[str] = set()
+        for _, _, older, newer in sorted(updates, key=lambda u: (u[0], u[1], u[2].key)):
+            if older.key in gone or newer.key in gone:
+                continue
+            reason = f"update: {shared_head(older.content, newer.content) or newer.content}"  # the fact that changed first
+            calls.append(("delete_memory", {"reason": reason, "memory_id": older.key, "superseded_by": newer.key}))
+            gone.add(older.key)
         touched |= gone
         return calls
 

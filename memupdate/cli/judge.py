@@ -1,7 +1,7 @@
 """`memupdate judge`: the relation judge's data, training and measurement.
 
     memupdate judge pairs --data ../shared/data --out data/relations     # train / recipe / eval .jsonl, by person
-    memupdate judge train --data ../shared/data --out runs/judge         # ~15 min on 2 cores; --ship copies the weights
+    memupdate judge train --data ../shared/data --out runs/judge         # ~20 min on 2 cores; --ship copies the weights
     memupdate eval relations --file data/relations/eval.jsonl --judge rule,local   # precision, recall, intervals
 """
 
@@ -15,10 +15,12 @@ from pathlib import Path
 import typer
 
 from memupdate.cli.common import console, user_errors
+from memupdate.judge.train import JudgeTrainConfig
 
 app = typer.Typer(help="The relation judge: labelled pairs, training, the shipped weights.", no_args_is_help=True)
 
 DEFAULT_DATA = Path("../shared/data")
+RECIPE = JudgeTrainConfig()  # each default once: the options below read it
 
 
 @app.command("pairs")
@@ -41,23 +43,24 @@ def pairs_command(
 def train_command(
     data: Path = typer.Option(DEFAULT_DATA, "--data", help="The development data folder."),
     out: Path = typer.Option(Path("runs/judge"), "--out", help="The checkpoint folder to write."),
-    generated: int = typer.Option(4000, "--generated", help="Generated everyday pairs added to training (never evaluated)."),
-    epochs: float = typer.Option(3.0, "--epochs"),
-    learning_rate: float = typer.Option(1e-4, "--learning-rate"),
-    train_layers: int = typer.Option(3, "--train-layers", help="MiniLM's top layers trained (of 6)."),
-    seed: int = typer.Option(0, "--seed"),
+    generated: int = typer.Option(RECIPE.generated, "--generated", help="Generated everyday pairs added to training (never evaluated)."),
+    epochs: float = typer.Option(RECIPE.epochs, "--epochs"),
+    learning_rate: float = typer.Option(RECIPE.learning_rate, "--learning-rate"),
+    train_layers: int = typer.Option(RECIPE.train_layers, "--train-layers", help="MiniLM's top layers trained (of 6)."),
+    seed: int = typer.Option(RECIPE.seed, "--seed"),
     ship: bool = typer.Option(False, "--ship", help="Copy the trained weights into judge/weights/ (the default judge)."),
+    reliability: Path | None = typer.Option(None, "--reliability", help="Draw the reliability curve on the recipe pairs to this PNG."),
 ) -> None:
     """Train the local judge on the training part (plus generated pairs), calibrate on the recipe part."""
     from rich.progress import Progress
 
     from memupdate.judge.local import SHIPPED_CARD, SHIPPED_DELTA
-    from memupdate.judge.train import JudgeTrainConfig, train_judge
+    from memupdate.judge.train import train_judge
     from memupdate.rl.data.generated_relations import generated_pairs
 
     parts = _parts(data)
     train = parts["train"] + generated_pairs(generated, seed=seed)
-    config = JudgeTrainConfig(learning_rate=learning_rate, epochs=epochs, train_layers=train_layers, seed=seed)
+    config = JudgeTrainConfig(learning_rate=learning_rate, epochs=epochs, train_layers=train_layers, seed=seed, generated=generated)
     started = time.time()
     with Progress(console=console) as bar:
         task = bar.add_task("training the judge", total=None)
@@ -68,6 +71,16 @@ def train_command(
         card = train_judge(train, parts["recipe"], config, out, progress=progress)
     console.print(f"trained on {len(train)} pairs in {(time.time() - started) / 60:.1f} min; temperature "
                   f"{card['temperature']}, auto-apply threshold {card['threshold']}; checkpoint in {out}", highlight=False)
+    if reliability:
+        from memupdate.judge.calibration import plot_reliability
+        from memupdate.judge.calibration import reliability as bins
+        from memupdate.judge.local import LocalJudge
+
+        verdicts = LocalJudge(out).judge([p.statements for p in parts["recipe"]])
+        rows = bins([v.confidence for v in verdicts], [v.relation == p.label or {v.relation, p.label} <= {"compatible", "events"}
+                                                      for v, p in zip(verdicts, parts["recipe"], strict=True)])
+        plot_reliability(rows, reliability, threshold=card["threshold"], title=f"recipe pairs kept out of training ({len(verdicts)})")
+        console.print(f"reliability curve: {reliability}", highlight=False)
     if ship:
         shutil.copy(out / "relation-judge.safetensors", SHIPPED_DELTA)
         SHIPPED_CARD.write_text(json.dumps(card, indent=2) + "\n")
@@ -81,15 +94,13 @@ def relations_eval_command(
     judge_api_key: str | None = typer.Option(None, "--judge-api-key"),
     out: Path | None = typer.Option(None, "--out", help="Also write the figures as JSON here."),
     downstream: bool = typer.Option(False, "--downstream", help="Also build a bank per group (person), compact it with the defaults reading each judge, and count updates resolved, compatible pairs harmed, duplicates merged, statements lost."),
-    url: str | None = typer.Option(None, "--url", help="Database URL for --downstream (default: the configured or embedded one)."),
+    url: str | None = typer.Option(None, "--url", help="Database URL for --downstream and an endpoint's reply cache (default: the configured or embedded one)."),
 ) -> None:
     """Per-decision precision and recall (95% Wilson intervals), accuracy, and the share of both-true pairs
     harmed, for each judge on the same pairs; generated pairs in the file are left out."""
     from memupdate.judge.judges import make_judge
-    from memupdate.judge.pairs import read_pairs, score_judge
-
     from memupdate.judge.meeting import MEET_FLOOR, MEET_K, meeting_recall
-    from memupdate.judge.pairs import Rate
+    from memupdate.judge.pairs import Rate, read_pairs, score_judge
     from memupdate.store.embeddings import get_embedder
 
     pairs = [p for p in read_pairs(file) if not p.generated]
@@ -98,7 +109,13 @@ def relations_eval_command(
                   + ", ".join(f"{label} {Rate(*counts)}" for label, counts in sorted(met.items())), highlight=False)
     reports = []
     for spec in [s.strip() for s in judge.split(",") if s.strip()]:
-        j = make_judge(spec, base_url=judge_base_url, api_key=judge_api_key)
+        cache = None
+        if spec.startswith("openai:"):  # an endpoint's replies are kept, so a rerun asks nothing again
+            from memupdate.cli.common import open_store
+            from memupdate.scoring.llm_cache import LLMReplyCache
+
+            cache = LLMReplyCache(open_store(url).engine)
+        j = make_judge(spec, base_url=judge_base_url, api_key=judge_api_key, cache=cache)
         started = time.perf_counter()
         report = score_judge(j, pairs)
         elapsed = time.perf_counter() - started
@@ -108,11 +125,11 @@ def relations_eval_command(
             console.print(f"  {name:<9} precision {score.precision}   recall {score.recall}", highlight=False)
         console.print(f"  accuracy {report.accuracy}   both-true harmed {report.harmed}", highlight=False)
         if downstream:
+            from memupdate.cli.common import open_store
             from memupdate.rl.relation_banks import compact_pair_banks
-            from memupdate.store import MemoryStore
 
             with console.status(f"compacting a bank per group with {report.judge} ..."):
-                banks = compact_pair_banks(MemoryStore.connect(("memupdate",), url=url), pairs, j)
+                banks = compact_pair_banks(open_store(url), pairs, j)
             report.downstream = banks.to_json()
             console.print(f"  downstream ({banks.banks} banks): updates resolved {banks.updates_resolved}   compatible "
                           f"harmed {banks.compatible_harmed}   duplicates merged {banks.duplicates_merged}   lost {banks.lost}", highlight=False)

@@ -181,28 +181,28 @@ def _duplicate(rng: random.Random, s: str) -> tuple[str, str, str, bool]:
 
 def _compatible(rng: random.Random, s: str) -> tuple[str, str, str, bool]:
     kind = rng.random()
-    detailed = [a for a in ATTRIBUTES if a.details]
-    if kind < 0.3:  # a state and another fact about the same value: nothing changed
-        attribute = rng.choice(detailed)
+    if kind < 0.25:  # a state and another fact about the same value: nothing changed
+        attribute = rng.choice([a for a in ATTRIBUTES if a.details])
         value = rng.choice(attribute.values)
         pair = [rng.choice(attribute.states).format(s=s, v=value), rng.choice(attribute.details).format(s=s, v=value)]
         rng.shuffle(pair)
         return pair[0], pair[1], "compatible", False
-    kind = rng.random()
-    if kind < 0.4:  # one attribute that holds several values
+    if kind < 0.6:  # two attributes of one person, the later told as a change ("... quit X", "... switched to Y")
+        first_attribute, second_attribute = rng.sample(ATTRIBUTES, 2)
+        old, new = rng.sample(second_attribute.values, 2)
+        first = rng.choice(first_attribute.states + (first_attribute.changes if rng.random() < 0.3 else ())).format(
+            s=s, v=rng.choice(first_attribute.values), old=rng.choice(first_attribute.values))
+        second = rng.choice(second_attribute.changes + second_attribute.states).format(s=s, v=new, old=old)
+        return first, second, "compatible", False
+    if kind < 0.8:  # one attribute that holds several values
         attribute = rng.choice([a for a in ATTRIBUTES if a.several])
         a, b = rng.sample(attribute.values, 2)
         return rng.choice(attribute.states).format(s=s, v=a), rng.choice(attribute.states + attribute.changes).format(s=s, v=b), "compatible", False
-    if kind < 0.7:  # two people, one attribute
-        attribute = rng.choice(ATTRIBUTES)
-        other = rng.choice([x for x in SUBJECTS if x != s and not x.lower().startswith(("the user", "user"))])
-        a, b = rng.sample(attribute.values, 2)
-        return (rng.choice(attribute.states).format(s=s, v=a),
-                rng.choice(attribute.states + attribute.changes).format(s=other, v=b, old=a), "compatible", False)
-    first_attribute, second_attribute = rng.sample(ATTRIBUTES, 2)  # two attributes of one person
-    return (rng.choice(first_attribute.states).format(s=s, v=rng.choice(first_attribute.values)),
-            rng.choice(second_attribute.states + second_attribute.changes).format(
-                s=s, v=rng.choice(second_attribute.values), old=rng.choice(second_attribute.values)), "compatible", False)
+    attribute = rng.choice(ATTRIBUTES)  # two people, one attribute
+    other = rng.choice([x for x in SUBJECTS if x != s and not x.lower().startswith(("the user", "user"))])
+    a, b = rng.sample(attribute.values, 2)
+    return (rng.choice(attribute.states).format(s=s, v=a),
+            rng.choice(attribute.states + attribute.changes).format(s=other, v=b, old=a), "compatible", False)
 
 
 def _events(rng: random.Random, s: str) -> tuple[str, str, str, bool]:

@@ -138,7 +138,7 @@ def longmemeval_pairs(rows: list[dict], label: str, embed) -> list[LabelledPair]
             vectors = np.asarray(embed([row["question"], *sentences]))
             best = sentences[int(np.argmax(vectors[1:] @ vectors[0]))]
             picked.append((best, _day(session["date"])))
-        for (a, day_a), (b, day_b) in zip(picked, picked[1:]):
+        for (a, day_a), (b, day_b) in zip(picked, picked[1:], strict=False):
             if a == b or (a, b) in seen:
                 continue
             seen.add((a, b))
