@@ -253,7 +253,7 @@ def score_fork(
         if len(kept) >= candidates or len(base_hits[i]) < depth:  # else unseen base memories may rank in
             ranked = sorted(kept + changes.changed_hits[i], key=lambda hit: (hit[0], hit[1].memory.key))
             top = ranked[:candidates]
-            if len(top) == len(base_hits[i][:candidates]) and all(a is b for a, b in zip(top, base_hits[i], strict=False)):
+            if _same_entries(top, base_hits[i][:candidates]):
                 unchanged.append(i)
                 results.append(None)
                 continue
@@ -261,27 +261,41 @@ def score_fork(
         else:
             hits = fork.search_by_vector(vector, candidates)
         results.append(_score(question, build_context(hits, context_tokens)))
-    if unchanged:
-        kept_scores = base_cache.lookup(
-            base, changes.base_version,
-            [("score", vector_keys[i], candidates, context_tokens, *_question_key(questions[i])) for i in unchanged],
-            lambda missing: [
-                _score(questions[unchanged[m]], build_context([hit for _, hit in base_hits[unchanged[m]][:candidates]], context_tokens))
-                for m in missing
-            ],
-        )
-        for i, kept_score in zip(unchanged, kept_scores, strict=True):
-            results[i] = kept_score
+    kept_scores = _kept_scores(
+        base, changes.base_version, [questions[i] for i in unchanged], [vector_keys[i] for i in unchanged],
+        [base_hits[i][:candidates] for i in unchanged], context_tokens,
+    )
+    for i, kept_score in zip(unchanged, kept_scores, strict=True):
+        results[i] = kept_score
     return results, changes
 
 
-def _question_key(question: Question) -> tuple:
-    """What a QA score reads of a question besides its hits."""
-    return question.question, question.answer, question.category, tuple(question.evidence)
+def _same_entries(fork_top: list, base_top: list) -> bool:
+    """Whether the fork's top (distance, hit) entries are the base's very entries, in the same order."""
+    return len(fork_top) == len(base_top) and all(a is b for a, b in zip(fork_top, base_top, strict=True))
 
 
-def _base_hits(base: MemoryStore, vectors: Sequence, vector_keys: Sequence[bytes], depth: int, version: tuple) -> list[list]:
-    """The base's top `depth` (distance, hit) per vector (`vector_keys`: their bytes), kept while the base's `version` holds."""
+def _kept_scores(
+    base: MemoryStore, version: tuple, questions: Sequence[Question], vector_keys: Sequence[bytes],
+    tops: Sequence[list], context_tokens: int,
+) -> list[QAScore]:
+    """Each question's score on the base's top (distance, hit) entries `tops`, kept while `version` holds."""
+    if not questions:
+        return []
+    keys = [
+        ("score", vector_key, len(top), context_tokens, q.question, q.answer, q.category, tuple(q.evidence))
+        for q, vector_key, top in zip(questions, vector_keys, tops, strict=True)
+    ]
+    return base_cache.lookup(
+        base, version, keys,
+        lambda missing: [_score(questions[m], build_context([hit for _, hit in tops[m]], context_tokens)) for m in missing],
+    )
+
+
+def _base_hits(
+    base: MemoryStore, vectors: Sequence, vector_keys: Sequence[bytes], depth: int, version: tuple
+) -> list[list]:
+    """The base's top `depth` (distance, hit) per vector (`vector_keys`: its bytes), kept while `version` holds."""
     keys = [("hits", depth, vector_key) for vector_key in vector_keys]
     return base_cache.lookup(
         base, version, keys, lambda missing: base.ranked_many_by_vector([vectors[i] for i in missing], depth)
