@@ -59,7 +59,7 @@ from memupdate.bank.namespaces import COMPACTION_LABEL, compaction_namespace
 from memupdate.bank.review_queue import known_signatures, propose_parts, shrink_fork, signature
 from memupdate.bank.source_kinds import live_kind
 from memupdate.store import MemoryStore, Namespace, NewEvent, to_namespace
-from memupdate.store.errors import MemupdateError
+from memupdate.store.errors import MemoryNotFound, MemupdateError
 from memupdate.store.inventory import namespaces_labelled
 
 # The event row that marks a bank compacted by the watcher (memory_key none, after: what it did).
@@ -261,6 +261,11 @@ class BackgroundCompactor:
         """Apply each safe change alone; one the app's writes refuse is dropped, the others apply."""
         for part in parts:
             self._step("apply", bank.path)
+            if missing := _replacements_missing(bank, part):  # another change of the compaction made it, and was dropped
+                why = f"memory {missing[0]!r}, which replaces what the change supersedes, is not in the bank: nothing was applied"
+                discard_change(bank, part.id, note={"conflict": why})
+                done.dropped[part.id] = why
+                continue
             try:
                 apply_change(bank, part.id)
                 done.applied.append(part.id)
@@ -305,6 +310,21 @@ class BackgroundCompactor:
             orphan = bank.scoped(fork.namespace)
             if orphan.forked_from() not in named:  # an episode's scratch namespace belongs to the fork it copies
                 orphan.drop()
+
+
+def _replacements_missing(bank: MemoryStore, part: ChangeRecord) -> list[str]:
+    """The memories a part names as replacing those it supersedes that are neither its own nor in the bank."""
+    own = set(part.details.get("keys") or [])
+    wanted = {k for why in (part.details.get("replaced") or {}).values() for k in why.get("by") or [] if k not in own}
+    return [key for key in sorted(wanted) if not _held(bank, key)]
+
+
+def _held(bank: MemoryStore, key: str) -> bool:
+    try:
+        bank.get(key)
+    except MemoryNotFound:
+        return False
+    return True
 
 
 def needs_work(bank: MemoryStore, grow_by: int, judge=None) -> str | None:

@@ -135,12 +135,16 @@ def write_live_changes(
         for key, _op, before, after in logged:
             if key not in source_of:
                 source_of[key] = store_key(bank.path, key, (after or before or {}).get("metadata"))
-    keys = sorted({source_of.get(key, key) for _, _, logged in steps for key, *_ in logged})
+    # What each change's superseded memories are replaced by must be in the store once it is written (a
+    # merge's result another change of the compaction made, an item the app deleted): locked and read too.
+    needs = {change.id: replacements(change, logged, source_of) for change, _episode, logged in steps}
+    keys = sorted({source_of.get(key, key) for _, _, logged in steps for key, *_ in logged}
+                  | {k for wanted in needs.values() for k in wanted if k is not None})
     manager, store = open_store()
     try:
         with store.conn.transaction():
             current = _locked_items(store, namespace, keys)
-            outcome, ops = _plan(steps, current, seen, source_of, namespace)
+            outcome, ops = _plan(steps, current, seen, source_of, namespace, needs)
             if ops:
                 store.batch(ops)
                 _keep_stated_times(store, namespace, steps, outcome, source_of)
@@ -182,6 +186,16 @@ def merged_keeps(logged, source_of: dict[str, str], seen: dict[str, Any]) -> dic
     return kept
 
 
+def replacements(change: ChangeRecord, logged, source_of: dict[str, str]) -> list[str | None]:
+    """The store keys of the memories an applied change names as replacing the ones it supersedes
+    (`details["replaced"]`), other than those it writes itself; None for one the store never had."""
+    if not change.details.get("live") or change.status != "applied":
+        return []
+    own = {key for key, *_ in logged}
+    wanted = dict.fromkeys(k for why in (change.details.get("replaced") or {}).values() for k in why.get("by") or [] if k not in own)
+    return [source_of.get(k) for k in wanted]
+
+
 def _locked_items(store, namespace: tuple[str, ...], keys: list[str]) -> dict[str, dict[str, Any]]:
     """The store's items `keys` of `namespace`, locked until the transaction ends (LangGraph keeps a
     namespace as its labels joined by dots in the `prefix` column)."""
@@ -212,9 +226,11 @@ def _keep_stated_times(store, namespace: tuple[str, ...], steps, outcome: dict[i
                     )
 
 
-def _plan(steps, current, seen, source_of, namespace) -> tuple[dict[int, str], list]:
+def _plan(steps, current, seen, source_of, namespace, needs: dict[int, list[str | None]] | None = None) -> tuple[dict[int, str], list]:
     """Each change's state (`already`, `clean` or a conflict's description) and the ops of the clean ones,
-    taking the changes in order over the store as each clean one leaves it."""
+    taking the changes in order over the store as each clean one leaves it. A clean change whose
+    replacements (`needs`) the store lacks is a conflict: written, it would supersede a memory by one that
+    is nowhere (another change of its compaction dropped, or the app deleted it meanwhile)."""
     from langgraph.store.base import PutOp
 
     now = {key: item["value"] for key, item in current.items()}
@@ -223,6 +239,9 @@ def _plan(steps, current, seen, source_of, namespace) -> tuple[dict[int, str], l
     ops = []
     for change, _episode, logged in steps:
         state = _state(logged, now, seen, source_of, written)
+        if state == "clean" and (missing := [k for k in (needs or {}).get(change.id, []) if k is None or k not in now]):
+            state = (f"item {missing[0]!r}, which replaces what the change supersedes, is not in the store"
+                     if missing[0] else "a memory replacing what the change supersedes is not in the store")
         outcome[change.id] = state
         if state != "clean":
             continue
