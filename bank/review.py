@@ -20,8 +20,11 @@ some memory of the fork holds all its content words (then it names that memory).
 Coverage alone is not safety (a merge of unrelated memories keeps every word), so each change also
 says whether its sources are alike (`alike`: their least pairwise cosine similarity, the content
 words they all share, `unrelated` under UNRELATED_BELOW or with none shared) and which words of its
-results no source holds (`unsupported`). `render_queue_html` draws the review queue (pending changes
-across banks, `memupdate review`) with the same cards.
+results no source holds (`unsupported`). Each supersession and merge carries how the relation judge
+reads its statements (`facts`: relation, confidence, the judge's threshold, whether the newer is
+current), and `flags` name what a person should look at: a supersession by a dissimilar memory, one
+memory superseding many, a compaction retiring most of the bank. `render_queue_html` draws the
+review queue (pending changes across banks, `memupdate review`) with the same cards.
 """
 
 from __future__ import annotations
@@ -454,7 +457,8 @@ def _change(change: dict[str, Any]) -> str:
 
 
 def _likeness_html(change: dict[str, Any]) -> str:
-    """The flags coverage cannot raise: sources that are not alike, and words no source holds."""
+    """The flags coverage cannot raise: sources that are not alike, words no source holds, how the judge
+    reads the change's statements and the review's flags."""
     esc = html.escape
     notes = ""
     alike = change.get("alike") or {}
@@ -465,6 +469,12 @@ def _likeness_html(change: dict[str, Any]) -> str:
                   f"(under {UNRELATED_BELOW}), words they all share: {esc(shared)}</p>")
     if change.get("unsupported"):
         notes += f"<p class='coverage unsupported'>⚠ words no source holds: {esc(', '.join(change['unsupported']))}</p>"
+    facts = change.get("facts") or {}
+    if facts.get("pairs"):
+        read = ", ".join(f"{p['relation']} ({p['confidence']})" for p in facts["pairs"])
+        notes += f"<p class='reason'><b>the judge ({esc(str(facts.get('judge')))}) reads:</b> {esc(read)}; applies itself at {facts.get('threshold')}</p>"
+    for flag in change.get("flags") or []:
+        notes += f"<p class='coverage flag'>⚠ {esc(flag)}</p>"
     if change.get("held"):
         notes += f"<p class='reason'><b>waiting for review:</b> {esc('; '.join(change['held']))}</p>"
     return notes

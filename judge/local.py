@@ -81,15 +81,16 @@ class LocalJudge:
     def probabilities(self, pairs: Sequence[Pair]):
         """Each pair's probability of each label (rows in order, columns `self.labels`), pairs older first."""
         torch = self._torch
-        rows = []
+        # Batches of alike lengths pad little: read in length order, answer in the given order.
+        order = sorted(range(len(pairs)), key=lambda i: len(pairs[i][0].text) + len(pairs[i][1].text))
+        out = torch.zeros((len(pairs), len(self.labels)))
         with torch.inference_mode():
-            for start in range(0, len(pairs), self.batch_size):
-                batch = pairs[start : start + self.batch_size]
-                inputs = self.tokenizer([encode_text(a) for a, _ in batch], [encode_text(b) for _, b in batch],
+            for start in range(0, len(order), self.batch_size):
+                chosen = order[start : start + self.batch_size]
+                inputs = self.tokenizer([encode_text(pairs[i][0]) for i in chosen], [encode_text(pairs[i][1]) for i in chosen],
                                         truncation=True, max_length=MAX_TOKENS, padding=True, return_tensors="pt")
-                logits = self.model(**inputs).logits / self.temperature
-                rows.append(torch.softmax(logits, dim=-1))
-        return torch.cat(rows).numpy() if rows else torch.zeros((0, len(self.labels))).numpy()
+                out[chosen] = torch.softmax(self.model(**inputs).logits / self.temperature, dim=-1)
+        return out.numpy()
 
     def judge(self, pairs: Sequence[Pair]) -> list[Verdict]:
         oriented = [ordered(a, b) for a, b in pairs]
@@ -97,17 +98,15 @@ class LocalJudge:
         same = [_words(a.text) == _words(b.text) for a, b in pairs]
         probs = iter(self.probabilities([(a, b) for (a, b, _), s in zip(oriented, same, strict=True) if not s]))
         verdicts = []
-        for (first, second), (_, _, swapped), told_twice in zip(pairs, oriented, same, strict=True):
+        for (first, second), told_twice in zip(pairs, same, strict=True):
             if told_twice:
                 verdicts.append(Verdict("duplicate", 1.0, None, {"duplicate": 1.0}))
                 continue
             row = next(probs)
             best = int(row.argmax())
             relation = self.labels[best]
-            current = None
-            if relation == "update":
-                # Older first as read: the newer (the second read) is current; unknown order stays unknown.
-                current = later(first, second) or ("first" if swapped else None)
+            # The model reads which fact changed; which statement holds now is the later stated (unknown: None).
+            current = later(first, second) if relation == "update" else None
             scores = {label: round(float(p), 4) for label, p in zip(self.labels, row, strict=True)}
             verdicts.append(Verdict(relation, float(row[best]), current, scores))
         return verdicts

@@ -156,3 +156,16 @@ def score_judge(judge, pairs: Sequence[LabelledPair], verdicts: Sequence[Verdict
         accuracy=Rate(sum(g == s for g, s in zip(gold, said, strict=True)), len(pairs)),
         harmed=Rate(sum(s != "keep" for s in both_true), len(both_true)), wrong_direction=wrong, verdicts=verdicts,
     )
+
+
+def paired_difference(pairs: Sequence[LabelledPair], first: Sequence[Verdict], second: Sequence[Verdict]) -> tuple[float, float, float]:
+    """The second judge's accuracy minus the first's on the same pairs, with its paired 95% interval
+    (normal approximation over the per-pair differences)."""
+    decisions = {"duplicate": "duplicate", "update": "update", "compatible": "keep", "events": "keep"}
+    diffs = [(decisions[b.relation] == decisions[p.label]) - (decisions[a.relation] == decisions[p.label])
+             for p, a, b in zip(pairs, first, second, strict=True)]
+    if not diffs:
+        return (0.0, 0.0, 0.0)
+    mean = sum(diffs) / len(diffs)
+    spread = math.sqrt(sum((d - mean) ** 2 for d in diffs) / max(1, len(diffs) - 1) / len(diffs))
+    return (mean, mean - 1.96 * spread, mean + 1.96 * spread)

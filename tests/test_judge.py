@@ -188,3 +188,30 @@ def test_a_supersession_applies_itself_only_above_the_judges_threshold(store) ->
         [change] = build_review(store, fork, judge=judge)["changes"]
         assert not change["facts"]["clear"] and any("not a clear update" in r for r in SafetyRule().holds(change))
     fork.drop()
+
+
+def test_pairs_the_judge_links_share_a_neighbourhood() -> None:
+    from memupdate.agent.compaction import neighbourhoods
+
+    rng = np.random.default_rng(0)
+    vectors = rng.normal(size=(60, 8))
+    keys = [f"k{i}" for i in range(60)]
+    apart = neighbourhoods(keys, vectors, 10)
+    assert not any({"k0", "k59"} <= set(g) for g in apart)  # the test means something: apart by their vectors
+    together = neighbourhoods(keys, vectors, 10, together=[("k0", "k59"), ("k59", "k31")])
+    assert any({"k0", "k59", "k31"} <= set(g) for g in together)
+    assert sorted(k for g in together for k in g) == sorted(keys) and all(len(g) <= 10 for g in together)
+
+
+def test_a_new_memory_meets_its_nearest_at_once(store) -> None:
+    """The watcher judges a new memory against its nearest live memories when it is written: a pair the
+    judge reads as an update makes the bank need work, however few memories were added."""
+    from memupdate.agent.background import BankPass, mark_compacted, needs_work
+
+    _bank(store, [("Eli lives in Paris", "2024-01-01"), ("Eli plays chess", "2024-01-02")])
+    mark_compacted(store, BankPass(store.path))
+    assert needs_work(store, grow_by=20, judge=Scripted([])) is None
+    _bank(store, [("Eli moved to Berlin last month", "2024-06-01")])
+    reason = needs_work(store, grow_by=20, judge=Scripted([Verdict("update", 0.97, "second")] * 5))
+    assert reason and "the judge reads update (0.97)" in reason
+    assert needs_work(store, grow_by=20, judge=Scripted([Verdict("compatible", 0.9)] * 5)) is None

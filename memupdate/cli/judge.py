@@ -93,17 +93,23 @@ def relations_eval_command(
     judge_base_url: str | None = typer.Option(None, "--judge-base-url", help="The endpoint of an openai: judge."),
     judge_api_key: str | None = typer.Option(None, "--judge-api-key"),
     out: Path | None = typer.Option(None, "--out", help="Also write the figures as JSON here."),
+    sources: str | None = typer.Option(None, "--sources", help="Only pairs whose source begins with one of these, comma-separated (e.g. jenverse,longmemeval)."),
     downstream: bool = typer.Option(False, "--downstream", help="Also build a bank per group (person), compact it with the defaults reading each judge, and count updates resolved, compatible pairs harmed, duplicates merged, statements lost."),
     url: str | None = typer.Option(None, "--url", help="Database URL for --downstream and an endpoint's reply cache (default: the configured or embedded one)."),
 ) -> None:
     """Per-decision precision and recall (95% Wilson intervals), accuracy, and the share of both-true pairs
     harmed, for each judge on the same pairs; generated pairs in the file are left out."""
+    from memupdate.errors import MemupdateError
     from memupdate.judge.judges import make_judge
     from memupdate.judge.meeting import MEET_FLOOR, MEET_K, meeting_recall
-    from memupdate.judge.pairs import Rate, read_pairs, score_judge
+    from memupdate.judge.pairs import Rate, paired_difference, read_pairs, score_judge
     from memupdate.store.embeddings import get_embedder
 
     pairs = [p for p in read_pairs(file) if not p.generated]
+    if sources:
+        pairs = [p for p in pairs if p.source.startswith(tuple(x.strip() for x in sources.split(",")))]
+        if not pairs:
+            raise MemupdateError(f"no pair of {file} comes from a source beginning with {sources!r}: check --sources")
     met = meeting_recall(pairs, get_embedder().embed)
     console.print(f"pairs that meet (each statement's {MEET_K} nearest at cosine >= {MEET_FLOOR}, a bank a group): "
                   + ", ".join(f"{label} {Rate(*counts)}" for label, counts in sorted(met.items())), highlight=False)
@@ -133,6 +139,9 @@ def relations_eval_command(
             report.downstream = banks.to_json()
             console.print(f"  downstream ({banks.banks} banks): updates resolved {banks.updates_resolved}   compatible "
                           f"harmed {banks.compatible_harmed}   duplicates merged {banks.duplicates_merged}   lost {banks.lost}", highlight=False)
+    for report in reports[1:]:
+        mean, low, high = paired_difference(pairs, reports[0].verdicts, report.verdicts)
+        console.print(f"{report.judge} - {reports[0].judge}: accuracy {mean:+.3f} [{low:+.3f}, {high:+.3f}] (paired over pairs)", highlight=False)
     if out:
         out.write_text(json.dumps([r.to_json() | ({"downstream": r.downstream} if r.downstream else {}) for r in reports], indent=2))
 
