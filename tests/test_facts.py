@@ -119,7 +119,7 @@ def test_an_ambiguous_supersession_or_a_merge_of_an_update_waits_for_review() ->
     clear = {**base, "facts": {"pairs": [], "clear": True}}
     unclear = {**base, "facts": {"pairs": [], "clear": False}}
     assert SafetyRule().holds(clear) == []
-    assert SafetyRule().holds(unclear) == ["not a clear update: the newer is not stated later, or the two read as different facts"]
+    assert SafetyRule().holds(unclear) == ["not a clear update: the two read as different facts, or the newer is not stated later"]
     assert SafetyRule(allow_unclear_facts=True).holds(unclear) == []
     assert SafetyRule(kinds=("merge",)).holds(clear) == ["a supersede never applies itself under this rule"]
 
