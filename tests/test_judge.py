@@ -215,3 +215,20 @@ def test_a_new_memory_meets_its_nearest_at_once(store) -> None:
     reason = needs_work(store, grow_by=20, judge=Scripted([Verdict("update", 0.97, "second")] * 5))
     assert reason and "the judge reads update (0.97)" in reason
     assert needs_work(store, grow_by=20, judge=Scripted([Verdict("compatible", 0.9)] * 5)) is None
+
+
+def test_training_writes_weights_that_build_into_a_judge(tmp_path) -> None:
+    """Two steps on a handful of pairs (the real recipe is `memupdate judge train`): the trained weights
+    alone, added to the packaged MiniLM by `build_judge`, load as a judge with its card."""
+    from memupdate.judge.local import LocalJudge, build_judge
+    from memupdate.judge.train import JudgeTrainConfig, train_judge
+    from memupdate.rl.data.generated_relations import generated_pairs
+
+    pairs = generated_pairs(12, seed=1)
+    card = train_judge(pairs[:8], pairs[8:], JudgeTrainConfig(epochs=1.0, batch_size=4, train_layers=1), tmp_path / "run")
+    assert card["train_pairs"] == 8 and card["recipe_pairs"] == 4 and card["labels"] == ["duplicate", "update", "compatible", "events"]
+    assert 0.5 <= card["threshold"] <= 0.99 and card["temperature"] > 0
+    built = build_judge(tmp_path / "judge", tmp_path / "run" / "relation-judge.safetensors", tmp_path / "run" / "relation-judge.json")
+    judge = LocalJudge(built)
+    [verdict] = judge.judge([(Statement("Sam lives in Oslo"), Statement("Sam moved to Rome"))])
+    assert verdict.relation in ("duplicate", "update", "compatible", "events") and judge.card["digest"] == card["digest"]
