@@ -162,7 +162,8 @@ class HeuristicPolicy(PlanningPolicy):
     def pairs_to_meet(self, bank: MemoryStore, keys: Sequence[str], vectors: np.ndarray) -> list[tuple[str, str]]:
         """The pairs of the whole bank that must share an episode: those that meet (each memory's nearest
         others above a floor, `judge.meeting`) and the judge reads as one fact (an update or a duplicate).
-        Their verdicts are kept for the episodes (`_verdicts`)."""
+        Their verdicts are kept for this compaction's episodes (`_verdicts`), an earlier one's dropped."""
+        self._read.clear()  # a watcher's policy lives across passes: keep one compaction's verdicts only
         pairs = [(keys[i], keys[j]) for i, j in candidate_pairs(vectors)]
         records = {m.key: m for m in bank.get_many(sorted({k for pair in pairs for k in pair}))}
         known = [(records[a], records[b]) for a, b in pairs if a in records and b in records]
