@@ -51,7 +51,10 @@ def check_nothing_lost(lg, bank: MemoryStore, app_final: dict[str, str | None]) 
     superseded it with a record (its text kept whole) and its replacements are in the store; an item
     the app deleted is not there."""
     now = held(lg)
-    mapped = {state["key"]: source_key for source_key, state in read_source(bank)["items"].items()}
+    # A merged item keeps its newest source's app key (the change's "app_keys"); when the app later
+    # deletes that item, the source record drops it, and only the change still names the key.
+    mapped = {k: v for c in history(bank) for k, v in (c.summary.get("app_keys") or {}).items()}
+    mapped |= {state["key"]: source_key for source_key, state in read_source(bank)["items"].items()}
 
     def in_store(key: str) -> str:  # a memory's key as an item: the app's own, or the UUID memupdate gave it
         return mapped.get(key) or store_key(bank.path, key)
