@@ -24,6 +24,9 @@ from pathlib import Path
 from memupdate.errors import MemupdateError
 from memupdate.judge.verdict import ACTIONS, RELATIONS, Statement, Verdict
 
+# The decision a relation asks of a bank, as reports name it: both-true pairs are one decision, keep.
+DECISIONS = {"duplicate": "duplicate", "update": "update", "compatible": "keep", "events": "keep"}
+
 
 @dataclass(frozen=True)
 class LabelledPair:
@@ -44,6 +47,11 @@ class LabelledPair:
     @property
     def action(self) -> str:
         return ACTIONS[self.label]
+
+
+def right(pair: LabelledPair, verdict: Verdict) -> bool:
+    """Whether `verdict` asks the bank for the decision `pair`'s label does."""
+    return DECISIONS[verdict.relation] == DECISIONS[pair.label]
 
 
 def read_pairs(path: str | Path) -> list[LabelledPair]:
@@ -139,9 +147,8 @@ def score_judge(judge, pairs: Sequence[LabelledPair], verdicts: Sequence[Verdict
     """`judge` on `pairs` (or its `verdicts` already read): per decision precision and recall, accuracy
     over all pairs, and the share of both-true pairs it would harm."""
     verdicts = list(verdicts) if verdicts is not None else judge.judge([p.statements for p in pairs])
-    decisions = {"duplicate": "duplicate", "update": "update", "compatible": "keep", "events": "keep"}
-    gold = [decisions[p.label] for p in pairs]
-    said = [decisions[v.relation] for v in verdicts]
+    gold = [DECISIONS[p.label] for p in pairs]
+    said = [DECISIONS[v.relation] for v in verdicts]
     per = {}
     for name in ("duplicate", "update", "keep"):
         tp = sum(g == s == name for g, s in zip(gold, said, strict=True))
@@ -161,9 +168,7 @@ def score_judge(judge, pairs: Sequence[LabelledPair], verdicts: Sequence[Verdict
 def paired_difference(pairs: Sequence[LabelledPair], first: Sequence[Verdict], second: Sequence[Verdict]) -> tuple[float, float, float]:
     """The second judge's accuracy minus the first's on the same pairs, with its paired 95% interval
     (normal approximation over the per-pair differences)."""
-    decisions = {"duplicate": "duplicate", "update": "update", "compatible": "keep", "events": "keep"}
-    diffs = [(decisions[b.relation] == decisions[p.label]) - (decisions[a.relation] == decisions[p.label])
-             for p, a, b in zip(pairs, first, second, strict=True)]
+    diffs = [right(p, b) - right(p, a) for p, a, b in zip(pairs, first, second, strict=True)]
     if not diffs:
         return (0.0, 0.0, 0.0)
     mean = sum(diffs) / len(diffs)

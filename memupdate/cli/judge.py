@@ -75,10 +75,10 @@ def train_command(
         from memupdate.judge.calibration import plot_reliability
         from memupdate.judge.calibration import reliability as bins
         from memupdate.judge.local import LocalJudge
+        from memupdate.judge.pairs import right
 
         verdicts = LocalJudge(out).judge([p.statements for p in parts["recipe"]])
-        rows = bins([v.confidence for v in verdicts], [v.relation == p.label or {v.relation, p.label} <= {"compatible", "events"}
-                                                      for v, p in zip(verdicts, parts["recipe"], strict=True)])
+        rows = bins([v.confidence for v in verdicts], [right(p, v) for v, p in zip(verdicts, parts["recipe"], strict=True)])
         plot_reliability(rows, reliability, threshold=card["threshold"], title=f"recipe pairs kept out of training ({len(verdicts)})")
         console.print(f"reliability curve: {reliability}", highlight=False)
     if ship:
