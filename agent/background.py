@@ -58,9 +58,15 @@ from memupdate.bank.live_sync import LiveExport, export_changes
 from memupdate.bank.namespaces import COMPACTION_LABEL, compaction_namespace
 from memupdate.bank.review_queue import known_signatures, propose_parts, shrink_fork, signature
 from memupdate.bank.source_kinds import live_kind
-from memupdate.store import MemoryStore, Namespace, NewEvent, to_namespace
-from memupdate.store.errors import MemoryNotFound, MemupdateError
-from memupdate.store.inventory import namespaces_labelled
+from memupdate.errors import MemupdateError
+from memupdate.store import (
+    MemoryNotFound,
+    MemoryStore,
+    Namespace,
+    NewEvent,
+    namespaces_labelled,
+    to_namespace,
+)
 
 # The event row that marks a bank compacted by the watcher (memory_key none, after: what it did).
 COMPACTED_OP = "compacted"

@@ -28,8 +28,8 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.graph import END, START, StateGraph
 
 from memupdate.agent.graph import MemoryEditState, build_memory_graph, initial_state
+from memupdate.errors import MemupdateError
 from memupdate.store import MemoryStore
-from memupdate.store.errors import MemupdateError
 
 
 @lru_cache(maxsize=1)

@@ -23,9 +23,16 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError, field_validator
 
-from memupdate.store import MemoryNotFound, MemoryRecord, MemoryStore, MemupdateError, NewMemory
-from memupdate.store.memory_store import SampleStrategy
-from memupdate.store.models import MAX_CONTENT_CHARS, MemoryKind
+from memupdate.errors import MemupdateError
+from memupdate.store import (
+    MAX_CONTENT_CHARS,
+    MemoryKind,
+    MemoryNotFound,
+    MemoryRecord,
+    MemoryStore,
+    NewMemory,
+    SampleStrategy,
+)
 from memupdate.text import strategies as text_strategies
 from memupdate.text.dates import anchored, datable
 from memupdate.text.facts import is_newer, shown_time

@@ -28,8 +28,8 @@ from sqlalchemy import Connection, Text, func, insert, literal, select, text, up
 from sqlalchemy.dialects.postgresql import JSONB
 
 from memupdate.bank.models import MemoryChange, SupersededMemory
-from memupdate.store.errors import MemupdateError
-from memupdate.store.memory_store import MemoryStore
+from memupdate.errors import MemupdateError
+from memupdate.store import MemoryEventRecord, MemoryStore, NewEvent
 from memupdate.store.promotion import (
     WHOLE_ROW,
     count_in,
@@ -42,7 +42,6 @@ from memupdate.store.promotion import (
     rows_by_key,
     whole_rows,
 )
-from memupdate.store.records import MemoryEventRecord, NewEvent
 
 changes = MemoryChange.__table__
 superseded = SupersededMemory.__table__

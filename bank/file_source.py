@@ -19,8 +19,7 @@ from typing import Any
 from memupdate.bank.source_export import ExportReport
 from memupdate.bank.source_kinds import Source, SourceError, SourceItem, SourceKind
 from memupdate.bank.sources import bank_label, iso_time, item_value, read_source, store_key
-from memupdate.store.memory_store import MemoryStore
-from memupdate.store.records import Namespace
+from memupdate.store import MemoryStore, Namespace
 
 
 class FileSource(SourceKind):

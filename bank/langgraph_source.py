@@ -24,8 +24,7 @@ from memupdate.bank.live_sync import LiveExport, write_live_changes
 from memupdate.bank.source_export import ExportReport, write_back
 from memupdate.bank.source_kinds import Source, SourceError, SourceItem, SourceKind
 from memupdate.bank.sources import iso_time
-from memupdate.store.memory_store import MemoryStore
-from memupdate.store.records import Namespace
+from memupdate.store import MemoryStore, Namespace
 
 PAGE_SIZE = 1000
 POSTGRES_URL = re.compile(r"postgresql(\+\w+)?://")

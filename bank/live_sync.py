@@ -51,8 +51,7 @@ from memupdate.bank.sources import (
     value_hash,
     write_source,
 )
-from memupdate.store.memory_store import MemoryStore
-from memupdate.store.records import MemoryRecord
+from memupdate.store import MemoryRecord, MemoryStore
 
 
 @dataclass

@@ -22,7 +22,7 @@ from sqlalchemy.orm import Mapped, mapped_column
 
 from memupdate.bank.source_kinds import SOURCE_KINDS
 from memupdate.settings import get_settings
-from memupdate.store.models import Base
+from memupdate.store import Base
 
 CHANGE_STATUSES = ("proposed", "applied", "undone", "discarded")
 

@@ -16,8 +16,7 @@ from collections.abc import Sequence
 from sqlalchemy import Engine, select
 
 from memupdate.bank.models import MemoryChange
-from memupdate.store import Namespace, to_namespace
-from memupdate.store.inventory import memory_counts, namespace_exists
+from memupdate.store import Namespace, memory_counts, namespace_exists, to_namespace
 
 # The label between a bank and the forks its compactions propose.
 COMPACTION_LABEL = "compaction"

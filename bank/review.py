@@ -39,8 +39,7 @@ import numpy as np
 
 from memupdate.bank.supersessions import stated_time
 from memupdate.judge import RelationJudge, judge_memories
-from memupdate.store import MemoryRecord, MemoryStore
-from memupdate.store.records import KEY_PATTERN
+from memupdate.store import KEY_PATTERN, MemoryRecord, MemoryStore
 from memupdate.text.dates import TIME_EXPRESSION, anchor_relative_dates
 from memupdate.text.facts import is_newer
 from memupdate.text.strategies import content_words

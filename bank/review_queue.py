@@ -36,8 +36,7 @@ from memupdate.bank.change_log import (
     discard_change,
 )
 from memupdate.bank.review import replaced_by
-from memupdate.store.memory_store import MemoryStore
-from memupdate.store.promotion import keep_only
+from memupdate.store import MemoryStore, keep_only
 
 
 @dataclass(frozen=True)

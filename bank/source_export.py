@@ -28,9 +28,7 @@ from memupdate.bank.sources import (
     value_hash,
     write_source,
 )
-from memupdate.store.errors import MemoryNotFound
-from memupdate.store.memory_store import MemoryStore
-from memupdate.store.models import MEMORY_KINDS
+from memupdate.store import MEMORY_KINDS, MemoryNotFound, MemoryStore
 
 
 @dataclass

@@ -31,9 +31,14 @@ from memupdate.bank.sources import (
     value_hash,
     write_source,
 )
-from memupdate.store.memory_store import MemoryStore
-from memupdate.store.models import MAX_CONTENT_CHARS, MEMORY_KINDS
-from memupdate.store.records import MAX_NAMESPACE_DEPTH, Namespace, NewMemory
+from memupdate.store import (
+    MAX_CONTENT_CHARS,
+    MAX_NAMESPACE_DEPTH,
+    MEMORY_KINDS,
+    MemoryStore,
+    Namespace,
+    NewMemory,
+)
 
 DEFAULT_BANK_ROOT = "imported"
 

@@ -22,13 +22,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from memupdate.store.errors import MemupdateError
-from memupdate.store.records import Namespace
+from memupdate.errors import MemupdateError
+from memupdate.store import Namespace
 
 if TYPE_CHECKING:
     from memupdate.bank.live_sync import LiveExport
     from memupdate.bank.source_export import ExportReport
-    from memupdate.store.memory_store import MemoryStore
+    from memupdate.store import MemoryStore
 
 # Kind name -> the module whose `SOURCE` reads it, in the order kinds claim a location. Module paths, not
 # objects: bank/models.py reads the names for its CHECK constraint before any source module can import.

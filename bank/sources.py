@@ -28,8 +28,7 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from memupdate.bank.models import MemorySource
 from memupdate.bank.source_kinds import Source
-from memupdate.store.memory_store import MemoryStore
-from memupdate.store.records import KEY_PATTERN, NAMESPACE_LABEL, MemoryRecord
+from memupdate.store import KEY_PATTERN, NAMESPACE_LABEL, MemoryRecord, MemoryStore
 
 sources = MemorySource.__table__
 

@@ -16,9 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from memupdate.store.errors import MemoryNotFound
-from memupdate.store.memory_store import MemoryStore
-from memupdate.store.records import MemoryRecord
+from memupdate.store import MemoryNotFound, MemoryRecord, MemoryStore
 from memupdate.text.facts import shown_time
 
 

@@ -73,8 +73,7 @@ def bench_main(
 def open_engine(args: argparse.Namespace):
     """The engine to benchmark on, migrated: `--url`, else the embedded server in `--data-dir` or a temp dir."""
     from memupdate.migrations.schema import upgrade
-    from memupdate.store.database import get_engine
-    from memupdate.store.embedded import start_embedded_server, temporary_data_dir
+    from memupdate.store import get_engine, start_embedded_server, temporary_data_dir
 
     if args.url:
         engine = get_engine(args.url)
@@ -88,7 +87,7 @@ def open_engine(args: argparse.Namespace):
 
 def load_embedder():
     """The real embedder, warmed up on texts nothing else uses (its first batches run 3-5x slower)."""
-    from memupdate.store.embeddings import get_embedder
+    from memupdate.store import get_embedder
 
     with console.status("loading the embedding model ..."):
         embedder = get_embedder()
@@ -116,7 +115,7 @@ def bench_namespace(engine, embedder) -> Iterator[Any]:
 
 
 def server_line(engine, embedder) -> str:
-    from memupdate.store.database import server_info
+    from memupdate.store import server_info
 
     info = server_info(engine)
     return f"PostgreSQL {info['server_version']}, pgvector {info['pgvector_version']}, {embedder.name}"

@@ -181,8 +181,7 @@ def plain_round(base: MemoryStore, forks: list, questions: list, rewards: list[f
 def worker_round(url: str, base_namespace: tuple, shares: list, questions: list, barrier, results, slot: int) -> None:
     """One worker process: its own engine, embedder and base cache; scores its share of the forks once
     untimed (the warm state a long-running reward worker has), waits for the others, then scores it timed."""
-    from memupdate.store.database import get_engine
-    from memupdate.store.embeddings import get_embedder
+    from memupdate.store import get_embedder, get_engine
 
     base = MemoryStore(get_engine(url), get_embedder(), base_namespace)
     forks = [([questions[i] for i in scored], base.scoped(namespace)) for scored, namespace in shares]

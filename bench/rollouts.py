@@ -115,7 +115,7 @@ def make_rows(base: Any, questions: list[Any]) -> list[dict[str, Any]]:
     from memupdate.rl.data.namespaces import trajectory_namespace
     from memupdate.rl.data.preprocess import DATA_SOURCE
     from memupdate.scoring.questions import qa_row
-    from memupdate.store.records import namespace_path
+    from memupdate.store import namespace_path
 
     rows = []
     for i, q in enumerate(questions):

@@ -55,10 +55,14 @@ def _command(args: list[str], env: dict[str, str]) -> tuple[float, float, str]:
 def run(args: argparse.Namespace) -> dict[str, Any]:
     from memupdate.bank.change_log import history
     from memupdate.migrations.schema import upgrade
-    from memupdate.store import MemoryStore, NewMemory
-    from memupdate.store.database import get_engine
-    from memupdate.store.embedded import start_embedded_server, temporary_data_dir
-    from memupdate.store.embeddings import get_embedder
+    from memupdate.store import (
+        MemoryStore,
+        NewMemory,
+        get_embedder,
+        get_engine,
+        start_embedded_server,
+        temporary_data_dir,
+    )
 
     env = dict(os.environ)
     if args.url:

@@ -311,8 +311,7 @@ def noisy_copies(pool: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarr
 def run(args: argparse.Namespace) -> dict[str, Any]:
     from langgraph.store.memory import InMemoryStore
 
-    from memupdate.store.database import server_info
-    from memupdate.store.embeddings import get_embedder
+    from memupdate.store import get_embedder, server_info
 
     sizes = sorted(int(s) for s in args.sizes.split(",") if s.strip())
     rng = random.Random(args.seed)

@@ -20,9 +20,15 @@ from datetime import UTC, datetime, timedelta
 from sqlalchemy import Engine
 
 from memupdate.rl.data.namespaces import TRAJ_LABEL, fork_base
-from memupdate.store import MemoryStore, drop_fork, to_namespace
-from memupdate.store.inventory import memory_counts, namespaces_labelled
-from memupdate.store.records import SEPARATOR, namespace_path
+from memupdate.store import (
+    SEPARATOR,
+    MemoryStore,
+    drop_fork,
+    memory_counts,
+    namespace_path,
+    namespaces_labelled,
+    to_namespace,
+)
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Mapped, mapped_column
 
-from memupdate.store.models import Base
+from memupdate.store import Base
 
 LLM_REPLY_KINDS = ("answer", "judge")
 

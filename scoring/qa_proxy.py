@@ -47,8 +47,7 @@ from memupdate.scoring.categories import ADVERSARIAL
 from memupdate.scoring.faithfulness import NEAREST_SOURCES
 from memupdate.scoring.metrics import answer_parts, normalized_tokens, token_f1
 from memupdate.settings import DEFAULT_CONTEXT_TOKENS
-from memupdate.store import MemoryStore, NamespaceChanges, ScoredMemory
-from memupdate.store.fork_diff import changes_from
+from memupdate.store import MemoryStore, NamespaceChanges, ScoredMemory, changes_from
 from memupdate.text.strategies import STOPWORDS
 
 DEFAULT_CANDIDATES = 20

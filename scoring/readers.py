@@ -18,6 +18,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from memupdate.errors import MemupdateError
 from memupdate.openai_endpoint import (
     DEFAULT_RETRIES,
     EndpointRole,
@@ -27,7 +28,6 @@ from memupdate.openai_endpoint import (
     status_detail,
 )
 from memupdate.scoring.answer_prompts import clean_reply
-from memupdate.store.errors import MemupdateError
 
 DEFAULT_TIMEOUT = 60.0
 DEFAULT_CONCURRENCY = 4

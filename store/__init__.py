@@ -6,17 +6,26 @@
     store.search("When did Melanie run a race?")
 """
 
+from memupdate.store.database import get_engine, resolve_url, server_info
+from memupdate.store.embedded import start_embedded_server, temporary_data_dir
+from memupdate.store.embeddings import get_embedder
 from memupdate.store.errors import (
     DatabaseError,
     EmbeddingDimensionMismatch,
     InvalidMemory,
     InvalidNamespace,
     MemoryNotFound,
-    MemupdateError,
 )
-from memupdate.store.fork_diff import NamespaceChanges
-from memupdate.store.memory_store import MemoryStore, drop_fork
+from memupdate.store.fork_diff import NamespaceChanges, changes_from
+from memupdate.store.inventory import memory_counts, namespace_exists, namespaces_labelled, nearest_namespaces
+from memupdate.store.memory_store import MemoryStore, SampleStrategy, drop_fork
+from memupdate.store.models import MAX_CONTENT_CHARS, MEMORY_KINDS, Base, MemoryKind
+from memupdate.store.promotion import keep_only
 from memupdate.store.records import (
+    KEY_PATTERN,
+    MAX_NAMESPACE_DEPTH,
+    NAMESPACE_LABEL,
+    SEPARATOR,
     MemoryEventRecord,
     MemoryRecord,
     Namespace,
@@ -25,6 +34,7 @@ from memupdate.store.records import (
     NewEvent,
     NewMemory,
     ScoredMemory,
+    namespace_path,
     to_namespace,
 )
 
@@ -37,23 +47,44 @@ def as_langgraph_store(store: MemoryStore | None = None, **kwargs):
 
 
 __all__ = [
+    "Base",
     "DatabaseError",
     "EmbeddingDimensionMismatch",
     "InvalidMemory",
     "InvalidNamespace",
+    "KEY_PATTERN",
+    "MAX_CONTENT_CHARS",
+    "MAX_NAMESPACE_DEPTH",
+    "MEMORY_KINDS",
     "MemoryEventRecord",
+    "MemoryKind",
     "MemoryNotFound",
     "MemoryRecord",
     "MemoryStore",
-    "MemupdateError",
+    "NAMESPACE_LABEL",
     "Namespace",
     "NamespaceChanges",
     "NamespaceDiff",
     "NamespaceVersion",
     "NewEvent",
     "NewMemory",
+    "SEPARATOR",
+    "SampleStrategy",
     "ScoredMemory",
     "as_langgraph_store",
+    "changes_from",
     "drop_fork",
+    "get_embedder",
+    "get_engine",
+    "keep_only",
+    "memory_counts",
+    "namespace_exists",
+    "namespace_path",
+    "namespaces_labelled",
+    "nearest_namespaces",
+    "resolve_url",
+    "server_info",
+    "start_embedded_server",
+    "temporary_data_dir",
     "to_namespace",
 ]

@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Protocol
 import numpy as np
 from cachetools import LRUCache
 
+from memupdate.errors import MemupdateError
 from memupdate.settings import DEFAULT_EMBEDDING_MODEL, get_settings
-from memupdate.store.errors import MemupdateError
 
 if TYPE_CHECKING:
     import openai

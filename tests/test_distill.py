@@ -20,12 +20,13 @@ from typer.testing import CliRunner
 from memupdate.agent.policies import make_policy
 from memupdate.agent.policies.heuristic import HeuristicPolicy
 from memupdate.cli import app
+from memupdate.errors import MemupdateError
 from memupdate.rl.data.ingest import ingest_conversation
 from memupdate.rl.distill.learn import STAGES, TRAJECTORIES, LearnConfig, learn
 from memupdate.rl.distill.rollouts import PolicyGroup, TrajectoryLog, call_summary, collect, policy_group
 from memupdate.rl.distill.targeted import TargetedTask
 from memupdate.scoring.reward import RewardConfig
-from memupdate.store import MemoryStore, MemupdateError
+from memupdate.store import MemoryStore
 
 runner = CliRunner()
 # Small everything: two questions, group of two, two turns per episode, a one-layer tiny student, no RL

@@ -13,11 +13,11 @@ from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, Tool
 
 from memupdate.agent.policies.hf import HuggingFaceChatModel
 from memupdate.agent.tools import tool_schemas
+from memupdate.errors import MemupdateError
 from memupdate.llm import hermes
 from memupdate.llm.chat import to_chat_dicts
 from memupdate.rl.distill.render import as_student_saw, assistant_spans, render_transcript, tokenize_with_mask
 from memupdate.rl.distill.tiny_student import train_tokenizer
-from memupdate.store import MemupdateError
 
 END = "<|im_end|>"
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from openai_standin import Failure, OpenAIStandIn
 
-from memupdate.store import MemupdateError
+from memupdate.errors import MemupdateError
 from memupdate.store.embeddings import openai_embedder, sentence_transformer_embedder
 
 

@@ -18,6 +18,7 @@ from langchain_core.messages import AIMessage, ToolMessage
 from transformers import AutoTokenizer
 
 from memupdate.agent.compaction import neighbourhood_episode
+from memupdate.errors import MemupdateError
 from memupdate.llm.models import STUDENT_CHAT_TEMPLATE
 from memupdate.rl.data.factconsolidation import FactBank
 from memupdate.rl.distill.compaction import CompactionTask, Neighbourhood
@@ -37,7 +38,7 @@ from memupdate.rl.distill.learn import (
 from memupdate.rl.distill.task import Rollout
 from memupdate.rl.distill.tiny_student import build_tiny_checkpoint
 from memupdate.scoring.reward import RewardConfig
-from memupdate.store import MemoryStore, MemupdateError, NewMemory
+from memupdate.store import MemoryStore, NewMemory
 
 SMALL = LearnConfig(
     train_questions=8, eval_questions=2, group_size=2, student_group_size=2, rl_questions=2, iterations=1,

@@ -20,7 +20,8 @@ from memupdate.agent.policies import (
 )
 from memupdate.agent.policies.heuristic import HeuristicPolicy
 from memupdate.cli import app
-from memupdate.store import MemoryStore, MemupdateError
+from memupdate.errors import MemupdateError
+from memupdate.store import MemoryStore
 
 runner = CliRunner()
 

@@ -13,7 +13,7 @@ from langchain_core.tools import tool
 from openai_standin import OpenAIStandIn, completion
 
 from memupdate.agent.policies.openai import check_openai_endpoint, make_openai_policy
-from memupdate.store.errors import MemupdateError
+from memupdate.errors import MemupdateError
 
 SCRIPT = [
     completion(

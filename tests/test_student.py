@@ -16,6 +16,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from memupdate.agent.policies.hf import HuggingFaceChatModel
 from memupdate.agent.prompts import COMPACT_SYSTEM_PROMPT, system_prompt
+from memupdate.errors import MemupdateError
 from memupdate.llm import models
 from memupdate.llm.chat import student_view, to_chat_dicts, trim_tool_result
 from memupdate.llm.models import STUDENT_CHAT_TEMPLATE, get_model, resolve_model
@@ -24,7 +25,6 @@ from memupdate.rl.distill.learn import spread
 from memupdate.rl.distill.render import as_student_saw, render_transcript, student_tools, tokenize_with_mask
 from memupdate.rl.distill.tiny_student import build_tiny_checkpoint
 from memupdate.scoring.summaries import interval
-from memupdate.store import MemupdateError
 
 TRANSCRIPT = [
     {"role": "system", "content": system_prompt()},

@@ -32,7 +32,7 @@ from typing import Any
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 
 from memupdate.agent.tools import RELATIVE_MARK
-from memupdate.store.records import KEY_PATTERN
+from memupdate.store import KEY_PATTERN
 
 # A handle as tools show one: leading a line ("[f0012] 0.71 (2023-05-08) ...") or after the verb of a
 # write ("created [m1a2b3c4d] ...", "merged 2 memories into [...]"); not a bracket inside a memory's text.

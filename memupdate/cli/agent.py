@@ -19,8 +19,8 @@ from memupdate.cli.common import (
     open_store,
     user_errors,
 )
+from memupdate.errors import MemupdateError
 from memupdate.scoring.categories import SINGLE_HOP
-from memupdate.store.errors import MemupdateError
 
 app = typer.Typer(help="Run the memory-editing agent on a live memory bank.", no_args_is_help=True)
 
@@ -54,8 +54,7 @@ def agent_run(
     from memupdate.rl.data.namespaces import trajectory_id, trajectory_namespace
     from memupdate.rl.episode import scored_episode
     from memupdate.scoring.qa_proxy import score_questions
-    from memupdate.store import to_namespace
-    from memupdate.store.records import namespace_path
+    from memupdate.store import namespace_path, to_namespace
 
     policy_kind(policy, editing=True)
     root = open_store(url)

@@ -108,7 +108,7 @@ def bench_command(
 def _run(names: list[str], json_out: Path | None, plot: Path | None, url: str | None, sizes: str, queries: int) -> dict:
     data_dir = None
     if not url:  # one embedded server for every benchmark of the run
-        from memupdate.store.embedded import temporary_data_dir
+        from memupdate.store import temporary_data_dir
 
         data_dir = temporary_data_dir("memupdate-bench-")
     common = ["--url", url] if url else ["--data-dir", str(data_dir)]

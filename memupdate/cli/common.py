@@ -19,7 +19,7 @@ from rich.console import Console
 from typer.core import TyperGroup
 
 from memupdate.agent.policies import model_help, policy_help
-from memupdate.store.errors import MemupdateError
+from memupdate.errors import MemupdateError
 
 # Library progress bars ("Loading weights", Hub downloads) on every command are noise: ours show progress.
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
@@ -243,9 +243,7 @@ def open_store(url: str | None = None, *, embed_on_demand: bool = False):
     `embed_on_demand`: load the embedding model only when something is embedded (commands that read or
     restore rows, `history`, `undo`, `review`, an idle `watch` pass, never pay for torch and the model)."""
     from memupdate.migrations.schema import current_revision, head_revision, upgrade
-    from memupdate.store import MemoryStore
-    from memupdate.store.database import get_engine
-    from memupdate.store.embeddings import get_embedder
+    from memupdate.store import MemoryStore, get_embedder, get_engine
 
     engine = get_engine(url)
     if current_revision(engine) != head_revision():
@@ -258,7 +256,7 @@ def require_bank(bank, namespace: str) -> None:
     it and the banks nearest it, before a command reads or writes anything."""
     from memupdate.bank.namespaces import COMPACTION_LABEL, bank_exists
     from memupdate.rl.data.namespaces import TRAJ_LABEL
-    from memupdate.store.inventory import nearest_namespaces
+    from memupdate.store import nearest_namespaces
 
     if bank_exists(bank.engine, bank.path):
         return
@@ -336,7 +334,7 @@ class EmbedderOnFirstUse:
     def embed(self, texts):
         with self._lock:  # a watcher's thread and its caller may embed at once: load the model once
             if self._loaded is None:
-                from memupdate.store.embeddings import get_embedder
+                from memupdate.store import get_embedder
 
                 loaded = get_embedder()
                 if loaded.dims != self.dims:

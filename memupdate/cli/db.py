@@ -17,7 +17,7 @@ app = typer.Typer(help="Create, migrate and inspect the memory database.", no_ar
 def db_upgrade(revision: str = typer.Argument("head"), url: str | None = URL_OPTION) -> None:
     """Migrate the database up to REVISION (default: head), creating the vector extension."""
     from memupdate.migrations.schema import current_revision, upgrade
-    from memupdate.store.database import get_engine
+    from memupdate.store import get_engine
 
     engine = get_engine(url)
     upgrade(engine, revision)
@@ -29,7 +29,7 @@ def db_upgrade(revision: str = typer.Argument("head"), url: str | None = URL_OPT
 def db_downgrade(revision: str = typer.Argument("-1"), url: str | None = URL_OPTION) -> None:
     """Migrate the database down to REVISION (default: one step; `base` removes memupdate's tables)."""
     from memupdate.migrations.schema import current_revision, downgrade
-    from memupdate.store.database import get_engine
+    from memupdate.store import get_engine
 
     engine = get_engine(url)
     downgrade(engine, revision)
@@ -43,7 +43,7 @@ def db_status(url: str | None = URL_OPTION, as_json: bool = typer.Option(False, 
     trajectory forks apart)."""
     from memupdate.migrations.schema import status
     from memupdate.rl.leftover_forks import namespace_summary
-    from memupdate.store.database import get_engine
+    from memupdate.store import get_engine
 
     engine = get_engine(url)
     info = status(engine)
@@ -80,8 +80,8 @@ def db_forks(
     from datetime import UTC, datetime
 
     from memupdate.cli.common import open_store
+    from memupdate.errors import MemupdateError
     from memupdate.rl.leftover_forks import list_forks, parse_duration, prune_forks
-    from memupdate.store.errors import MemupdateError
 
     try:
         threshold = parse_duration(older_than)

@@ -39,8 +39,8 @@ from memupdate.cli.common import (
     user_errors,
 )
 from memupdate.cli.compact import SIZE_OPTION
+from memupdate.errors import MemupdateError
 from memupdate.scoring.questions import COLLATERAL_QUESTIONS
-from memupdate.store.errors import MemupdateError
 
 JUDGE_OPTION = typer.Option(
     None, "--judge", help="Also judge each answer CORRECT/WRONG with this model (Mem0's LoCoMo judge), same endpoint; "

@@ -20,7 +20,7 @@ from memupdate.cli.common import (
     require_bank,
     user_errors,
 )
-from memupdate.store.errors import MemupdateError
+from memupdate.errors import MemupdateError
 
 
 @user_errors

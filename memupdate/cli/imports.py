@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 
 from memupdate.cli.common import URL_OPTION, console, open_store, require_bank, user_errors
-from memupdate.store.errors import MemupdateError
+from memupdate.errors import MemupdateError
 
 
 @user_errors

@@ -103,7 +103,7 @@ def relations_eval_command(
     from memupdate.judge.judges import make_judge
     from memupdate.judge.meeting import MEET_FLOOR, MEET_K, meeting_recall
     from memupdate.judge.pairs import Rate, paired_difference, read_pairs, score_judge
-    from memupdate.store.embeddings import get_embedder
+    from memupdate.store import get_embedder
 
     pairs = [p for p in read_pairs(file) if not p.generated]
     if sources:

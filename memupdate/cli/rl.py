@@ -33,9 +33,9 @@ def rl_train(
     url: str | None = URL_OPTION,
 ) -> None:
     """Check the database, base namespaces and parquet files, then run verl's trainer (GPUs needed)."""
+    from memupdate.errors import MemupdateError
     from memupdate.rl.leftover_forks import parse_duration
     from memupdate.rl.verl.launch import plan_training
-    from memupdate.store.errors import MemupdateError
 
     try:
         prune_after = None if keep_forks else parse_duration(prune_older_than)

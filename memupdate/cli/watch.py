@@ -27,7 +27,7 @@ from memupdate.cli.common import (
     plural,
     user_errors,
 )
-from memupdate.store.errors import MemupdateError
+from memupdate.errors import MemupdateError
 
 
 @user_errors
@@ -100,8 +100,7 @@ def _require_banks(root, source: str) -> None:
     from memupdate.bank.namespaces import COMPACTION_LABEL
     from memupdate.bank.source_kinds import live_kinds
     from memupdate.rl.data.namespaces import TRAJ_LABEL
-    from memupdate.store import to_namespace
-    from memupdate.store.inventory import nearest_namespaces
+    from memupdate.store import nearest_namespaces, to_namespace
 
     if root.list_namespaces(prefix=to_namespace(source)):
         return
@@ -115,7 +114,7 @@ def _require_banks_under(root, under: str) -> None:
     """`review --under` a path holding no bank is a typo, not an empty queue: say so, naming the nearest."""
     from memupdate.bank.namespaces import COMPACTION_LABEL, banks_under
     from memupdate.rl.data.namespaces import TRAJ_LABEL
-    from memupdate.store.inventory import nearest_namespaces
+    from memupdate.store import nearest_namespaces
 
     if banks_under(root.engine, under):
         return

@@ -39,7 +39,7 @@ from memupdate.rl.data.conversation import Conversation
 from memupdate.rl.data.locomo import DATASET, split_conversations
 from memupdate.rl.data.namespaces import base_namespace, trajectory_id, trajectory_namespace
 from memupdate.scoring.questions import COLLATERAL_QUESTIONS, collateral_sample, qa_row, scorable_questions
-from memupdate.store.records import namespace_path
+from memupdate.store import namespace_path
 
 if TYPE_CHECKING:
     from memupdate.rl.data.factconsolidation import FactBank, FactConsolidationSet

@@ -53,7 +53,7 @@ def relation_pairs(data: Path, embed=None) -> dict[str, list[LabelledPair]]:
     """Every labelled pair the development data in `data` gives, by part (see the module docstring);
     a source whose file is absent is skipped."""
     if embed is None:
-        from memupdate.store.embeddings import get_embedder
+        from memupdate.store import get_embedder
 
         embed = get_embedder().embed
     pairs: list[LabelledPair] = []

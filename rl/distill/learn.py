@@ -38,6 +38,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from memupdate.errors import MemupdateError
 from memupdate.rl.data.factconsolidation import FactBank
 from memupdate.rl.data.locomo import Conversation
 from memupdate.rl.distill.advantages import (
@@ -63,7 +64,7 @@ from memupdate.rl.distill.rollouts import (
 from memupdate.rl.distill.targeted import TargetedTask
 from memupdate.rl.distill.task import Rollout, Task, Unit, spread
 from memupdate.scoring.summaries import mean
-from memupdate.store import MemoryStore, MemupdateError
+from memupdate.store import MemoryStore
 
 __all__ = ["LearnConfig", "learn", "spread"]
 STAGES = "stages.json"

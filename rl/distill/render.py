@@ -21,7 +21,7 @@ from typing import Any
 from langchain_core.utils.function_calling import convert_to_openai_tool
 
 from memupdate.agent.tools import tool_schemas
-from memupdate.store import MemupdateError
+from memupdate.errors import MemupdateError
 
 
 def student_tools() -> list[dict[str, Any]]:

@@ -27,11 +27,12 @@ from langchain_core.messages import AIMessage, ToolMessage
 
 from memupdate.agent.policies import make_policy, with_seed
 from memupdate.agent.policies.batched import iter_together
+from memupdate.errors import MemupdateError
 from memupdate.rl.data.ingest import load_bank
 from memupdate.rl.data.locomo import Conversation
 from memupdate.rl.distill.task import Rollout
 from memupdate.scoring.summaries import mean
-from memupdate.store import MemoryStore, MemupdateError
+from memupdate.store import MemoryStore
 
 if TYPE_CHECKING:
     from memupdate.rl.distill.task import Task, Unit

@@ -26,7 +26,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from memupdate.store import MemupdateError
+from memupdate.errors import MemupdateError
 
 METADATA_FILE = "memupdate.json"
 # Written by `memupdate rl train` into trainer.default_local_dir: the resolved config of the run.

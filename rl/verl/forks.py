@@ -34,6 +34,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from memupdate.errors import MemupdateError
 from memupdate.rl.data.namespaces import TRAJ_LABEL, rollout_label, rollout_namespace
 from memupdate.rl.data.preprocess import compaction_unit, is_compaction_row
 from memupdate.rl.verl.worker_db import in_db_thread, worker_store
@@ -44,8 +45,7 @@ from memupdate.scoring.reward import (
     compute_reward,
     questions_from_extra_info,
 )
-from memupdate.store import MemoryStore, MemupdateError, drop_fork, to_namespace
-from memupdate.store.records import SEPARATOR, namespace_path
+from memupdate.store import SEPARATOR, MemoryStore, drop_fork, namespace_path, to_namespace
 
 log = logging.getLogger("memupdate.rl.verl.forks")
 

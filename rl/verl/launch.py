@@ -28,7 +28,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from memupdate.store import MemupdateError
+from memupdate.errors import MemupdateError
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIGS_DIR = REPO / "configs"
@@ -265,9 +265,7 @@ def check_database(
     (only counted on a dry run)."""
     from memupdate.migrations.schema import current_revision, head_revision
     from memupdate.rl.leftover_forks import list_forks, prune_forks
-    from memupdate.store import MemoryStore
-    from memupdate.store.database import get_engine
-    from memupdate.store.embeddings import get_embedder
+    from memupdate.store import MemoryStore, get_embedder, get_engine
 
     engine = get_engine(url)  # DatabaseError (unreachable) names the URL and the fix
     shown = engine.url.render_as_string(hide_password=True)

@@ -23,9 +23,9 @@ from verl.tools.base_tool import BaseTool
 from verl.tools.schemas import OpenAIFunctionToolSchema, ToolResponse
 
 from memupdate.agent.tools import MEMORY_TOOLS, run_tool
+from memupdate.errors import MemupdateError
 from memupdate.rl.verl.forks import RowBank, count_call, open_rollout_fork
 from memupdate.rl.verl.worker_db import in_db_thread
-from memupdate.store import MemupdateError
 
 log = logging.getLogger("memupdate.rl.verl.tools")
 

@@ -36,8 +36,7 @@ def worker_store() -> MemoryStore:
     if _worker_store is None:
         from sqlalchemy import create_engine, text
 
-        from memupdate.store.database import resolve_url
-        from memupdate.store.embeddings import get_embedder
+        from memupdate.store import get_embedder, resolve_url
 
         url = resolve_url()
         # synchronous_commit=off: a rollout writes only its own throwaway fork, so a crash losing its last
