@@ -19,28 +19,23 @@ wrote, and restores the superseded rows as they were, embeddings and positions i
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Text, func, insert, literal, select, text, update
+from sqlalchemy import Connection, Select, Text, func, insert, literal, select, text, update
 from sqlalchemy.dialects.postgresql import JSONB
 
 from memupdate.bank.models import MemoryChange, SupersededMemory
 from memupdate.errors import MemupdateError
-from memupdate.store import MemoryEventRecord, MemoryStore, NewEvent
-from memupdate.store.promotion import (
+from memupdate.store import (
     WHOLE_ROW,
-    count_in,
-    differing_keys,
+    MemoryEventRecord,
+    MemoryStore,
+    PromotionConflict,
     drop_in,
-    edits_first_seen,
-    episode_writes,
-    promote_rows,
-    restore_rows,
-    rows_by_key,
-    whole_rows,
+    promote_fork,
+    undo_promotion,
 )
 
 changes = MemoryChange.__table__
@@ -162,27 +157,21 @@ def apply_change(bank: MemoryStore, change_id: int, *, before_commit=None) -> Ch
             raise ChangeConflict(f"change {change_id} of {bank.path!r} is {change.status}: only a proposed change can be applied")
         fork = bank.scoped(change.fork)
         part = change.details.get("keys")  # one change of a compaction (the review queue): only its keys
-        removed, changed, added = _check_fork_is_current(conn, bank, fork, part)
-        bank_rows = rows_by_key(conn, bank, removed + changed)
-        fork_rows = rows_by_key(conn, fork, changed + added)
-        counts = {"memories_before": count_in(conn, bank), "memories_after": count_in(conn, fork)}
-        if part is not None:
-            counts["memories_after"] = counts["memories_before"] - len(removed) + len(added)
         replaced = change.details.get("replaced", {})
-        why = {k: replaced.get(k, {}) for k in removed + changed}
-        if why:
-            _supersede(conn, bank, change_id, why)
-        promote_rows(conn, bank, fork, removed=removed, changed=changed, added=added)
-        writer = bank.scoped(bank.namespace, episode=change_episode(change_id))
-        writer.append_events(
-            [NewEvent("delete", k, bank_rows[k].as_event(), None) for k in removed]
-            + [NewEvent("update", k, bank_rows[k].as_event(), fork_rows[k].as_event()) for k in changed]
-            + [NewEvent("create", k, None, fork_rows[k].as_event()) for k in added],
-            connection=conn,
-        )
+        try:
+            done = promote_fork(
+                conn, bank, fork, episode=change_episode(change_id), keys=part,
+                keep_replaced=lambda keys, rows: _supersede(conn, change_id, {k: replaced.get(k, {}) for k in keys}, rows),
+            )
+        except PromotionConflict as conflict:
+            raise ChangeConflict(
+                _moved_message(bank, conflict.key) if conflict.key
+                else f"the change's fork {fork.path!r} is gone: run the compaction again"
+            ) from None
         _drop_fork_unless_shared(conn, bank, change)
-        summary = {**change.summary, "applied": {"removed": len(removed), "changed": len(changed), "added": len(added),
-                                                  **counts}}
+        summary = {**change.summary, "applied": {"removed": len(done.removed), "changed": len(done.changed),
+                                                  "added": len(done.added), "memories_before": done.memories_before,
+                                                  "memories_after": done.memories_after}}
         row = conn.execute(
             update(changes).where(changes.c.id == change_id)
             .values(status="applied", applied_at=func.now(), summary=summary).returning(*changes.c)
@@ -192,31 +181,6 @@ def apply_change(bank: MemoryStore, change_id: int, *, before_commit=None) -> Ch
     return _change(row)
 
 
-def _check_fork_is_current(
-    conn: Connection, bank: MemoryStore, fork: MemoryStore, part: Sequence[str] | None = None
-) -> tuple[list[str], list[str], list[str]]:
-    """The bank must be as it was when the fork was made: every key the fork's edits touched holds
-    what the fork's first edit of it saw, and every other key is the same on both sides. Returns the
-    keys the fork removed, changed and added (compared in SQL, embeddings included). With `part`
-    (one change of the fork), only those keys are compared and checked: a write elsewhere in the bank
-    does not block it. The rows checked stay locked until the transaction ends, so a concurrent write
-    to one of them waits and lands after the apply instead of being overwritten."""
-    first_seen = edits_first_seen(conn, fork)
-    if first_seen is None:
-        raise ChangeConflict(f"the change's fork {fork.path!r} is gone: run the compaction again")
-    found: dict[str, list[str]] = {"removed": [], "changed": [], "added": []}
-    for key, difference in differing_keys(conn, bank, fork, part):
-        if key not in first_seen:
-            raise ChangeConflict(_moved_message(bank, key))
-        found[difference].append(key)
-    checked = {k: v for k, v in first_seen.items() if part is None or k in part}
-    now = rows_by_key(conn, bank, list(checked), lock=True)
-    for key, seen in checked.items():
-        if (now[key].as_event() if key in now else None) != seen:
-            raise ChangeConflict(_moved_message(bank, key))
-    return found["removed"], found["changed"], found["added"]
-
-
 def _moved_message(bank: MemoryStore, key: str) -> str:
     return (
         f"bank {bank.path!r} changed since the compaction forked it (memory {key!r} differs): nothing was applied; "
@@ -224,9 +188,10 @@ def _moved_message(bank: MemoryStore, key: str) -> str:
     )
 
 
-def _supersede(conn: Connection, bank: MemoryStore, change_id: int, why: dict[str, dict[str, Any]]) -> None:
-    """Copy the replaced rows whole into superseded_memories, with what replaced them and why (one INSERT ... SELECT)."""
-    rows = whole_rows(bank, list(why)).subquery("replaced")
+def _supersede(conn: Connection, change_id: int, why: dict[str, dict[str, Any]], replaced: Select) -> None:
+    """Copy the replaced rows (the store's SELECT of them whole) into superseded_memories, with what
+    replaced them and why (one INSERT ... SELECT)."""
+    rows = replaced.subquery("replaced")
     entry = literal(why, JSONB).op("->", return_type=JSONB)(rows.c.key)
     columns = ["change_id", *_SUPERSEDED_ROW, "superseded_by", "reason"]
     source = select(
@@ -282,37 +247,24 @@ def undo_change(bank: MemoryStore, change_id: int, *, note: dict[str, Any] | Non
 
 
 def _undo_one(conn: Connection, bank: MemoryStore, change: ChangeRecord) -> None:
-    logged = episode_writes(conn, bank, change_episode(change.id), newest_first=True)
-    keys = [key for key, *_ in logged]
-    current = rows_by_key(conn, bank, keys, lock=True)
-    for key, _op, _before, after in logged:
-        now = current[key].as_event() if key in current else None
-        if now != after:
-            raise ChangeConflict(_moved_since(bank, change, key, after, deleted=now is None and after is not None))
-    restore = [k for k, op, _b, _a in logged if op in ("update", "delete")]
-    kept = set(
-        conn.execute(select(superseded.c.key).where(superseded.c.change_id == change.id, superseded.c.key.in_(restore))).scalars()
-    )
-    if missing := [k for k in restore if k not in kept]:
-        raise ChangeConflict(f"change {change.id} of {bank.path!r} lacks superseded rows for {missing[:5]}: it cannot be undone exactly")
-    # The rows as they were: id, seq, timestamps and the stored vector itself, copied in SQL.
-    source = (
-        select(*(superseded.c[c] for c in _SUPERSEDED_ROW))
-        .where(superseded.c.change_id == change.id, superseded.c.key.in_(restore))
-        .order_by(superseded.c.seq)
-    ) if restore else None
-    restore_rows(conn, bank, keys, source)
-    writer = bank.scoped(bank.namespace, episode=undo_episode(change.id))
-    entries = []
-    for key, op, before, after in logged:
-        if op == "create":
-            entries.append(NewEvent("delete", key, after, None))
-        elif op == "update":
-            entries.append(NewEvent("update", key, after, before))
-        else:
-            entries.append(NewEvent("create", key, None, before))
-    writer.append_events(entries, connection=conn)
+    def rows_before(restore: list[str]) -> Select:
+        kept = set(
+            conn.execute(select(superseded.c.key).where(superseded.c.change_id == change.id, superseded.c.key.in_(restore))).scalars()
+        )
+        if missing := [k for k in restore if k not in kept]:
+            raise ChangeConflict(f"change {change.id} of {bank.path!r} lacks superseded rows for {missing[:5]}: it cannot be undone exactly")
+        # The rows as they were: id, seq, timestamps and the stored vector itself, copied in SQL.
+        return (
+            select(*(superseded.c[c] for c in _SUPERSEDED_ROW))
+            .where(superseded.c.change_id == change.id, superseded.c.key.in_(restore))
+            .order_by(superseded.c.seq)
+        )
 
+    try:
+        undo_promotion(conn, bank, change_episode(change.id), as_episode=undo_episode(change.id), rows_before=rows_before)
+    except PromotionConflict as conflict:
+        deleted = conflict.found is None and conflict.expected is not None
+        raise ChangeConflict(_moved_since(bank, change, conflict.key, conflict.expected, deleted=deleted)) from None
 
 
 def _moved_since(bank: MemoryStore, change: ChangeRecord, key: str, after: dict | None, *, deleted: bool) -> str:

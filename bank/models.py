@@ -6,7 +6,7 @@
 
 Declared on the store's `Base` (one metadata: `alembic check` and `memupdate.migrations.models` see
 every table); only `bank/` reads or writes them. The memories themselves are the store's: a change
-moves them through the store's operations (`memupdate.store.promotion`).
+moves them through the store's operations (`promote_fork` and `undo_promotion` of `memupdate.store`).
 """
 
 from __future__ import annotations

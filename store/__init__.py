@@ -15,12 +15,13 @@ from memupdate.store.errors import (
     InvalidMemory,
     InvalidNamespace,
     MemoryNotFound,
+    PromotionConflict,
 )
 from memupdate.store.fork_diff import NamespaceChanges, changes_from
 from memupdate.store.inventory import memory_counts, namespace_exists, namespaces_labelled, nearest_namespaces
 from memupdate.store.memory_store import MemoryStore, SampleStrategy, drop_fork
 from memupdate.store.models import MAX_CONTENT_CHARS, MEMORY_KINDS, Base, MemoryKind
-from memupdate.store.promotion import keep_only
+from memupdate.store.promotion import WHOLE_ROW, Promotion, drop_in, keep_only, promote_fork, undo_promotion
 from memupdate.store.records import (
     KEY_PATTERN,
     MAX_NAMESPACE_DEPTH,
@@ -68,12 +69,16 @@ __all__ = [
     "NamespaceVersion",
     "NewEvent",
     "NewMemory",
+    "Promotion",
+    "PromotionConflict",
     "SEPARATOR",
     "SampleStrategy",
     "ScoredMemory",
+    "WHOLE_ROW",
     "as_langgraph_store",
     "changes_from",
     "drop_fork",
+    "drop_in",
     "get_embedder",
     "get_engine",
     "keep_only",
@@ -82,9 +87,11 @@ __all__ = [
     "namespace_path",
     "namespaces_labelled",
     "nearest_namespaces",
+    "promote_fork",
     "resolve_url",
     "server_info",
     "start_embedded_server",
     "temporary_data_dir",
     "to_namespace",
+    "undo_promotion",
 ]

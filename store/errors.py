@@ -31,3 +31,14 @@ class InvalidMemory(MemupdateError, ValueError):
 
 class EmbeddingDimensionMismatch(MemupdateError, ValueError):
     """The embedder's vector size differs from the database column's."""
+
+
+class PromotionConflict(MemupdateError):
+    """A fork cannot be promoted onto its base, or a promotion undone, because the base was written since:
+    `key` names the first memory found otherwise than the operation needs it (`expected` what it needs
+    there, `found` what is there, as `MemoryRecord.as_event()` or None when absent). `key` is None when
+    the fork itself is gone. Nothing was written."""
+
+    def __init__(self, message: str, key: str | None = None, *, expected: dict | None = None, found: dict | None = None):
+        super().__init__(message)
+        self.key, self.expected, self.found = key, expected, found

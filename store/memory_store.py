@@ -19,7 +19,8 @@ is pinged before use (a dead pooled connection is retried once, `database.retryi
 store sits beside this file: the values it takes and returns (`records.py`),
 its tables and prebuilt statements (`statements.py`), row and vector codecs (`codecs.py`), the checks
 before a write (`validation.py`), the fork-vs-base comparison in SQL (`fork_diff.py`), and a fork
-promoted onto its base inside a caller's transaction (`promotion.py`, what a change's apply and undo use).
+promoted onto its base and a promotion undone, each one operation inside a caller's transaction
+(`promotion.py`, what a change's apply and undo use).
 Async callers use LangGraph's adapter (`langgraph_store.py`) or `asyncio.to_thread`.
 """
 

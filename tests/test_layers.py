@@ -1,7 +1,9 @@
 """Imports point one way, and no module imports itself back through others, not even inside a function;
 a migration imports no constant from the package (editing a tuple must not rewrite history);
 the store is sealed: no module outside `store/` (and the migrations) names its tables, its statements
-or MemoryStore's private methods, and the store declares no other layer's tables.
+or MemoryStore's private methods, and the store declares no other layer's tables; a module outside
+`store/` imports the store from `memupdate.store` only (never a submodule), and every module imports
+`MemupdateError` from its one home, `memupdate.errors`.
 
 Read from the source with `ast` (nothing is imported): every module of the `memupdate` package as
 pyproject's `package-dir` maps it; `if TYPE_CHECKING:` blocks are left out (they never run).
@@ -151,6 +153,58 @@ def test_the_seal_check_finds_a_breach(tmp_path: Path) -> None:
     )
     breaches = store_breaches("memupdate.bank.leaky", leaky, store_private_methods())
     assert len(breaches) == 6, breaches  # the statements module, three names, a private call, SQL text
+
+
+def narrow_import_breaches(name: str, path: Path, known: dict[str, Path]) -> list[str]:
+    """Where module `name` imports a submodule of the store (`memupdate.store.<x>`, or `<x>` from
+    `memupdate.store`) rather than the package, or imports `MemupdateError` from anywhere but `memupdate.errors`."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            module = node.module or ""
+            if module.startswith("memupdate.store."):
+                found.append(f"{name} imports {module}")
+            elif module == "memupdate.store":
+                found += [f"{name} imports {module}.{a.name}" for a in node.names if f"{module}.{a.name}" in known]
+            found += [f"{name} imports MemupdateError from {module}" for a in node.names
+                      if a.name == "MemupdateError" and module != "memupdate.errors"]
+        elif isinstance(node, ast.Import):
+            found += [f"{name} imports {a.name}" for a in node.names if a.name.startswith("memupdate.store.")]
+    return found
+
+
+def test_callers_import_the_store_package_and_the_base_error_from_its_home() -> None:
+    """The store's surface is `memupdate.store`'s `__all__`. The migrations are exempt, as from the seal: they
+    build the schema from the store's ORM classes. Tests are exempt from the package rule (they check the
+    store's internals: its tables, the embedded server, the LangGraph adapter), not from the error's home."""
+    known = modules()
+    breaches = [
+        breach
+        for name, path in known.items()
+        if layer(name) not in ("store", "migrations")
+        for breach in narrow_import_breaches(name, path, known)
+    ]
+    breaches += [
+        breach
+        for path in sorted((REPO / "tests").glob("*.py"))
+        for breach in narrow_import_breaches(f"tests.{path.stem}", path, known)
+        if "MemupdateError" in breach
+    ]
+    breaches += [b for b in narrow_import_breaches("memupdate.store", known["memupdate.store"], known) if "MemupdateError" in b]
+    assert not breaches, "import the store from memupdate.store, MemupdateError from memupdate.errors: " + "; ".join(sorted(breaches))
+
+
+def test_the_narrow_import_check_finds_a_submodule_import(tmp_path: Path) -> None:
+    leaky = tmp_path / "leaky.py"
+    leaky.write_text(
+        "from memupdate.store.records import namespace_path\n"
+        "from memupdate.store import MemoryStore, promotion\n"
+        "from memupdate.store.errors import MemupdateError\n"
+        "def f():\n"
+        "    import memupdate.store.database\n"
+    )
+    breaches = narrow_import_breaches("memupdate.bank.leaky", leaky, modules())
+    assert len(breaches) == 5, breaches  # two submodule imports, one submodule by name, the error's path, a lazy import
 
 
 def declared_tables() -> dict[str, str]:
