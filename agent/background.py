@@ -246,11 +246,11 @@ class BackgroundCompactor:
         result, fork, review = compacted.result, compacted.fork, compacted.review
         touched = {e.memory_key for e in fork.events() if e.op in ("create", "update", "delete")}
         seen = known_signatures(bank)
-        ours = [c for c in review["changes"] if {m["key"] for m in (*c["sources"], *c["results"])} <= touched]
+        ours = [c for c in review.changes if set(c.keys) <= touched]
         fresh = [c for c in ours if signature(c) not in seen]
         done.known = len(ours) - len(fresh)
         worse = compacted.qa.worse_keys if compacted.qa else frozenset()
-        held = {c["id"]: self.rule.holds(c, worse) for c in fresh}
+        held = {c.id: self.rule.holds(c, worse) for c in fresh}
         self._step("propose", bank.path)
         compaction = {"fork_change": change_id, "episodes": result.episodes, "failed_episodes": len(result.failed_episodes)}
         parts = propose_parts(bank, fork, fresh, policy=self.policy_name, live=self.live, held=held, compaction=compaction)

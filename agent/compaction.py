@@ -39,6 +39,7 @@ from memupdate.agent.graph import EpisodeResult, run_episode
 from memupdate.agent.policies.batched import iter_together
 from memupdate.agent.tools import MEMORY_TOOLS
 from memupdate.bank.review import build_review
+from memupdate.bank.review_records import Review
 from memupdate.scoring.qa_change import QAChange, qa_change
 from memupdate.store import MemoryStore
 
@@ -64,11 +65,11 @@ class CompactionResult:
 
 @dataclass
 class Compaction:
-    """A compacted bank, not yet proposed: the fork and its episodes, the review of every change, and
-    the QA proxy before -> after (None without questions)."""
+    """A compacted bank, not yet proposed: the fork and its episodes, the review of every change (None
+    when not asked for), and the QA proxy before -> after (None without questions)."""
 
     result: CompactionResult
-    review: dict[str, Any]
+    review: Review | None
     qa: QAChange | None
     seconds: float
 
@@ -303,7 +304,7 @@ def compact(
     try:
         qa = qa_change(bank, result.fork, questions, reader, on_answer) if questions else None
         judge = getattr(policy, "judge", None)  # the review reads pairs as the policy did, where it has a judge
-        page = build_review(bank, result.fork, result.calls, qa=qa.summary() if qa else None, judge=judge) if review else {}
+        page = build_review(bank, result.fork, result.calls, qa=qa.summary() if qa else None, judge=judge) if review else None
     except BaseException:
         result.fork.drop()
         raise

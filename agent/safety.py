@@ -24,9 +24,9 @@ bank has questions, no question whose QA proxy falls retrieves one of its memori
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
-from memupdate.bank.review import CHANGE_KINDS, UNRELATED_BELOW
+from memupdate.bank.review import UNRELATED_BELOW
+from memupdate.bank.review_records import CHANGE_KINDS, Change
 from memupdate.text.strategies import article
 
 SAFE_KINDS = ("merge", "update", "supersede", "delete")
@@ -59,31 +59,29 @@ class SafetyRule:
         """No change applies itself: every one waits in the review queue."""
         return cls(kinds=())
 
-    def holds(self, change: dict[str, Any], qa_worse: frozenset[str] = frozenset()) -> list[str]:
+    def holds(self, change: Change, qa_worse: frozenset[str] = frozenset()) -> list[str]:
         """The reasons `change` (one change of `build_review`) must wait for review; [] when it is safe.
         `qa_worse`: the memories retrieved for questions whose QA proxy fell (`QAChange.worse_keys`)."""
         reasons = []
-        if change["kind"] not in self.kinds:
-            reasons.append(f"{article(change['kind'])} never applies itself under this rule")
-        facts = change.get("facts") or {}
-        if change["coverage"]["flagged"] and not self.allow_coverage_flags and not facts.get("duplicates"):
-            reasons.append("coverage flag: " + "; ".join(f"{k} loses {', '.join(w)}" for k, w in change["coverage"]["missing"].items()))
-        if change.get("unsupported") and not self.allow_unsupported_words:
-            reasons.append(f"words no source holds: {', '.join(change['unsupported'])}")
-        alike = change.get("alike") or {}
-        least = alike.get("min_similarity")
+        if change.kind not in self.kinds:
+            reasons.append(f"{article(change.kind)} never applies itself under this rule")
+        facts = change.facts
+        if change.coverage.flagged and not self.allow_coverage_flags and not (facts and facts.duplicates):
+            reasons.append("coverage flag: " + "; ".join(f"{k} loses {', '.join(w)}" for k, w in change.coverage.missing.items()))
+        if change.unsupported and not self.allow_unsupported_words:
+            reasons.append(f"words no source holds: {', '.join(change.unsupported)}")
+        least = change.alike.min_similarity
         if least is not None and least < self.min_similarity:
             reasons.append(f"sources not alike: least similarity {least} < {self.min_similarity}")
-        if len(change["sources"]) > 1 and self.require_shared_word and not alike.get("shared_words"):
+        if len(change.sources) > 1 and self.require_shared_word and not change.alike.shared_words:
             reasons.append("sources share no content word")
-        if facts and not facts["clear"] and not self.allow_unclear_facts:
-            judged = f"the judge ({facts['judge']}) is not sure above {facts['threshold']}, " if "judge" in facts else ""
+        if facts and not facts.clear and not self.allow_unclear_facts:
+            judged = f"the judge ({facts.judge}) is not sure above {facts.threshold}, " if facts.judge is not None else ""
             reasons.append(
                 f"not a clear update: {judged}the two read as different facts, or the newer is not stated later"
-                if change["kind"] == "supersede" else "its sources state an update or two events, not a duplicate"
+                if change.kind == "supersede" else "its sources state an update or two events, not a duplicate"
             )
-        reasons += [f"flag: {flag}" for flag in change.get("flags") or []]
-        touched = {m["key"] for m in change["sources"]} | {m["key"] for m in change["results"]}
-        if touched & qa_worse and not self.allow_qa_drop:
+        reasons += [f"flag: {flag}" for flag in change.flags]
+        if set(change.keys) & qa_worse and not self.allow_qa_drop:
             reasons.append("a question it touches scores lower on the QA proxy")
         return reasons

@@ -3,14 +3,14 @@ its own or waiting for a person, across every bank of the database.
 
     from memupdate.bank.review_queue import propose_parts, pending, accept, reject
 
-    parts = propose_parts(bank, fork, review["changes"], policy="heuristic", live=False, held={...})
-    pending(engine)                      # [QueuedChange(change=ChangeRecord(id=41, ...), review={...}), ...]
+    parts = propose_parts(bank, fork, review.changes, policy="heuristic", live=False, held={...})
+    pending(engine)                      # [QueuedChange(change=ChangeRecord(id=41, ...)), ...]; .review: a QueuedReview
     accept(root, 41)                     # applies only change 41's memories; the rest of the bank is untouched
     reject(root, 42, reason="not the same cat")   # discarded, and never proposed again
 
 A part is a `memory_changes` row (status `proposed`) whose `details["keys"]` names the memories of one
 change of the review (the sources it replaces and the results that replace them) in the compaction's
-fork; `apply_change` applies just those keys, checking only them, so a write elsewhere in the bank (an
+fork, and `details["review_change"]` that change as JSON (`Change.to_json`); `apply_change` applies just those keys, checking only them, so a write elsewhere in the bank (an
 app's) never blocks it, and a write to one of them refuses it. The fork is kept while a part still
 needs it, holding only the rows of pending parts (`shrink_fork`). `details["signature"]` (its kind and its
 sources as they are) keeps a rejected, undone or pending change from being queued twice: it comes back only
@@ -36,6 +36,7 @@ from memupdate.bank.change_log import (
     discard_change,
 )
 from memupdate.bank.review import replaced_by
+from memupdate.bank.review_records import Change, QueuedReview
 from memupdate.store import MemoryStore, keep_only
 
 
@@ -46,16 +47,16 @@ class QueuedChange:
     change: ChangeRecord
 
     @property
-    def review(self) -> dict[str, Any]:
-        held = self.change.details.get("held") or []
-        return {**self.change.details.get("review_change", {}), "id": self.change.id, "bank": self.change.namespace,
-                "status": self.change.status, "held": held}
+    def review(self) -> QueuedReview:
+        held = tuple(self.change.details.get("held") or ())
+        return QueuedReview(Change.from_json(self.change.details["review_change"]), self.change.id, self.change.namespace,
+                            self.change.status, held)
 
 
-def signature(review_change: dict[str, Any]) -> str:
+def signature(review_change: Change) -> str:
     """What makes two proposals the same change: its kind and the memories it replaces as they are (a
     rejected merge of A and B is not proposed again, in any wording, until A or B changes)."""
-    parts = [review_change["kind"], sorted((s["key"], s["content"]) for s in review_change["sources"])]
+    parts = [review_change.kind, sorted((s.key, s.content) for s in review_change.sources)]
     return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:24]
 
 
@@ -74,21 +75,20 @@ def known_signatures(bank: MemoryStore) -> set[str]:
 
 
 def propose_parts(
-    bank: MemoryStore, fork: MemoryStore, review_changes: Iterable[dict[str, Any]], *, policy: str | None,
+    bank: MemoryStore, fork: MemoryStore, review_changes: Iterable[Change], *, policy: str | None,
     live: bool, held: dict[str, list[str]], compaction: dict[str, Any],
 ) -> list[ChangeRecord]:
     """One proposed change per review change (see the module docstring); `held[id]` are the reasons the
     safety rule keeps that change for review (none: it may apply itself)."""
     rows = []
     for change in review_changes:
-        keys = [m["key"] for m in change["sources"]] + [m["key"] for m in change["results"]]
-        replaced = replaced_by({"changes": [change]})
-        counts = {change["kind"]: 1}
+        replaced = replaced_by([change])
+        counts = {change.kind: 1}
         rows.append({
             "namespace": bank.path, "fork": fork.path, "status": "proposed", "policy": policy,
             "summary": {"counts": counts, "compaction": compaction},
-            "details": {"keys": list(dict.fromkeys(keys)), "replaced": replaced, "review_change": change,
-                        "signature": signature(change), "held": held.get(change["id"], []), "live": live},
+            "details": {"keys": list(dict.fromkeys(change.keys)), "replaced": replaced, "review_change": change.to_json(),
+                        "signature": signature(change), "held": held.get(change.id, []), "live": live},
         })
     if not rows:
         return []

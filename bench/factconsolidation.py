@@ -122,8 +122,8 @@ def run(args: argparse.Namespace) -> dict:
         summary["stale"] = stale_superseded(policy, bank, result.fork)
         started = time.perf_counter()
         page = build_review(bank, result.fork, result.calls, judge=policy.judge)
-        phase("review", started, flagged=page["counts"].get("flagged", 0))
-        summary["review_counts"] = page["counts"]
+        phase("review", started, flagged=page.counts.flagged)
+        summary["review_counts"] = page.counts.to_json()
         result.fork.drop()
         bank.drop()
     summary["load_end"] = [round(x, 2) for x in os.getloadavg()]

@@ -349,7 +349,7 @@ def lost_sources(bank: MemoryStore, fork: MemoryStore) -> int:
     """Bank memories whose words no result of their change keeps: the review's coverage flags."""
     from memupdate.bank.review import build_review
 
-    return sum(len(change["coverage"]["missing"]) for change in build_review(bank, fork)["changes"])
+    return sum(len(change.coverage.missing) for change in build_review(bank, fork).changes)
 
 
 def questions_from_extra_info(extra_info: Mapping[str, Any]) -> list[Question]:

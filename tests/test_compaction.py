@@ -16,7 +16,8 @@ from memupdate.agent.compaction import BankMoved, compact_bank, neighbourhoods
 from memupdate.agent.policies.heuristic import HeuristicPolicy
 from memupdate.agent.policies.planning import PlanningPolicy
 from memupdate.bank.change_log import history
-from memupdate.bank.review import build_review, render_html
+from memupdate.bank.review import build_review
+from memupdate.bank.review_html import render_html
 from memupdate.cli import app
 from memupdate.rl.data.ingest import ingest
 from memupdate.store import MemoryStore, NewMemory
@@ -99,12 +100,12 @@ def test_coverage_flags_a_source_whose_words_no_result_holds(store: MemoryStore)
     fork.replace([a.key], [NewMemory("Alice has a dog", metadata={"merged_from": [a.key]}, key="m1")])  # "rex" lost
     fork.delete(c.key)  # its words held by no memory
     review = build_review(bank, fork, [{"episode": "n0", "tool": "delete_memory", "args": {"memory_id": c.key, "reason": "stale"}, "result": f"deleted [{c.key}]", "reason": "stale"}])
-    by_kind = {ch["kind"]: ch for ch in review["changes"]}
+    by_kind = {ch.kind: ch for ch in review.changes}
     assert set(by_kind) == {"update", "rewrite", "delete"}
-    assert not by_kind["update"]["coverage"]["flagged"]
-    assert by_kind["rewrite"]["coverage"]["missing"] == {a.key: ["called", "rex"]}
-    assert by_kind["delete"]["coverage"]["flagged"] and by_kind["delete"]["reasons"] == ["stale"]
-    assert review["counts"]["flagged"] == 2
+    assert not by_kind["update"].coverage.flagged
+    assert by_kind["rewrite"].coverage.missing == {a.key: ("called", "rex")}
+    assert by_kind["delete"].coverage.flagged and by_kind["delete"].reasons == ("stale",)
+    assert review.counts.flagged == 2
     assert "<mark>Rex</mark>" in render_html(review)
 
 

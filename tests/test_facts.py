@@ -23,6 +23,7 @@ from memupdate.bank.change_log import (
     undo_change,
 )
 from memupdate.bank.review import replaced_by
+from memupdate.bank.review_records import Change
 from memupdate.store import MemoryStore, NewMemory
 from memupdate.text.facts import relation, shared_head
 
@@ -93,15 +94,15 @@ def test_the_rule_supersedes_the_older_statement_and_undo_brings_it_back(store: 
     ])
     change_id = next_change_id(bank)
     done = compact(HeuristicPolicy(store=bank), bank, (*bank.namespace, "compaction", f"c{change_id}"))
-    kinds = {c["kind"] for c in done.review["changes"]}
-    assert kinds == {"supersede"}, done.review["changes"]
-    by = {s["key"]: c for c in done.review["changes"] for s in c["sources"]}
+    kinds = {c.kind for c in done.review.changes}
+    assert kinds == {"supersede"}, done.review.changes
+    by = {s.key: c for c in done.review.changes for s in c.sources}
     assert set(by) == {old, hockey}
-    assert by[old]["coverage"]["superseded_by"] == {old: new} and not by[old]["coverage"]["flagged"]
-    assert all(c["facts"]["clear"] and SafetyRule().holds(c) == [] for c in done.review["changes"])
+    assert by[old].coverage.superseded_by == {old: new} and not by[old].coverage.flagged
+    assert all(c.facts.clear and SafetyRule().holds(c) == [] for c in done.review.changes)
 
     change = propose_change_with_id(bank, change_id, done.fork, policy="heuristic", summary={},
-                                    details={"replaced": replaced_by(done.review), "review": done.review})
+                                    details={"replaced": replaced_by(done.review.changes), "review": done.review.to_json()})
     apply_change(bank, change.id)
     assert {m.key for m in bank.list()} == {new, pesapallo, nurse}
     kept = {r["key"]: r for r in superseded_rows(bank)}
@@ -116,8 +117,8 @@ def test_an_ambiguous_supersession_or_a_merge_of_an_update_waits_for_review() ->
     base = {"kind": "supersede", "sources": [{"key": "a"}], "results": [], "unsupported": [],
             "coverage": {"flagged": False, "missing": {}, "superseded_by": {"a": "b"}},
             "alike": {"min_similarity": None, "shared_words": [], "unrelated": False}}
-    clear = {**base, "facts": {"pairs": [], "clear": True}}
-    unclear = {**base, "facts": {"pairs": [], "clear": False}}
+    clear = Change.from_json({**base, "facts": {"pairs": [], "clear": True}})
+    unclear = Change.from_json({**base, "facts": {"pairs": [], "clear": False}})
     assert SafetyRule().holds(clear) == []
     assert SafetyRule().holds(unclear) == ["not a clear update: the two read as different facts, or the newer is not stated later"]
     assert SafetyRule(allow_unclear_facts=True).holds(unclear) == []

@@ -163,11 +163,11 @@ def test_a_wipe_dressed_as_updates_is_flagged_and_held(store) -> None:
     for memory in made[:-1]:
         assert run_tool(fork, "delete_memory", {"memory_id": memory.key, "superseded_by": newest}).ok
     review = build_review(store, fork, judge=RuleJudge())
-    wipes = [c for c in review["changes"] if c["kind"] == "supersede"]
-    assert len(wipes) == 11 and all("this compaction retires 11 of 12 memories" in c["flags"] for c in wipes)
-    assert all("one memory supersedes 11 others" in c["flags"] for c in wipes)
+    wipes = [c for c in review.changes if c.kind == "supersede"]
+    assert len(wipes) == 11 and all("this compaction retires 11 of 12 memories" in c.flags for c in wipes)
+    assert all("one memory supersedes 11 others" in c.flags for c in wipes)
     assert all(SafetyRule().holds(c) for c in wipes)
-    assert review["counts"]["flags"] >= 1
+    assert review.counts.flags >= 1
     fork.drop()
 
 
@@ -182,11 +182,11 @@ def test_a_supersession_applies_itself_only_above_the_judges_threshold(store) ->
     sure = Scripted([Verdict("update", 0.97, "second")])
     unsure = Scripted([Verdict("update", 0.4, "second")])
     events = Scripted([Verdict("events", 0.99)])
-    [change] = build_review(store, fork, judge=sure)["changes"]
-    assert change["facts"]["clear"] and change["facts"]["pairs"][0]["newer_current"] and not SafetyRule().holds(change)
+    [change] = build_review(store, fork, judge=sure).changes
+    assert change.facts.clear and change.facts.pairs[0].newer_current and not SafetyRule().holds(change)
     for judge in (unsure, events):
-        [change] = build_review(store, fork, judge=judge)["changes"]
-        assert not change["facts"]["clear"] and any("not a clear update" in r for r in SafetyRule().holds(change))
+        [change] = build_review(store, fork, judge=judge).changes
+        assert not change.facts.clear and any("not a clear update" in r for r in SafetyRule().holds(change))
     fork.drop()
 
 

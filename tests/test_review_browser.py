@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from memupdate.agent.tools import run_tool
-from memupdate.bank.review import build_review, render_html
+from memupdate.bank.review import build_review
+from memupdate.bank.review_html import render_html
 from memupdate.store import MemoryStore, NewMemory
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -92,7 +93,7 @@ def test_review_page_renders_offline_in_chromium_with_every_change(store: Memory
     bank, fork = every_kind_of_change(store)
     calls = [{"episode": "n00000", "tool": "delete_memory", "args": {"memory_id": bank.list()[4].key}, "result": "", "reason": "outdated"}]
     review = build_review(bank, fork, calls, qa={"questions": 3, "before": 0.25, "after": 0.5, "better": 1, "worse": 0})
-    assert {c["kind"] for c in review["changes"]} == {"merge", "update", "split", "delete", "create"}
+    assert {c.kind for c in review.changes} == {"merge", "update", "split", "delete", "create"}
     page = tmp_path / "review.html"
     page.write_text(render_html(review), encoding="utf-8")
 
@@ -108,14 +109,14 @@ def test_review_page_renders_offline_in_chromium_with_every_change(store: Memory
     assert "<script>" not in dom.split("</style>", 1)[1]  # memory text is escaped, never run
     parsed = Changes()
     parsed.feed(dom)
-    assert parsed.counts["memories"].strip() == "5 → 5" and parsed.counts["flagged"].strip() == str(review["counts"]["flagged"])
+    assert parsed.counts["memories"].strip() == "5 → 5" and parsed.counts["flagged"].strip() == str(review.counts.flagged)
     assert parsed.counts["qa"].strip() == "0.250 → 0.500"
-    assert set(parsed.changes) == {c["id"] for c in review["changes"]}
-    for change in review["changes"]:
-        shown = parsed.changes[change["id"]]
-        assert shown["data-kind"] == change["kind"]
-        assert shown["data-sources"].split() == [m["key"] for m in change["sources"]]
-        assert shown["data-results"].split() == [m["key"] for m in change["results"]]
-        assert shown["data-flagged"] == str(change["coverage"]["flagged"]).lower()
+    assert set(parsed.changes) == {c.id for c in review.changes}
+    for change in review.changes:
+        shown = parsed.changes[change.id]
+        assert shown["data-kind"] == change.kind
+        assert shown["data-sources"].split() == [m.key for m in change.sources]
+        assert shown["data-results"].split() == [m.key for m in change.results]
+        assert shown["data-flagged"] == str(change.coverage.flagged).lower()
         shown_memories = [(key, text.strip()) for key, text in shown["texts"]]
-        assert shown_memories == [(m["key"], m["content"]) for m in change["sources"] + change["results"]]
+        assert shown_memories == [(m.key, m.content) for m in change.sources + change.results]

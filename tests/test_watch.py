@@ -161,19 +161,23 @@ def test_the_safety_rule_names_each_reason_a_change_waits() -> None:
     import pytest
 
     from memupdate.agent.safety import SafetyRule
+    from memupdate.bank.review_records import Change
     from memupdate.scoring.qa_change import QAChange
+
+    def read(change: dict) -> Change:  # a review change as the change log stores it
+        return Change.from_json(change)
 
     merge = {"kind": "merge", "sources": [{"key": "a"}, {"key": "b"}], "results": [{"key": "m"}],
              "coverage": {"flagged": False, "missing": {}}, "unsupported": [],
              "alike": {"min_similarity": 0.93, "shared_words": ["lisbon"], "unrelated": False}}
     rule = SafetyRule()
-    assert rule.holds(merge) == []
-    assert rule.holds({**merge, "unsupported": ["porto"]}) == ["words no source holds: porto"]
-    assert rule.holds({**merge, "coverage": {"flagged": True, "missing": {"a": ["dog"]}}}) == ["coverage flag: a loses dog"]
-    assert rule.holds({**merge, "alike": {"min_similarity": 0.8, "shared_words": [], "unrelated": True}}) == ["sources share no content word"]
-    assert rule.holds(merge, frozenset({"b"})) == ["a question it touches scores lower on the QA proxy"]
-    assert SafetyRule(min_similarity=0.95).holds(merge) == ["sources not alike: least similarity 0.93 < 0.95"]
-    assert SafetyRule.review_everything().holds(merge) == ["a merge never applies itself under this rule"]
+    assert rule.holds(read(merge)) == []
+    assert rule.holds(read({**merge, "unsupported": ["porto"]})) == ["words no source holds: porto"]
+    assert rule.holds(read({**merge, "coverage": {"flagged": True, "missing": {"a": ["dog"]}}})) == ["coverage flag: a loses dog"]
+    assert rule.holds(read({**merge, "alike": {"min_similarity": 0.8, "shared_words": [], "unrelated": True}})) == ["sources share no content word"]
+    assert rule.holds(read(merge), frozenset({"b"})) == ["a question it touches scores lower on the QA proxy"]
+    assert SafetyRule(min_similarity=0.95).holds(read(merge)) == ["sources not alike: least similarity 0.93 < 0.95"]
+    assert SafetyRule.review_everything().holds(read(merge)) == ["a merge never applies itself under this rule"]
     with pytest.raises(ValueError, match="choose from"):
         SafetyRule(kinds=("squash",))
 

@@ -4,6 +4,7 @@ review (JSON and one HTML page), and with `--apply` promote it onto the bank in 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -119,21 +120,21 @@ def compact_command(
         else:
             console.print(f"apply with `memupdate compact {bank.path} --apply`, or drop it with --discard", highlight=False)
     if as_json:
-        print_json(report)
+        print_json(report.to_json())
 
 
 def _compact(root, bank, policy, options, size, probe, review, review_json: Path | None):
     """Compact `bank` into a proposed change and say what it holds; `probe` is (questions, reader or None)
     for the QA figures."""
-    from memupdate.bank.review import CHANGE_KINDS
+    from memupdate.bank.review_records import CHANGE_KINDS
 
     proposal, page, done, review = propose_compaction(root, bank, policy, options, size, probe, review, review_json)
-    result, qa = done.result, page["qa"]
-    counts = page["counts"]
-    kinds = ", ".join(f"{counts[k]} {k}s" for k in CHANGE_KINDS if counts[k])
+    result, qa = done.result, page.qa
+    counts = page.counts
+    kinds = ", ".join(f"{counts.kinds[k]} {k}s" for k in CHANGE_KINDS if counts.kinds[k])
     console.print(
-        f"change {proposal.id}: {result.episodes} episodes in {done.seconds:.1f} s; memories {counts['memories_before']} -> "
-        f"{counts['memories_after']}; {kinds or 'no changes'}; {counts['flagged']} coverage flags"
+        f"change {proposal.id}: {result.episodes} episodes in {done.seconds:.1f} s; memories {counts.memories_before} -> "
+        f"{counts.memories_after}; {kinds or 'no changes'}; {counts.flagged} coverage flags"
         + (f"; QA proxy {qa['before']:.3f} -> {qa['after']:.3f} on {qa['questions']} questions" if qa else "")
         + (_reader_line(qa["reader"]) if qa and "reader" in qa else ""),
         highlight=False, soft_wrap=True,
@@ -152,7 +153,8 @@ def propose_compaction(root, bank, policy, options, size, probe, review: Path | 
     from memupdate.agent.policies import make_policy
     from memupdate.bank.change_log import next_change_id, propose_change_with_id
     from memupdate.bank.namespaces import compaction_namespace
-    from memupdate.bank.review import render_html, replaced_by
+    from memupdate.bank.review import replaced_by
+    from memupdate.bank.review_html import render_html
 
     chat_model = make_policy(policy, root, **options)
     change_id = next_change_id(bank)
@@ -169,19 +171,19 @@ def propose_compaction(root, bank, policy, options, size, probe, review: Path | 
             raise MemupdateError(str(exc)) from None
     result, page = done.result, done.review
     qa = done.qa.summary() if done.qa else None
-    page |= {"change_id": change_id, "policy": policy if policy == "heuristic" else f"{policy}:{options['model']}"}
+    page = replace(page, change_id=change_id, policy=policy if policy == "heuristic" else f"{policy}:{options['model']}")
     summary = {
-        "counts": page["counts"], "qa": qa, "episodes": result.episodes, "failed_episodes": result.failed_episodes,
+        "counts": page.counts.to_json(), "qa": qa, "episodes": result.episodes, "failed_episodes": result.failed_episodes,
         "stop_reasons": result.stop_reasons, "seconds": round(done.seconds, 1), "neighbourhood_size": size,
     }
     proposal = propose_change_with_id(
-        bank, change_id, result.fork, policy=page["policy"], summary=summary,
-        details={"replaced": replaced_by(page), "calls": result.calls, "review": page},
+        bank, change_id, result.fork, policy=page.policy, summary=summary,
+        details={"replaced": replaced_by(page.changes), "calls": result.calls, "review": page.to_json()},
     )
     review = review or Path(f"review-{bank.path.replace('/', '_')}-c{change_id}.html")
     review.write_text(render_html(page), encoding="utf-8")
     if review_json:
-        review_json.write_text(json.dumps(page, indent=1, ensure_ascii=False, default=str) + "\n", encoding="utf-8")
+        review_json.write_text(json.dumps(page.to_json(), indent=1, ensure_ascii=False, default=str) + "\n", encoding="utf-8")
     return proposal, page, done, review
 
 

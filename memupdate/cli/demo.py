@@ -8,10 +8,14 @@ Lines fit 80 columns: texts wrap at word boundaries, under their label.
 from __future__ import annotations
 
 import textwrap
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from memupdate.cli.common import check_output, console, plural
+
+if TYPE_CHECKING:
+    from memupdate.bank.review_records import Change
 
 WIDTH = 78
 # The kinds a reader of the demo looks for first, in this order, with what each is; one example of each.
@@ -39,7 +43,7 @@ def say(text: str, indent: str = "", later: str | None = None) -> None:
 def show_compaction(store, conversation) -> None:
     """Compact a copy of the conversation's bank (`demo/<sample id>`), show what changed, apply it and undo it."""
     from memupdate.bank.change_log import apply_change, undo_change
-    from memupdate.bank.review import CHANGE_KINDS
+    from memupdate.bank.review_records import CHANGE_KINDS
     from memupdate.cli.compact import default_neighbourhood, propose_compaction
     from memupdate.rl.data.ingest import ingest_conversation
 
@@ -55,15 +59,15 @@ def show_compaction(store, conversation) -> None:
     check_output(page_path, "the review page", (".html",))
     change, page, done, review = propose_compaction(store, bank, "heuristic", {"seed": 0}, default_neighbourhood(),
                                                     (list(conversation.qa), None), page_path)
-    counts = page["counts"]
-    kinds = ", ".join(plural(counts[k], k) for k in CHANGE_KINDS if counts.get(k)) or "no changes"
-    say(f"change {change.id}: {counts['memories_before']} -> {counts['memories_after']} memories in "
+    counts = page.counts
+    kinds = ", ".join(plural(counts.kinds[k], k) for k in CHANGE_KINDS if counts.kinds.get(k)) or "no changes"
+    say(f"change {change.id}: {counts.memories_before} -> {counts.memories_after} memories in "
         f"{done.seconds:.1f} s: {kinds}")
-    for example in _examples(page["changes"]):
+    for example in _examples(page.changes):
         say(example["title"], "  ")
         for line in example["lines"]:
             say(line, "    ", "      ")
-    qa = page["qa"]
+    qa = page.qa
     if qa:
         say(f"QA proxy on {qa['questions']} questions: {qa['before']:.3f} -> {qa['after']:.3f} "
             f"({qa.get('better', 0)} better, {qa.get('worse', 0)} worse)")
@@ -96,19 +100,19 @@ def add_later_statements(bank) -> int:
     return len(bank.create_many(new)) if new else 0
 
 
-def _examples(changes: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _examples(changes: Sequence[Change]) -> list[dict[str, Any]]:
     """One change of each kind the reader looks for first: its sources, then what replaces them."""
     shown = []
     for kind, title in SHOWN_KINDS.items():
-        change = next((c for c in changes if c["kind"] == kind), None)
+        change = next((c for c in changes if c.kind == kind), None)
         if change is None:
             continue
-        lines = [f"- {m['content']}" for m in change["sources"]]
-        newer = {m["key"]: m for m in change.get("newer") or []}
-        named = (change.get("coverage") or {}).get("superseded_by") or {}
+        lines = [f"- {m.content}" for m in change.sources]
+        newer = {m.key: m for m in change.newer or ()}
+        named = change.coverage.superseded_by or {}
         if kind == "supersede":
-            lines += [f"superseded by: {newer[k]['content']}" for k in dict.fromkeys(named.values()) if k in newer]
+            lines += [f"superseded by: {newer[k].content}" for k in dict.fromkeys(named.values()) if k in newer]
         else:
-            lines += [f"-> {m['content']}" for m in change["results"]] or ["-> (removed)"]
+            lines += [f"-> {m.content}" for m in change.results] or ["-> (removed)"]
         shown.append({"title": f"{title}:", "lines": lines})
     return shown

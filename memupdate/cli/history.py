@@ -6,7 +6,7 @@ Nothing here loads a model or the embedder: these commands only read and restore
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.table import Table
@@ -22,6 +22,9 @@ from memupdate.cli.common import (
 )
 from memupdate.errors import MemupdateError
 
+if TYPE_CHECKING:
+    from memupdate.bank.review_records import StatedMemory
+
 
 @user_errors
 def history_command(
@@ -32,7 +35,7 @@ def history_command(
 ) -> None:
     """List the bank's changes (proposed, applied, undone, discarded), or with --change N what one did."""
     from memupdate.bank.change_log import get_change, history
-    from memupdate.bank.review import CHANGE_KINDS
+    from memupdate.bank.review_records import CHANGE_KINDS
     from memupdate.store import to_namespace
 
     bank = open_store(url, embed_on_demand=True).scoped(to_namespace(namespace))
@@ -63,18 +66,19 @@ def history_command(
 
 
 def change_edits(bank, change) -> list[dict[str, Any]]:
-    """What a change does, group by group: {kind, reasons, sources: [{key, content}], results: [...]}.
-    From its review (a part of the review queue, or a `memupdate compact` proposal); for a change without
-    one, from the writes it made."""
+    """What a change does, group by group: {kind, reasons, sources: [{key, content}], results: [...],
+    superseded_by: [Supersession]}. From its review (a part of the review queue, or a `memupdate compact`
+    proposal); for a change without one, from the writes it made."""
     from memupdate.bank.change_log import change_writes
+    from memupdate.bank.review_records import Change
     from memupdate.bank.supersessions import supersessions
 
     review = change.details.get("review_change")
-    groups = [review] if review else (change.details.get("review") or {}).get("changes")
+    groups = [Change.from_json(g) for g in ([review] if review else (change.details.get("review") or {}).get("changes") or [])]
     if groups:
-        return [{"kind": g["kind"], "reasons": g.get("reasons", []),
-                 "sources": [{"key": m["key"], "content": m["content"]} for m in g["sources"]],
-                 "results": [{"key": m["key"], "content": m["content"]} for m in g["results"]],
+        return [{"kind": g.kind, "reasons": list(g.reasons),
+                 "sources": [{"key": m.key, "content": m.content} for m in g.sources],
+                 "results": [{"key": m.key, "content": m.content} for m in g.results],
                  "superseded_by": supersessions(bank, g, fork=change.fork, change_id=change.id)} for g in groups]
     edits = []
     for key, op, before, after in change_writes(bank, change.id):
@@ -90,7 +94,8 @@ def _change_json(bank, change, edits: list[dict[str, Any]] | None = None) -> dic
         "summary": change.summary,
         **{k: getattr(change, k) and getattr(change, k).isoformat() for k in ("created_at", "applied_at", "undone_at")},
         "notes": _notes(change),
-        "edits": edits if edits is not None else change_edits(bank, change),
+        "edits": [{**e, "superseded_by": [p.to_json() for p in e["superseded_by"]]}
+                  for e in (edits if edits is not None else change_edits(bank, change))],
     }
 
 
@@ -123,8 +128,8 @@ def _show_change(bank, change, as_json: bool) -> None:
         sources = "\n".join(f"[{m['key']}] {m['content']}" for m in edit["sources"]) or "-"
         results = "\n".join(f"[{m['key']}] {m['content']}" for m in edit["results"]) or "-"
         if edit["superseded_by"]:  # the stale text kept as history, beside the statement that retired it
-            sources = "\n".join(stated_line(pair["stale"]) for pair in edit["superseded_by"])
-            results = "\n".join("superseded by " + stated_line(pair["newer"]) for pair in edit["superseded_by"])
+            sources = "\n".join(stated_line(pair.stale) for pair in edit["superseded_by"])
+            results = "\n".join("superseded by " + stated_line(pair.newer) for pair in edit["superseded_by"])
         one_to_one = len(edit["sources"]) == len(edit["results"]) == 1
         what = changed_words(edit["sources"][0]["content"], edit["results"][0]["content"]) if one_to_one else "; ".join(edit["reasons"])
         table.add_row(edit["kind"], sources, results, what or "-")
@@ -134,10 +139,10 @@ def _show_change(bank, change, as_json: bool) -> None:
         console.print(f"`memupdate undo {bank.path} --change {change.id}` reverts it", highlight=False, soft_wrap=True)
 
 
-def stated_line(memory: dict[str, Any]) -> str:
+def stated_line(memory: StatedMemory) -> str:
     """`[key] text (stated 2024-06-02 18:30:00)`: a memory of a supersession, with when it was said."""
-    text = memory["content"] if memory["content"] is not None else "(no longer held anywhere)"
-    return f"[{memory['key']}] {text} (stated {memory['stated_at'] or 'at an unknown time'})"
+    text = memory.content if memory.content is not None else "(no longer held anywhere)"
+    return f"[{memory.key}] {text} (stated {memory.stated_at or 'at an unknown time'})"
 
 
 @user_errors

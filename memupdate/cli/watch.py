@@ -162,7 +162,8 @@ def review_command(
     """The changes `memupdate watch` left for a person, across banks: list them (and write the page), or
     accept or reject one. An accepted change of a live store is written there at once (or at the next pass)."""
     from memupdate.bank import review_queue
-    from memupdate.bank.review import render_queue_html
+    from memupdate.bank.review_html import render_queue_html
+    from memupdate.bank.supersessions import supersessions
 
     if accept is not None and reject is not None:
         raise MemupdateError("give --accept or --reject, not both")
@@ -173,43 +174,39 @@ def review_command(
     check_output(html, "--html", (".html", ".htm"))
     if under:
         _require_banks_under(root, under.strip("/"))
-    queued = [_with_supersessions(root, q) for q in review_queue.pending(root.engine, under.strip("/") if under else None)]
+    pending = review_queue.pending(root.engine, under.strip("/") if under else None)
+    queued = [q.review for q in pending]
+    # What supersedes what (both texts, when each was stated), for each pending change.
+    pairs = [supersessions(root.scoped(q.change.namespace), q.review.change, fork=q.change.fork) for q in pending]
     if html:
         html.write_text(render_queue_html(queued), encoding="utf-8")
     if as_json:
-        console.print_json(json.dumps({"pending": queued}, ensure_ascii=False, default=str))
+        shown = [q.to_json() | {"superseded_by": [p.to_json() for p in ps]} for q, ps in zip(queued, pairs, strict=True)]
+        console.print_json(json.dumps({"pending": shown}, ensure_ascii=False, default=str))
         return
     # Whole texts, wrapped: a dating differs in its last words, which a cut at 60 characters hid.
     table = Table("change", "kind", "sources -> results", "waits because", show_lines=True)
     for column in table.columns:
         column.overflow = "fold"  # a long key or bank path breaks across lines rather than ending in "…"
-    for change in queued:
-        table.add_row(f"{change['id']}\n{change['bank']}", change["kind"], _change_texts(change), "; ".join(change["held"]))
+    for q, ps in zip(queued, pairs, strict=True):
+        table.add_row(f"{q.change_id}\n{q.bank}", q.change.kind, _change_texts(q.change, ps), "; ".join(q.held))
     if queued:
         console.print(table, markup=False)
     console.print(f"{plural(len(queued), 'change')} {'waits' if len(queued) == 1 else 'wait'} for review"
                   + (": `memupdate review --accept ID` or `--reject ID`" if queued else ""), highlight=False)
 
 
-def _with_supersessions(root, queued) -> dict:
-    """A pending change's review, with what supersedes what (both texts, when each was stated)."""
-    from memupdate.bank.supersessions import supersessions
-
-    bank = root.scoped(queued.change.namespace)
-    return {**queued.review, "superseded_by": supersessions(bank, queued.review, fork=queued.change.fork)}
-
-
-def _change_texts(change: dict) -> str:
+def _change_texts(change, pairs) -> str:
     """A change's sources, then its results, each whole; for one text rewritten, the words that changed;
     for a supersession, the stale text and the newer one that retires it, each with when it was stated."""
     from memupdate.cli.history import stated_line
 
-    if change.get("superseded_by"):
-        return "\n".join(f"{stated_line(p['stale'])}\n-> superseded by\n{stated_line(p['newer'])}" for p in change["superseded_by"])
-    lines = [f"[{m['key']}] {m['content']}" for m in change["sources"]] + ["->"]
-    lines += [f"[{m['key']}] {m['content']}" for m in change["results"]] or ["(removed)"]
-    if len(change["sources"]) == len(change["results"]) == 1:
-        lines.append("changed: " + (changed_words(change["sources"][0]["content"], change["results"][0]["content"]) or "nothing"))
+    if pairs:
+        return "\n".join(f"{stated_line(p.stale)}\n-> superseded by\n{stated_line(p.newer)}" for p in pairs)
+    lines = [f"[{m.key}] {m.content}" for m in change.sources] + ["->"]
+    lines += [f"[{m.key}] {m.content}" for m in change.results] or ["(removed)"]
+    if len(change.sources) == len(change.results) == 1:
+        lines.append("changed: " + (changed_words(change.sources[0].content, change.results[0].content) or "nothing"))
     return "\n".join(lines)
 
 
