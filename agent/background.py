@@ -281,7 +281,7 @@ class BackgroundCompactor:
 
     def _apply_safe_leftovers(self, bank: MemoryStore, done: BankPass) -> None:
         """Safe changes a killed pass proposed but did not get to apply: apply them now (or drop them)."""
-        left = [c for c in history(bank) if c.status == "proposed" and c.details.get("held") == [] and "keys" in c.details]
+        left = [c for c in history(bank) if c.status == "proposed" and c.details.get("held") == [] and c.part_keys is not None]
         if left:
             self._apply_safe(bank, left, done)
 
@@ -320,7 +320,7 @@ class BackgroundCompactor:
 
 def _replacements_missing(bank: MemoryStore, part: ChangeRecord) -> list[str]:
     """The memories a part names as replacing those it supersedes that are neither its own nor in the bank."""
-    own = set(part.details.get("keys") or [])
+    own = set(part.part_keys or [])
     wanted = {k for why in (part.details.get("replaced") or {}).values() for k in why.get("by") or [] if k not in own}
     return [key for key in sorted(wanted) if not _held(bank, key)]
 

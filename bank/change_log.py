@@ -27,6 +27,7 @@ from sqlalchemy import Connection, Select, Text, func, insert, literal, select, 
 from sqlalchemy.dialects.postgresql import JSONB
 
 from memupdate.bank.models import MemoryChange, SupersededMemory
+from memupdate.bank.review_records import Change
 from memupdate.errors import MemupdateError
 from memupdate.store import (
     WHOLE_ROW,
@@ -60,6 +61,18 @@ class ChangeRecord:
     created_at: datetime
     applied_at: datetime | None
     undone_at: datetime | None
+
+    @property
+    def part_keys(self) -> list[str] | None:
+        """For a part of the review queue (one change of a compaction, `bank.review_queue`), the memories it
+        applies; None for a whole compaction or any other change."""
+        return self.details.get("keys")
+
+    @property
+    def review_change(self) -> Change | None:
+        """A part's change of the review (None for a whole compaction: its review is `details["review"]`)."""
+        stored = self.details.get("review_change")
+        return Change.from_json(stored) if stored else None
 
 
 def propose_change(
@@ -111,7 +124,7 @@ def history(bank: MemoryStore) -> list[ChangeRecord]:
 
 def latest_proposal(bank: MemoryStore) -> ChangeRecord | None:
     """The bank's latest proposed compaction as a whole (the review queue's one-change parts are not)."""
-    proposed = [c for c in history(bank) if c.status == "proposed" and "keys" not in c.details]
+    proposed = [c for c in history(bank) if c.status == "proposed" and c.part_keys is None]
     return proposed[-1] if proposed else None
 
 
@@ -156,7 +169,7 @@ def apply_change(bank: MemoryStore, change_id: int, *, before_commit=None) -> Ch
         if change.status != "proposed":
             raise ChangeConflict(f"change {change_id} of {bank.path!r} is {change.status}: only a proposed change can be applied")
         fork = bank.scoped(change.fork)
-        part = change.details.get("keys")  # one change of a compaction (the review queue): only its keys
+        part = change.part_keys  # one change of a compaction (the review queue): only its keys
         replaced = change.details.get("replaced", {})
         try:
             done = promote_fork(

@@ -49,8 +49,7 @@ class QueuedChange:
     @property
     def review(self) -> QueuedReview:
         held = tuple(self.change.details.get("held") or ())
-        return QueuedReview(Change.from_json(self.change.details["review_change"]), self.change.id, self.change.namespace,
-                            self.change.status, held)
+        return QueuedReview(self.change.review_change, self.change.id, self.change.namespace, self.change.status, held)
 
 
 def signature(review_change: Change) -> str:

@@ -73,8 +73,8 @@ def change_edits(bank, change) -> list[dict[str, Any]]:
     from memupdate.bank.review_records import Change
     from memupdate.bank.supersessions import supersessions
 
-    review = change.details.get("review_change")
-    groups = [Change.from_json(g) for g in ([review] if review else (change.details.get("review") or {}).get("changes") or [])]
+    part = change.review_change
+    groups = [part] if part else [Change.from_json(g) for g in (change.details.get("review") or {}).get("changes") or []]
     if groups:
         return [{"kind": g.kind, "reasons": list(g.reasons),
                  "sources": [{"key": m.key, "content": m.content} for m in g.sources],
