@@ -83,11 +83,7 @@ def train_judge(
         if progress:
             progress(step + 1, steps, float(loss.detach()))
     model.eval()
-    logits = _logits(model, tokenizer, recipe)
-    gold = torch.tensor([label_id[p.label] for p in recipe])
-    temperature = _temperature(logits, gold) if len(recipe) else 1.0
-    probs = torch.softmax(logits / temperature, dim=-1) if len(recipe) else torch.zeros((0, len(RELATIONS)))
-    threshold = _threshold(probs, gold, label_id["update"], config.target_precision)
+    temperature, threshold = calibrate(model, tokenizer, recipe, config.target_precision)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     trained = {n: p.detach().to(torch.float16).contiguous() for n, p in model.named_parameters() if n in names}
@@ -104,6 +100,20 @@ def train_judge(
     (out / CARD).write_text(json.dumps(card, indent=2))
     (out / "relation-judge.json").write_text(json.dumps(card, indent=2))
     return card
+
+
+def calibrate(model, tokenizer, recipe: Sequence[LabelledPair], target_precision: float) -> tuple[float, float]:
+    """(temperature, threshold) on the kept-out `recipe` pairs: the softmax temperature that minimises
+    their log loss, and the least confidence at which the update readings above it are right at least
+    `target_precision` of the time."""
+    import torch
+
+    label_id = {label: i for i, label in enumerate(RELATIONS)}
+    logits = _logits(model, tokenizer, recipe)
+    gold = torch.tensor([label_id[p.label] for p in recipe])
+    temperature = _temperature(logits, gold) if len(recipe) else 1.0
+    probs = torch.softmax(logits / temperature, dim=-1) if len(recipe) else torch.zeros((0, len(RELATIONS)))
+    return temperature, _threshold(probs, gold, label_id["update"], target_precision)
 
 
 def _encode(tokenizer, pairs: Sequence[LabelledPair]):

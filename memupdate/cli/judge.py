@@ -2,6 +2,7 @@
 
     memupdate judge pairs --data ../shared/data --out data/relations     # train / recipe / eval .jsonl, by person
     memupdate judge train --data ../shared/data --out runs/judge         # ~20 min on 2 cores; --ship copies the weights
+    memupdate judge learn --data ../shared/data --out runs/relation --sft-from runs/judge   # GRPO from SFT; --ship
     memupdate eval relations --file data/relations/eval.jsonl --judge rule,local   # precision, recall, intervals
 """
 
@@ -16,11 +17,13 @@ import typer
 
 from memupdate.cli.common import console, user_errors
 from memupdate.judge.train import JudgeTrainConfig
+from memupdate.rl.distill.relation import RelationConfig
 
 app = typer.Typer(help="The relation judge: labelled pairs, training, the shipped weights.", no_args_is_help=True)
 
 DEFAULT_DATA = Path("../shared/data")
 RECIPE = JudgeTrainConfig()  # each default once: the options below read it
+RL_RECIPE = RelationConfig()
 
 
 @app.command("pairs")
@@ -84,6 +87,44 @@ def train_command(
     if ship:
         shutil.copy(out / "relation-judge.safetensors", SHIPPED_DELTA)
         SHIPPED_CARD.write_text(json.dumps(card, indent=2) + "\n")
+        console.print(f"shipped: {SHIPPED_DELTA}", highlight=False)
+
+
+@app.command("learn")
+@user_errors
+def learn_command(
+    data: Path = typer.Option(DEFAULT_DATA, "--data", help="The development data folder."),
+    out: Path = typer.Option(Path("runs/relation"), "--out", help="The run folder (rerun the same command to resume)."),
+    sft_from: Path | None = typer.Option(None, "--sft-from", help="A judge checkpoint to start RL from (default: train SFT first, ~20-35 min)."),
+    learning_rate: float = typer.Option(RL_RECIPE.learning_rate, "--learning-rate"),
+    steps: int = typer.Option(RL_RECIPE.steps, "--steps", help="GRPO steps."),
+    batch: int = typer.Option(RL_RECIPE.batch, "--batch", help="Pairs a step."),
+    group: int = typer.Option(RL_RECIPE.group, "--group", help="Verdicts sampled per pair (GRPO's group)."),
+    kl: float = typer.Option(RL_RECIPE.kl, "--kl", help="Weight of the KL divergence from the SFT judge."),
+    eval_every: int = typer.Option(RL_RECIPE.eval_every, "--eval-every", help="Steps between readings of the recipe units' reward."),
+    seed: int = typer.Option(RL_RECIPE.seed, "--seed"),
+    url: str | None = typer.Option(None, "--url", help="PostgreSQL URL (default: the embedded server)."),
+    ship: bool = typer.Option(False, "--ship", help="Copy the chosen weights into judge/weights/ (the default judge)."),
+) -> None:
+    """The relation task: SFT, then GRPO over sampled verdicts rewarded by the QA change each decision makes."""
+    from memupdate.cli.common import open_store
+    from memupdate.judge.local import SHIPPED_CARD, SHIPPED_DELTA
+    from memupdate.rl.distill.relation import learn_relation
+
+    config = RelationConfig(sft_from=str(sft_from) if sft_from else None, learning_rate=learning_rate, steps=steps, batch=batch,
+                            group=group, kl=kl, eval_every=eval_every, seed=seed)
+    if not data.is_dir():
+        from memupdate.errors import MemupdateError
+
+        raise MemupdateError(f"no data folder at {data}: pass --data with the folder holding locomo/, memoryagentbench/, natural-updates/")
+    metrics = learn_relation(open_store(url), data, config, out, log=lambda line: console.print(line, highlight=False))
+    rl = metrics["rl"]
+    console.print(f"chosen step {rl['chosen_step']} (0: the SFT judge); dropped groups {rl['dropped_groups']}/{rl['drawn_groups']}; "
+                  f"checkpoint {rl['checkpoint']}; metrics.json and learning_curve.png in {out}", highlight=False)
+    if ship:
+        checkpoint = Path(rl["checkpoint"])
+        shutil.copy(checkpoint / "relation-judge.safetensors", SHIPPED_DELTA)
+        shutil.copy(checkpoint / "relation-judge.json", SHIPPED_CARD)
         console.print(f"shipped: {SHIPPED_DELTA}", highlight=False)
 
 

@@ -175,8 +175,10 @@ TASKS: dict[str, type[Task]] = {"compaction": CompactionTask, "targeted": Target
 
 def make_task(config: LearnConfig, store: MemoryStore) -> Task:
     """The config's task with its budgets and reward."""
+    if config.task == "relation":  # its policy is the relation judge, a classifier, not a chat student
+        raise MemupdateError("--task relation trains the relation judge: run `memupdate judge learn --data ../shared/data --out runs/relation`")
     if config.task not in TASKS:
-        raise MemupdateError(f"--task {config.task!r}: choose {' or '.join(TASKS)}")
+        raise MemupdateError(f"--task {config.task!r}: choose {' or '.join(TASKS)} (or relation: `memupdate judge learn`)")
     return TASKS[config.task].from_config(config, store)
 
 

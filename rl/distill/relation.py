@@ -1,0 +1,543 @@
+"""The relation task: the local judge learns the decision a pair of memories asks of a bank, by GRPO over
+its own sampled verdicts, rewarded by what each decision does to the answers the pair touches.
+
+    from memupdate.rl.distill.relation import RelationConfig, learn_relation
+    metrics = learn_relation(store, Path("../shared/data"), RelationConfig(), out="runs/relation")
+    # CLI: memupdate rl learn --task relation --data ../shared/data --out runs/relation
+
+A unit is a candidate pair of one training bank (two statements that meet, as a compaction meets them:
+`near_pairs`), with the bank's questions. An action is a verdict (duplicate, update, compatible, events);
+what it asks of the bank is one of three decisions (`judge.pairs.DECISIONS`): merge the two, supersede
+the earlier-stated by the later, or keep both. The reward of a decision is the mean QA proxy change it
+makes, in a fork of the bank, on the questions whose context held either statement (none: 0): on
+LoCoMo and FactConsolidation banks their own questions; on a Jenverse profile its tests, the credit of
+the correct answer minus that of the wrong one; on a LongMemEval question its answer. No label is read:
+the rewards of every unit's three decisions are computed once (`reward_table`, a fork each) and a
+sampled verdict's reward is looked up. There is no format term: a classifier's verdict is always well
+formed; and no efficiency term: it would pay for retiring any memory no question reads, the harm the
+judge must not learn.
+
+Stages, each recorded in `out/stages.json` (a rerun resumes; the reward table is written a unit a line):
+1. `sft`: the supervised judge (`judge.train.train_judge` on the labelled training part plus generated
+   pairs, calibrated on the recipe part), or the checkpoint given as `sft_from`.
+2. `rewards`: the reward table of the training units and the recipe units (people training never reads).
+3. `rl`: GRPO from the SFT weights: per step `batch` units, `group` verdicts sampled from each, DAPO's
+   dynamic sampling (a group whose rewards are all equal teaches nothing: it is dropped, counted, and
+   another unit drawn), advantages normalised within the group, plus `kl` times the KL divergence from
+   the SFT judge. Every `eval_every` steps the greedy judge's mean reward on the recipe units is read;
+   the step that scores best (SFT's own step 0 included) is the run's judge, recalibrated on the recipe
+   pairs as SFT was. The learning curve and metrics go to `out/`.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import random
+import re
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from memupdate.judge.pairs import DECISIONS, LabelledPair
+from memupdate.judge.verdict import RELATIONS, Statement, later
+from memupdate.scoring.categories import MULTI_HOP, SINGLE_HOP
+from memupdate.errors import MemupdateError
+from memupdate.store import MemoryStore, NewMemory
+
+STAGES = "stages.json"
+REWARDS = "rewards.jsonl"
+DECISION_NAMES = ("duplicate", "update", "keep")
+# Jenverse tests whose wrong answer states a value (a stale one, another's); others' wrong answers are
+# refusals or generic sentences ("I don't recall ...", "I'll explain things clearly"), no value to count.
+VALUE_TESTS = ("contradiction_update", "consolidation", "temporal_relevance", "cross_session")
+REWARD_STEP = 0.01  # rewards are compared at this resolution: smaller QA changes are the proxy's noise
+_SENTENCE = re.compile(r"(?<=[.!?])\s+")
+
+
+@dataclass
+class RelationConfig:
+    """The relation run's recipe (chosen on the recipe part: see docs/relations.md)."""
+
+    sft_from: str | None = None  # a judge checkpoint to start from; None: train SFT here (`judge train`'s recipe)
+    learning_rate: float = 2e-5
+    steps: int = 240
+    batch: int = 16  # units a step
+    group: int = 8  # verdicts sampled per unit
+    kl: float = 0.05  # weight of KL(policy || SFT)
+    eval_every: int = 40
+    locomo_units: int = 300  # training units sampled from LoCoMo's training conversations
+    fc_units: int = 400  # ... and from FactConsolidation's training facts
+    seed: int = 0
+    threads: int = 2
+
+
+@dataclass(frozen=True)
+class Probe:
+    """A question as the QA proxy reads it; `sign` -1: a wrong answer, whose credit counts against."""
+
+    question: str
+    answer: str
+    evidence: tuple[str, ...] = ()
+    category: int = SINGLE_HOP
+    sign: float = 1.0
+
+
+@dataclass
+class RelationBank:
+    """One bank's statements (keys `s0000`.. or the bank's own), its questions, and its candidate pairs."""
+
+    group: str
+    part: str  # train or recipe
+    probes: list[Probe]
+    pairs: list[LabelledPair]  # label "" where none is known: RL reads none
+    memories: list[NewMemory] = field(default_factory=list)  # empty: `load` writes the bank
+    load: Callable[[MemoryStore], MemoryStore] | None = None
+
+
+@dataclass(frozen=True)
+class RelationUnit:
+    group: str
+    part: str
+    pair: LabelledPair
+
+    @property
+    def key(self) -> str:
+        return json.dumps([self.group, self.pair.first, self.pair.second])
+
+
+# -- the banks ---------------------------------------------------------------------------------------
+
+
+def relation_banks(data: Path, config: RelationConfig, embed=None) -> list[RelationBank]:
+    """The training and recipe banks the development data in `data` gives (evaluation people and
+    contexts left out: `rl.data.relations.split_of`)."""
+    from memupdate.rl.data.relations import split_of
+
+    if embed is None:
+        from memupdate.store.embeddings import get_embedder
+
+        embed = get_embedder().embed
+    banks: list[RelationBank] = []
+    natural = data / "natural-updates"
+    jenverse = natural / "memorybench-jenverse-dev.json"
+    if jenverse.is_file():
+        banks += jenverse_banks(json.loads(jenverse.read_text()), embed)
+    oracle = natural / "longmemeval-oracle-evidence-dev.jsonl"
+    ku = natural / "longmemeval-ku-evidence-dev.jsonl"
+    rows = {}
+    for path in (oracle, ku):
+        if path.is_file():
+            for line in path.read_text().splitlines():
+                if line.strip():
+                    row = json.loads(line)
+                    rows[row["question_id"]] = row
+    banks += longmemeval_banks(list(rows.values()), embed)
+    rng = random.Random(config.seed)
+    banks += locomo_banks(data / "locomo" / "locomo10-dev.json", config.locomo_units, rng, embed)
+    banks += factconsolidation_banks(data / "memoryagentbench" / "factconsolidation-dev.jsonl", config.fc_units, rng, embed)
+    kept = []
+    for bank in banks:
+        bank.part = bank.part or split_of(bank.group)
+        if bank.part in ("train", "recipe") and bank.pairs and bank.probes:
+            kept.append(bank)
+    return kept
+
+
+def _statement_memories(said: dict[str, str | None], event: bool = False) -> tuple[list[NewMemory], dict[str, str]]:
+    """Memories for statements (text -> ISO day or time), keyed `s0000`.., each its own provenance."""
+    memories, keys = [], {}
+    for i, (text, when) in enumerate(said.items()):
+        key = f"s{i:04d}"
+        meta: dict[str, Any] = {"dia_ids": [key]}
+        if when:
+            meta |= {"time": when, "date": when[:10]}
+        memories.append(NewMemory(text, kind="episodic" if event else "semantic", metadata=meta, key=key))
+        keys[text] = key
+    return memories, keys
+
+
+def _meeting(said: dict[str, str | None], embed, group: str, source: str, labels: dict[frozenset, str] | None = None) -> list[LabelledPair]:
+    from memupdate.judge.meeting import MEET_FLOOR, MEET_K
+    from memupdate.rl.data.relations import near_pairs
+
+    texts = list(said)
+    pairs = []
+    for i, j in near_pairs(texts, embed, floor=MEET_FLOOR, k=MEET_K):
+        a, b = sorted((texts[i], texts[j]), key=lambda t: said[t] or "")
+        label = (labels or {}).get(frozenset((a, b)), "")
+        pairs.append(LabelledPair(a, b, label, said[a], said[b], source=source, group=group))
+    return pairs
+
+
+def jenverse_banks(data: dict, embed) -> list[RelationBank]:
+    """A bank a profile: its expected memories; its tests read the correct answer (+) and the wrong (-),
+    every statement of the profile their evidence (a profile is short: all of it fits the context)."""
+    banks = []
+    for profile in data["PROFILES"]:
+        group = f"jenverse-{profile['user_id']}"
+        said: dict[str, str | None] = {}
+        updates = {}
+        for session in profile["sessions"]:
+            day = f"2024-01-{int(session['session_id']):02d}"
+            for memory in session["expected_memories_after"]:
+                said.setdefault(memory["fact"], day)
+                if memory.get("contradicts"):
+                    updates[frozenset((memory["contradicts"], memory["fact"]))] = "update"
+        memories, keys = _statement_memories(said)
+        evidence = tuple(keys.values())
+        probes = []
+        for test in profile.get("memory_tests", []):
+            probes.append(Probe(test["query"], test["correct_answer"], evidence))
+            if test.get("wrong_answer") and test.get("category") in VALUE_TESTS:
+                probes.append(Probe(test["query"], test["wrong_answer"], evidence, sign=-1.0))
+        banks.append(RelationBank(group, "", probes, _meeting(said, embed, group, "jenverse", updates), memories))
+    return banks
+
+
+def longmemeval_banks(rows: Sequence[dict], embed) -> list[RelationBank]:
+    """A bank a question: the user's sentences of its evidence sessions, stated at the session's time;
+    the question reads its answer, every sentence its evidence."""
+    from memupdate.rl.data.relations import _day
+
+    banks: dict[str, RelationBank] = {}
+    for row in rows:
+        group = f"longmemeval-{row['question_id'].removesuffix('_abs')[:8]}"
+        if row["question_id"].endswith("_abs") or not row.get("answer") or group in banks:
+            continue
+        said: dict[str, str | None] = {}
+        for session in sorted(row.get("evidence_sessions") or [], key=lambda s: s["date"]):
+            for turn in session["turns"]:
+                if turn["role"] == "user":
+                    for sentence in _SENTENCE.split(turn["content"]):
+                        if 4 <= len(sentence.split()) <= 45:
+                            said.setdefault(sentence.strip(), _day(session["date"]))
+        if len(said) < 2:
+            continue
+        memories, keys = _statement_memories(said)
+        probe = Probe(row["question"], str(row["answer"]), tuple(keys.values()), category=MULTI_HOP if "," in str(row["answer"]) else SINGLE_HOP)
+        banks[group] = RelationBank(group, "", [probe], _meeting(said, embed, group, f"longmemeval-{row.get('question_type')}"), memories)
+    return list(banks.values())
+
+
+def locomo_banks(path: Path, units: int, rng: random.Random, embed) -> list[RelationBank]:
+    """LoCoMo's training conversations (not conv-47/48): the ingested bank, its own questions, and up to
+    `units` of the pairs that meet, over all of them."""
+    from memupdate.rl.data.locomo import load_locomo
+    from memupdate.rl.data.relations import EVAL_LOCOMO, locomo_pairs
+
+    if not path.is_file():
+        return []
+    from memupdate.rl.data.ingest import ingest_conversation
+
+    conversations = [c for c in load_locomo(path) if c.sample_id not in EVAL_LOCOMO]
+    pairs = [p for p in locomo_pairs(path, embed) if p.group.removeprefix("locomo-") not in EVAL_LOCOMO]
+    pairs = rng.sample(pairs, min(units, len(pairs)))  # labels kept for reports only: RL reads none
+    banks = []
+    for conversation in conversations:
+        mine = [p for p in pairs if p.group == f"locomo-{conversation.sample_id}"]
+        probes = [Probe(q.question, q.answer, tuple(q.evidence), q.category) for q in conversation.qa if q.answer]
+        banks.append(RelationBank(f"locomo-{conversation.sample_id}", "train", probes, mine,
+                                  load=lambda store, c=conversation: ingest_conversation(store, c)))
+    return banks
+
+
+def factconsolidation_banks(path: Path, units: int, rng: random.Random, embed) -> list[RelationBank]:
+    """FactConsolidation's training bank (the larger context's facts no evaluation context holds), its
+    own questions, and up to `units` of the pairs that meet there."""
+    from memupdate.rl.data.factconsolidation import fact_banks, load_factconsolidation
+    from memupdate.rl.data.relations import factconsolidation_pairs
+
+    if not path.is_file():
+        return []
+    training, _ = fact_banks(load_factconsolidation(path))
+    pairs = [p for p in factconsolidation_pairs(path, embed) if p.group == "fc-32k"]
+    pairs = rng.sample(pairs, min(units, len(pairs)))  # labels kept for reports only: RL reads none
+    return [RelationBank(f"fc-{bank.sample_id}", "train", [Probe(q.question, q.answer, tuple(q.evidence), q.category) for q in bank.qa],
+                         pairs, load=bank.load) for bank in training]
+
+
+# -- the reward table --------------------------------------------------------------------------------
+
+
+def reward_table(store: MemoryStore, banks: Sequence[RelationBank], path: Path, progress: Callable[[int, int], None] | None = None) -> dict[str, dict[str, Any]]:
+    """Each unit's reward per decision (see the module docstring), read from `path` where a unit is
+    there already and appended to it as each is computed."""
+    from memupdate.agent.tools import run_tool
+    from memupdate.scoring.qa_proxy import score_fork, score_questions
+
+    table: dict[str, dict[str, Any]] = {}
+    if path.is_file():
+        for line in path.read_text().splitlines():
+            if line.strip():
+                row = json.loads(line)
+                table[row["key"]] = row
+    total = sum(len(b.pairs) for b in banks)
+    done = 0
+    with path.open("a") as out:
+        for bank in banks:
+            units = [RelationUnit(bank.group, bank.part, p) for p in bank.pairs]
+            todo = [u for u in units if u.key not in table]
+            done += len(units) - len(todo)
+            if not todo:
+                continue
+            base = bank.load(store) if bank.load else _written(store, bank)
+            keys = {m.content: m.key for m in base.list()}
+            before = score_questions(base, bank.probes)
+            for unit in todo:
+                a, b = keys.get(unit.pair.first), keys.get(unit.pair.second)
+                row: dict[str, Any] = {"key": unit.key, "group": unit.group, "part": unit.part, "label": unit.pair.label,
+                                       "source": unit.pair.source, "keep": 0.0, "touched": 0}
+                touched = [i for i, s in enumerate(before) if a in s.retrieved or b in s.retrieved] if a and b else []
+                row["touched"] = len(touched)
+                for decision in ("update", "duplicate"):
+                    if not touched:
+                        row[decision] = 0.0
+                        continue
+                    older, newer = (a, b) if later(*unit.pair.statements) != "first" else (b, a)
+                    call = (("delete_memory", {"memory_id": older, "superseded_by": newer}) if decision == "update"
+                            else ("merge_memory", {"memory_ids": [a, b], "strategy": "keep_fullest"}))
+                    fork = base.fork((*base.namespace, "rl-" + decision))
+                    try:
+                        result = run_tool(fork, *call)
+                        if not result.ok:
+                            row[decision] = 0.0
+                            row[f"{decision}_error"] = result.text[:200]
+                            continue
+                        probes = [bank.probes[i] for i in touched]
+                        after, _ = score_fork(base, fork, probes)
+                        change = [p.sign * (x.qa_score - before[i].qa_score) for p, x, i in zip(probes, after, touched, strict=True)]
+                        row[decision] = round(float(np.mean(change)), 6)
+                    finally:
+                        fork.drop()
+                table[unit.key] = row
+                out.write(json.dumps(row) + "\n")
+                out.flush()
+                done += 1
+                if progress:
+                    progress(done, total)
+            if not bank.load:
+                base.drop()
+    return table
+
+
+def _written(store: MemoryStore, bank: RelationBank) -> MemoryStore:
+    base = store.scoped((*store.namespace, "relation-rl", bank.group))
+    base.drop()  # a bank left by an interrupted run
+    base = store.scoped((*store.namespace, "relation-rl", bank.group))
+    base.create_many(bank.memories)
+    return base
+
+
+def reward_of(row: dict[str, Any], relation: str) -> float:
+    """The reward of a verdict of `relation` on the unit `row`, at `REWARD_STEP`."""
+    return round(float(row[DECISIONS[relation]]) / REWARD_STEP) * REWARD_STEP
+
+
+def informative(row: dict[str, Any]) -> bool:
+    """Whether the unit's decisions earn different rewards (a group on it can teach something)."""
+    return len({reward_of(row, r) for r in RELATIONS}) > 1
+
+
+# -- GRPO ----------------------------------------------------------------------------------------------
+
+
+def learn_relation(store: MemoryStore, data: Path, config: RelationConfig, out: str | Path, log: Callable[[str], None] = print) -> dict[str, Any]:
+    """Run (or resume) the stages into `out`; returns the metrics also written to `out/metrics.json`."""
+    import torch
+
+    torch.set_num_threads(config.threads)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    done = json.loads((out / STAGES).read_text()) if (out / STAGES).is_file() else {}
+
+    def stage(name: str, fn: Callable[[], Any]) -> Any:
+        if name not in done:
+            started = time.perf_counter()
+            done[name] = {"result": fn(), "seconds": round(time.perf_counter() - started, 1)}
+            (out / STAGES).write_text(json.dumps(done, indent=1))
+        return done[name]["result"]
+
+    from memupdate.rl.data.relations import relation_pairs
+
+    parts = relation_pairs(data)
+    sft = stage("sft", lambda: _sft(parts, config, out))
+    banks = relation_banks(data, config)
+    log(f"{len(banks)} banks, {sum(len(b.pairs) for b in banks)} candidate pairs")
+    table = reward_table(store, banks, out / REWARDS, progress=lambda i, n: log(f"rewards {i}/{n}") if i % 100 == 0 else None)
+    rows = [table[RelationUnit(b.group, b.part, p).key] | {"pair": p} for b in banks for p in b.pairs]
+    stage("rewards", lambda: _reward_summary(rows))
+    result = stage("rl", lambda: grpo(sft, [r for r in rows if r["part"] == "train"], [r for r in rows if r["part"] == "recipe"],
+                                      parts["recipe"], config, out / "rl", log))
+    metrics = {"config": asdict(config), "sft": sft, "rewards": done["rewards"]["result"], "rl": result,
+               "seconds": {k: v["seconds"] for k, v in done.items()}}
+    (out / "metrics.json").write_text(json.dumps(metrics, indent=2))
+    _plot(result, out / "learning_curve.png")
+    return metrics
+
+
+def _sft(parts: dict[str, list[LabelledPair]], config: RelationConfig, out: Path) -> str:
+    if config.sft_from:
+        return str(Path(config.sft_from).resolve())
+    from memupdate.judge.train import JudgeTrainConfig, train_judge
+    from memupdate.rl.data.generated_relations import generated_pairs
+
+    train_config = JudgeTrainConfig(seed=config.seed, threads=config.threads)
+    train_judge(parts["train"] + generated_pairs(train_config.generated, seed=config.seed), parts["recipe"], train_config, out / "sft")
+    return str(out / "sft")
+
+
+def _reward_summary(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    summary: dict[str, Any] = {}
+    for part in ("train", "recipe"):
+        mine = [r for r in rows if r["part"] == part]
+        summary[part] = {"units": len(mine), "informative": sum(map(informative, mine)),
+                         "by_source": {s: sum(1 for r in mine if r["source"] == s and informative(r)) for s in sorted({r["source"] for r in mine})}}
+    return summary
+
+
+def _inputs(tokenizer, pairs: Sequence[LabelledPair]):
+    from memupdate.judge.local import MAX_TOKENS, encode_text, ordered
+
+    oriented = [ordered(*p.statements)[:2] for p in pairs]
+    return tokenizer([encode_text(a) for a, _ in oriented], [encode_text(b) for _, b in oriented],
+                     truncation=True, max_length=MAX_TOKENS, padding=True, return_tensors="pt")
+
+
+def greedy_reward(model, tokenizer, rows: Sequence[dict[str, Any]]) -> float:
+    """The mean reward of the judge's verdict (as `LocalJudge` reads it: the rule's update reading
+    wins unless the model reads events) over `rows`."""
+    import torch
+
+    from memupdate.judge.rule import RuleJudge
+
+    rule = RuleJudge()
+    total = 0.0
+    with torch.inference_mode():
+        for start in range(0, len(rows), 64):
+            chunk = rows[start : start + 64]
+            logits = model(**_inputs(tokenizer, [r["pair"] for r in chunk])).logits
+            for row, line in zip(chunk, logits, strict=True):
+                relation = RELATIONS[int(line.argmax())]
+                if relation != "events" and rule.judge([row["pair"].statements])[0].relation == "update":
+                    relation = "update"
+                total += reward_of(row, relation)
+    return total / max(1, len(rows))
+
+
+def grpo(sft: str, train: Sequence[dict[str, Any]], recipe: Sequence[dict[str, Any]], recipe_pairs: Sequence[LabelledPair],
+         config: RelationConfig, out: Path, log: Callable[[str], None]) -> dict[str, Any]:
+    """GRPO with dynamic sampling from the SFT judge (see the module docstring); saves the chosen step."""
+    import torch
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    from memupdate.judge.train import trainable_names
+
+    torch.manual_seed(config.seed)
+    rng = random.Random(config.seed)
+    tokenizer = AutoTokenizer.from_pretrained(sft)
+    model = AutoModelForSequenceClassification.from_pretrained(sft)
+    reference = copy.deepcopy(model).eval()
+    names = set(trainable_names(model, model.config.num_hidden_layers))
+    params = [p for n, p in model.named_parameters() if n in names]
+    optimizer = torch.optim.AdamW(params, lr=config.learning_rate, weight_decay=0.0)
+    pool = [r for r in train if informative(r)]
+    if not pool:
+        raise MemupdateError("no training unit whose decisions earn different rewards: check the data folder")
+    model.eval()
+    curve = [{"step": 0, "recipe_reward": greedy_reward(model, tokenizer, recipe), "train_reward": greedy_reward(model, tokenizer, pool)}]
+    best = {"step": 0, "recipe_reward": curve[0]["recipe_reward"], "state": None}
+    log(f"step 0: recipe reward {curve[0]['recipe_reward']:+.5f}, train {curve[0]['train_reward']:+.5f}")
+    dropped = drawn = 0
+    started = time.perf_counter()
+    for step in range(1, config.steps + 1):
+        model.train()
+        batch, samples, rewards = [], [], []
+        while len(batch) < config.batch:
+            row = rng.choice(pool)
+            drawn += 1
+            with torch.no_grad():
+                probs = torch.softmax(model(**_inputs(tokenizer, [row["pair"]])).logits[0], dim=-1)
+            picks = torch.multinomial(probs, config.group, replacement=True)
+            r = [reward_of(row, RELATIONS[int(i)]) for i in picks]
+            if len(set(r)) == 1:  # DAPO's dynamic sampling: a group of equal rewards teaches nothing
+                dropped += 1
+                continue
+            batch.append(row)
+            samples.append(picks)
+            rewards.append(torch.tensor(r))
+        logits = model(**_inputs(tokenizer, [r["pair"] for r in batch])).logits
+        logp = torch.log_softmax(logits, dim=-1)
+        with torch.no_grad():
+            ref = torch.log_softmax(reference(**_inputs(tokenizer, [r["pair"] for r in batch])).logits, dim=-1)
+        policy = torch.stack([logp[i, samples[i]] for i in range(len(batch))])  # batch x group
+        reward = torch.stack(rewards)
+        advantage = (reward - reward.mean(1, keepdim=True)) / (reward.std(1, keepdim=True) + 1e-6)
+        kl = (logp.exp() * (logp - ref)).sum(-1).mean()
+        loss = -(advantage * policy).mean() + config.kl * kl
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        optimizer.step()
+        optimizer.zero_grad()
+        if step % config.eval_every == 0 or step == config.steps:
+            model.eval()
+            point = {"step": step, "recipe_reward": greedy_reward(model, tokenizer, recipe), "train_reward": greedy_reward(model, tokenizer, pool),
+                     "kl": round(float(kl.detach()), 5), "mean_sampled_reward": round(float(reward.mean()), 5), "dropped": dropped, "drawn": drawn,
+                     "seconds": round(time.perf_counter() - started, 1)}
+            curve.append(point)
+            log(f"step {step}: recipe reward {point['recipe_reward']:+.5f}, train {point['train_reward']:+.5f}, kl {point['kl']}, dropped {dropped}/{drawn}")
+            if point["recipe_reward"] > best["recipe_reward"]:
+                best = {"step": step, "recipe_reward": point["recipe_reward"], "state": {k: v.detach().clone() for k, v in model.state_dict().items()}}
+    if best["state"] is not None:
+        model.load_state_dict(best["state"])
+    model.eval()
+    card = _save(model, tokenizer, sft, recipe_pairs, out)
+    return {"curve": curve, "chosen_step": best["step"], "dropped_groups": dropped, "drawn_groups": drawn, "pool": len(pool),
+            "checkpoint": str(out), "card": card}
+
+
+def _save(model, tokenizer, sft: str, recipe_pairs: Sequence[LabelledPair], out: Path) -> dict[str, Any]:
+    """The chosen weights as a judge checkpoint (and the shippable delta), recalibrated on the recipe pairs."""
+    import hashlib
+
+    import torch
+    from safetensors.torch import save_file
+
+    from memupdate.judge.local import CARD
+    from memupdate.judge.train import calibrate, trainable_names
+
+    out.mkdir(parents=True, exist_ok=True)
+    card = json.loads((Path(sft) / CARD).read_text())
+    temperature, threshold = calibrate(model, tokenizer, recipe_pairs, card.get("recipe", {}).get("target_precision", 0.9))
+    names = set(trainable_names(model, model.config.num_hidden_layers))
+    save_file({n: p.detach().to(torch.float16).contiguous() for n, p in model.named_parameters() if n in names}, str(out / "relation-judge.safetensors"))
+    digest = hashlib.sha256((out / "relation-judge.safetensors").read_bytes()).hexdigest()[:16]
+    card |= {"temperature": round(temperature, 4), "threshold": round(threshold, 4), "digest": digest, "trained_by": "relation RL (GRPO) from SFT"}
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    (out / CARD).write_text(json.dumps(card, indent=2))
+    (out / "relation-judge.json").write_text(json.dumps(card, indent=2))
+    return card
+
+
+def _plot(result: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    curve = result["curve"]
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    ax.plot([p["step"] for p in curve], [p["recipe_reward"] for p in curve], marker="o", label="recipe units (kept out)")
+    ax.plot([p["step"] for p in curve], [p["train_reward"] for p in curve], marker=".", label="training units")
+    ax.axvline(result["chosen_step"], color="grey", linestyle=":", label="chosen step")
+    ax.set_xlabel("GRPO step")
+    ax.set_ylabel("mean reward of the greedy verdict")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
