@@ -99,7 +99,7 @@ def test_start_up_drops_leftover_forks_of_the_datasets_bases_only(dataset, store
     [
         (["data.train_files=/nowhere/train.parquet"], "dataset file /nowhere/train.parquet does not exist: write it with `memupdate data preprocess"),
         (["trainer.no_such_key=1"], "does not compose"),
-        (["--config", "locomo_memory_ppo"], "no training config 'locomo_memory_ppo': choose one of locomo_memory_compaction_grpo, locomo_memory_dapo, locomo_memory_grpo"),
+        (["--config", "locomo_memory_ppo"], "no training config 'locomo_memory_ppo': choose one of locomo_memory_compaction_grpo, locomo_memory_dapo, locomo_memory_grpo, relation_grpo"),
     ],
 )
 def test_bad_launch_input_is_one_clear_line(dataset, database_url, change, message) -> None:

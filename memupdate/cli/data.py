@@ -77,7 +77,9 @@ def data_preprocess(
         "targeted", "--task",
         help="targeted: one row per QA pair (configs/locomo_memory_grpo.yaml). compaction: one row per "
         "neighbourhood of a bank, edited blind and scored on every question of the bank "
-        "(configs/locomo_memory_compaction_grpo.yaml); loads the banks into the database.",
+        "(configs/locomo_memory_compaction_grpo.yaml); loads the banks into the database. relation: one row per "
+        "candidate pair of a `memupdate judge learn` run, its rewards in the row (configs/relation_grpo.yaml); "
+        "needs --rewards and --data, no database.",
     ),
     factconsolidation: Path | None = typer.Option(
         None, "--factconsolidation",
@@ -87,12 +89,24 @@ def data_preprocess(
     size: int | None = typer.Option(
         None, "--size", min=2, help="compaction: memories per neighbourhood (default: the offline learner's, 10)."
     ),
+    rewards: Path | None = typer.Option(
+        None, "--rewards", help="relation: the run's reward table (`memupdate judge learn --out DIR` writes DIR/rewards.jsonl)."
+    ),
+    data: Path | None = typer.Option(
+        None, "--data", help="relation: the data folder the run read (its pairs' texts and times are rebuilt from it)."
+    ),
     url: str | None = URL_OPTION,
 ) -> None:
-    """Write verl's RL dataset: one row per QA pair (unique trajectory ids), or per neighbourhood of a bank."""
+    """Write verl's RL dataset: one row per QA pair (unique trajectory ids), per neighbourhood of a bank,
+    or per candidate pair of memories (the relation task)."""
     from memupdate.errors import MemupdateError
     from memupdate.rl.data.preprocess import preprocess, preprocess_compaction
 
+    if task == "relation":
+        _preprocess_relation(rewards, data, out)
+        return
+    if rewards is not None or data is not None:
+        raise MemupdateError("--rewards and --data belong to --task relation; add it, or drop them")
     chosen = load_conversations(locomo, conversations)
     if task == "targeted":
         if factconsolidation is not None or size is not None:
@@ -110,5 +124,28 @@ def data_preprocess(
                 include_adversarial=include_adversarial, progress=lambda _: bar.advance(job),
             )
     else:
-        raise MemupdateError(f"--task {task!r}: choose targeted or compaction")
+        raise MemupdateError(f"--task {task!r}: choose targeted, compaction or relation")
     console.print(f"wrote {out}/train.parquet ({counts['train']} rows) and {out}/test.parquet ({counts['test']} rows)", soft_wrap=True)
+
+
+def _preprocess_relation(rewards: Path | None, data: Path | None, out: Path) -> None:
+    from memupdate.errors import MemupdateError
+    from memupdate.rl.data.relation_rows import preprocess_relation, run_config
+    from memupdate.rl.distill.relation import relation_banks
+
+    if rewards is None or data is None:
+        raise MemupdateError(
+            "--task relation needs --rewards (a run's rewards.jsonl, from `memupdate judge learn`) and --data (the folder that run read)"
+        )
+    if not data.is_dir():
+        raise MemupdateError(f"--data {data} is not a folder: give the data folder the run read (e.g. ../shared/data)")
+    with console.status(f"rebuilding the candidate pairs of {data} ..."):
+        banks = relation_banks(data, run_config(rewards))
+    export = preprocess_relation(rewards, banks, out)
+    counts = export.counts
+    console.print(
+        f"wrote {out}/train.parquet ({counts['train']} rows) and {out}/test.parquet ({counts['test']} rows); "
+        f"left out {export.uninformative} units whose decisions all earn the same reward"
+        + (f"; {export.unmatched} units of {rewards} match no pair of {data}" if export.unmatched else ""),
+        soft_wrap=True,
+    )

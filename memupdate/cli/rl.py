@@ -23,7 +23,8 @@ def rl_train(
         None, help="Hydra overrides for verl, e.g. trainer.n_gpus_per_node=4 actor_rollout_ref.model.path=/models/qwen"
     ),
     config: str = typer.Option(
-        "locomo_memory_grpo", "--config", help="A config in configs/ (locomo_memory_grpo, locomo_memory_dapo) or a .yaml path."
+        "locomo_memory_grpo", "--config", help="A config in configs/ (locomo_memory_grpo, locomo_memory_dapo, locomo_memory_compaction_grpo, relation_grpo) "
+        "or a .yaml path."
     ),
     dry_run: bool = typer.Option(False, "--dry-run", help="Check everything, print the command and config, run nothing."),
     prune_older_than: str = typer.Option(

@@ -8,7 +8,8 @@
 Before verl starts (and Ray waits for GPUs), the plan checks on this machine:
 - the config composes over verl's trainer config (Hydra, with the overrides);
 - the parquet files exist and were written by `memupdate data preprocess`;
-- the database is reachable and migrated, and every base namespace the rows fork from holds memories;
+- the database is reachable and migrated, and every base namespace the rows fork from holds memories
+  (relation rows fork nothing: they carry their rewards, and no worker gets a database URL);
 and drops trajectory forks under those bases that nothing wrote for `prune_after` (leftovers of a crashed
 run). The database URL reaches every Ray worker through Ray's runtime env
 (`ray_kwargs.ray_init.runtime_env.env_vars.MEMUPDATE_DATABASE_URL`), with any other `MEMUPDATE_*`
@@ -57,7 +58,7 @@ class TrainPlan:
     config_name: str
     overrides: list[str]
     config: Any  # the composed DictConfig (database URL masked)
-    url: str  # the database URL the workers get (password included)
+    url: str  # the database URL the workers get (password included); "" when no row needs the database
     url_from_env: bool
     checks: list[str] = field(default_factory=list)
 
@@ -66,10 +67,11 @@ class TrainPlan:
         this shell's variables (so no password is printed); `masked` hides passwords and keys."""
         from sqlalchemy.engine import make_url
 
-        settings = {**forwarded_settings(), URL_ENV: self.url}
+        settings = {**forwarded_settings(), **({URL_ENV: self.url} if self.url else {})}
         if masked:
             settings = {k: SECRET_MASK if is_secret(k) else v for k, v in settings.items()}
-            settings[URL_ENV] = make_url(self.url).render_as_string(hide_password=True)
+            if self.url:
+                settings[URL_ENV] = make_url(self.url).render_as_string(hide_password=True)
         return [
             f"++{RAY_ENV_PREFIX}{name}=" + (f"'${{{name}}}'" if for_shell else hydra_quote(value))
             for name, value in settings.items()
@@ -95,7 +97,7 @@ class TrainPlan:
         from sqlalchemy.engine import make_url
 
         lines = []
-        if not self.url_from_env:
+        if not self.url_from_env and self.url:
             url = make_url(self.url)
             note = "   # the password is not printed" if url.password else ""
             lines.append(
@@ -137,7 +139,7 @@ class TrainPlan:
     def run(self) -> int:
         """Save the config, then run verl's trainer in this terminal; returns its exit code."""
         self.save_config()
-        env = {**os.environ, URL_ENV: self.url}
+        env = {**os.environ, **({URL_ENV: self.url} if self.url else {})}
         return subprocess.run(self.command(), env=env).returncode
 
 
@@ -231,21 +233,26 @@ def data_files(config: Any) -> list[Path]:
 
 
 def check_data(files: Sequence[Path]) -> list[str]:
-    """The base namespaces the rows fork from; LaunchError naming a missing or foreign file."""
+    """The base namespaces the rows fork from (none for relation rows); LaunchError naming a missing or
+    foreign file."""
     import pyarrow.parquet as pq
+
+    from memupdate.rl.data.relation_rows import is_relation_row
 
     bases: set[str] = set()
     for path in files:
         if not path.is_file():
             raise LaunchError(
                 f"dataset file {path} does not exist: write it with `memupdate data preprocess --locomo FILE "
-                f"--out {path.parent}` (add --task compaction for a compaction config), or set data.train_files / data.val_files"
+                f"--out {path.parent}` (add --task compaction or --task relation for those configs), or set data.train_files / data.val_files"
             )
         table = pq.read_table(path, columns=["extra_info"])
         rows = table.column("extra_info").to_pylist()
+        # A relation row carries its rewards: no bank to fork, no tools.
+        rows_on_banks = [row for row in rows if not is_relation_row(row or {})]
         missing = [
             i
-            for i, row in enumerate(rows)
+            for i, row in enumerate(rows_on_banks)
             if not (row or {}).get("base_namespace") or not (row or {}).get("tools_kwargs")
         ]
         if not rows or missing:
@@ -253,7 +260,7 @@ def check_data(files: Sequence[Path]) -> list[str]:
                 f"dataset file {path} has {len(rows)} rows, {len(missing)} without extra_info.base_namespace/tools_kwargs: "
                 "it was not written by `memupdate data preprocess`; write it again"
             )
-        bases |= {row["base_namespace"] for row in rows}
+        bases |= {row["base_namespace"] for row in rows_on_banks}
     return sorted(bases)
 
 
@@ -328,8 +335,11 @@ def plan_training(
     bases = check_data(data_files(composed))
     # The printed command reads the URL from $MEMUPDATE_DATABASE_URL; say what to export when it came elsewhere.
     url_from_env = url is None and bool(os.environ.get(URL_ENV))
-    worker_url, checks = check_database(url, bases, prune_after, dry_run=dry_run)
-    check_reachable_from_nodes(worker_url, int(composed.trainer.nnodes))
+    if bases:
+        worker_url, checks = check_database(url, bases, prune_after, dry_run=dry_run)
+        check_reachable_from_nodes(worker_url, int(composed.trainer.nnodes))
+    else:  # relation rows only: the rows carry their rewards, no worker opens the database
+        worker_url, url_from_env, checks = "", False, ["database: not needed (the rows carry their rewards)"]
     checks = [f"data: {len(bases)} base namespaces in {len(data_files(composed))} files", *checks]
     plan = TrainPlan(config_dir, name, overrides, None, worker_url, url_from_env, checks)
     plan.config = compose_config(config_dir, name, [*overrides, *plan.env_overrides(masked=True)])
