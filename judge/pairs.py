@@ -131,6 +131,8 @@ class JudgeReport:
     wrong_direction: int  # updates read as updates with the older statement current
     verdicts: list[Verdict] = field(default_factory=list, repr=False)
     downstream: dict | None = None  # what compacting banks of these pairs did (`rl.relation_banks`)
+    rule_wrong: tuple[int, int] | None = None  # (right, pairs) over the pairs the rule reads wrong
+    minus_first: dict | None = None  # this judge minus the first of a comparison: accuracy and update F1, each (mean, low, high)
 
     def to_json(self) -> dict:
         def rate(r: Rate) -> dict:
@@ -174,3 +176,31 @@ def paired_difference(pairs: Sequence[LabelledPair], first: Sequence[Verdict], s
     mean = sum(diffs) / len(diffs)
     spread = math.sqrt(sum((d - mean) ** 2 for d in diffs) / max(1, len(diffs) - 1) / len(diffs))
     return (mean, mean - 1.96 * spread, mean + 1.96 * spread)
+
+
+def update_f1(pairs: Sequence[LabelledPair], verdicts: Sequence[Verdict]) -> float:
+    """F1 of the update decision (supersede) against the labels."""
+    tp = sum(p.label == "update" and v.relation == "update" for p, v in zip(pairs, verdicts, strict=True))
+    said = sum(v.relation == "update" for v in verdicts)
+    gold = sum(p.label == "update" for p in pairs)
+    return 2 * tp / (said + gold) if said + gold else 0.0
+
+
+def paired_f1_difference(
+    pairs: Sequence[LabelledPair], first: Sequence[Verdict], second: Sequence[Verdict], *, resamples: int = 2000, seed: int = 0,
+) -> tuple[float, float, float]:
+    """The second judge's update F1 minus the first's, with a paired 95% bootstrap interval (the same
+    pairs resampled for both judges)."""
+    import random
+
+    rng = random.Random(seed)
+    n = len(pairs)
+    if not n:
+        return (0.0, 0.0, 0.0)
+    diffs = []
+    for _ in range(resamples):
+        picks = [rng.randrange(n) for _ in range(n)]
+        chosen = [pairs[i] for i in picks]
+        diffs.append(update_f1(chosen, [second[i] for i in picks]) - update_f1(chosen, [first[i] for i in picks]))
+    diffs.sort()
+    return (update_f1(pairs, second) - update_f1(pairs, first), diffs[int(0.025 * resamples)], diffs[int(0.975 * resamples) - 1])

@@ -143,7 +143,8 @@ def relations_eval_command(
     from memupdate.errors import MemupdateError
     from memupdate.judge.judges import make_judge
     from memupdate.judge.meeting import MEET_FLOOR, MEET_K, meeting_recall
-    from memupdate.judge.pairs import Rate, paired_difference, read_pairs, score_judge
+    from memupdate.judge.pairs import Rate, paired_difference, paired_f1_difference, read_pairs, right, score_judge
+    from memupdate.judge.rule import RuleJudge
     from memupdate.store import get_embedder
 
     pairs = [p for p in read_pairs(file) if not p.generated]
@@ -180,11 +181,20 @@ def relations_eval_command(
             report.downstream = banks.to_json()
             console.print(f"  downstream ({banks.banks} banks): updates resolved {banks.updates_resolved}   compatible "
                           f"harmed {banks.compatible_harmed}   duplicates merged {banks.duplicates_merged}   lost {banks.lost}", highlight=False)
+    rule = RuleJudge().judge([p.statements for p in pairs])
+    rule_wrong = [i for i, (p, v) in enumerate(zip(pairs, rule, strict=True)) if not right(p, v)]
+    for report in reports:
+        report.rule_wrong = (sum(right(pairs[i], report.verdicts[i]) for i in rule_wrong), len(rule_wrong))
+    console.print("where the rule is wrong, right: " + ", ".join(f"{r.judge} {r.rule_wrong[0]}/{r.rule_wrong[1]}" for r in reports), highlight=False)
     for report in reports[1:]:
         mean, low, high = paired_difference(pairs, reports[0].verdicts, report.verdicts)
-        console.print(f"{report.judge} - {reports[0].judge}: accuracy {mean:+.3f} [{low:+.3f}, {high:+.3f}] (paired over pairs)", highlight=False)
+        f1, f1_low, f1_high = paired_f1_difference(pairs, reports[0].verdicts, report.verdicts)
+        report.minus_first = {"accuracy": [mean, low, high], "update_f1": [f1, f1_low, f1_high], "of": reports[0].judge}
+        console.print(f"{report.judge} - {reports[0].judge}: accuracy {mean:+.3f} [{low:+.3f}, {high:+.3f}] (paired over pairs), "
+                      f"update F1 {f1:+.3f} [{f1_low:+.3f}, {f1_high:+.3f}] (paired bootstrap)", highlight=False)
     if out:
-        out.write_text(json.dumps([r.to_json() | ({"downstream": r.downstream} if r.downstream else {}) for r in reports], indent=2))
+        out.write_text(json.dumps([r.to_json() | {"rule_wrong_right": r.rule_wrong, "minus_first": r.minus_first}
+                                   | ({"downstream": r.downstream} if r.downstream else {}) for r in reports], indent=2))
 
 
 relations_eval_command = user_errors(relations_eval_command)

@@ -65,11 +65,11 @@ class RelationConfig:
 
     sft_from: str | None = None  # a judge checkpoint to start from; None: train SFT here (`judge train`'s recipe)
     learning_rate: float = 2e-5
-    steps: int = 240
+    steps: int = 100
     batch: int = 16  # units a step
     group: int = 8  # verdicts sampled per unit
     kl: float = 0.05  # weight of KL(policy || SFT)
-    eval_every: int = 40
+    eval_every: int = 20
     locomo_units: int = 300  # training units sampled from LoCoMo's training conversations
     fc_units: int = 400  # ... and from FactConsolidation's training facts
     seed: int = 0
@@ -119,7 +119,7 @@ def relation_banks(data: Path, config: RelationConfig, embed=None) -> list[Relat
     from memupdate.rl.data.relations import split_of
 
     if embed is None:
-        from memupdate.store.embeddings import get_embedder
+        from memupdate.store import get_embedder
 
         embed = get_embedder().embed
     banks: list[RelationBank] = []
@@ -371,7 +371,8 @@ def learn_relation(store: MemoryStore, data: Path, config: RelationConfig, out: 
     table = reward_table(store, banks, out / REWARDS, progress=lambda i, n: log(f"rewards {i}/{n}") if i % 100 == 0 else None)
     rows = [table[RelationUnit(b.group, b.part, p).key] | {"pair": p} for b in banks for p in b.pairs]
     stage("rewards", lambda: _reward_summary(rows))
-    result = stage("rl", lambda: grpo(sft, [r for r in rows if r["part"] == "train"], [r for r in rows if r["part"] == "recipe"],
+    # The recipe reading is over the recipe units whose decisions earn different rewards (on the rest every judge earns the same).
+    result = stage("rl", lambda: grpo(sft, [r for r in rows if r["part"] == "train"], [r for r in rows if r["part"] == "recipe" and informative(r)],
                                       parts["recipe"], config, out / "rl", log))
     metrics = {"config": asdict(config), "sft": sft, "rewards": done["rewards"]["result"], "rl": result,
                "seconds": {k: v["seconds"] for k, v in done.items()}}
@@ -457,19 +458,24 @@ def grpo(sft: str, train: Sequence[dict[str, Any]], recipe: Sequence[dict[str, A
     for step in range(1, config.steps + 1):
         model.train()
         batch, samples, rewards = [], [], []
-        while len(batch) < config.batch:
-            row = rng.choice(pool)
-            drawn += 1
+        while len(batch) < config.batch and drawn < step * config.batch * 50:  # the cap: a policy that no longer explores
+            candidates = rng.sample(pool, min(len(pool), 4 * config.batch))
             with torch.no_grad():
-                probs = torch.softmax(model(**_inputs(tokenizer, [row["pair"]])).logits[0], dim=-1)
-            picks = torch.multinomial(probs, config.group, replacement=True)
-            r = [reward_of(row, RELATIONS[int(i)]) for i in picks]
-            if len(set(r)) == 1:  # DAPO's dynamic sampling: a group of equal rewards teaches nothing
-                dropped += 1
-                continue
-            batch.append(row)
-            samples.append(picks)
-            rewards.append(torch.tensor(r))
+                probs = torch.softmax(model(**_inputs(tokenizer, [r["pair"] for r in candidates])).logits, dim=-1)
+            for row, p in zip(candidates, probs, strict=True):
+                drawn += 1
+                picks = torch.multinomial(p, config.group, replacement=True)
+                r = [reward_of(row, RELATIONS[int(i)]) for i in picks]
+                if len(set(r)) == 1:  # DAPO's dynamic sampling: a group of equal rewards teaches nothing
+                    dropped += 1
+                    continue
+                batch.append(row)
+                samples.append(picks)
+                rewards.append(torch.tensor(r))
+                if len(batch) == config.batch:
+                    break
+        if not batch:
+            continue
         logits = model(**_inputs(tokenizer, [r["pair"] for r in batch])).logits
         logp = torch.log_softmax(logits, dim=-1)
         with torch.no_grad():
