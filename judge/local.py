@@ -68,6 +68,8 @@ class LocalJudge:
 
     def __init__(self, path: str | Path | None = None, *, batch_size: int = 64):
         folder = Path(path) if path else ensure_judge()
+        if path:  # a checkpoint folder: reports tell two of them apart
+            self.name = "/".join(folder.resolve().parts[-2:])
         card_path = folder / CARD
         if not card_path.is_file():
             raise MemupdateError(f"{folder} is not a relation judge checkpoint (no {CARD}): build one with `memupdate judge train` or `memupdate models get relation-judge`")

@@ -65,11 +65,11 @@ class RelationConfig:
 
     sft_from: str | None = None  # a judge checkpoint to start from; None: train SFT here (`judge train`'s recipe)
     learning_rate: float = 2e-5
-    steps: int = 100
+    steps: int = 60
     batch: int = 16  # units a step
     group: int = 8  # verdicts sampled per unit
     kl: float = 0.05  # weight of KL(policy || SFT)
-    eval_every: int = 20
+    eval_every: int = 10
     locomo_units: int = 300  # training units sampled from LoCoMo's training conversations
     fc_units: int = 400  # ... and from FactConsolidation's training facts
     seed: int = 0
@@ -396,7 +396,10 @@ def _reward_summary(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     summary: dict[str, Any] = {}
     for part in ("train", "recipe"):
         mine = [r for r in rows if r["part"] == part]
-        summary[part] = {"units": len(mine), "informative": sum(map(informative, mine)),
+        taught = [r for r in mine if informative(r)]
+        summary[part] = {"units": len(mine), "informative": len(taught),
+                         # the greedy reward's bounds over those: keeping every pair earns 0; the best decision of each, this
+                         "best_decision_reward": round(sum(max(reward_of(r, x) for x in RELATIONS) for r in taught) / max(1, len(taught)), 5),
                          "by_source": {s: sum(1 for r in mine if r["source"] == s and informative(r)) for s in sorted({r["source"] for r in mine})}}
     return summary
 
@@ -454,12 +457,14 @@ def grpo(sft: str, train: Sequence[dict[str, Any]], recipe: Sequence[dict[str, A
     best = {"step": 0, "recipe_reward": curve[0]["recipe_reward"], "state": None}
     log(f"step 0: recipe reward {curve[0]['recipe_reward']:+.5f}, train {curve[0]['train_reward']:+.5f}")
     dropped = drawn = 0
+    kl = reward = torch.zeros(())
     started = time.perf_counter()
     for step in range(1, config.steps + 1):
         model.train()
         batch, samples, rewards = [], [], []
-        while len(batch) < config.batch and drawn < step * config.batch * 50:  # the cap: a policy that no longer explores
-            candidates = rng.sample(pool, min(len(pool), 4 * config.batch))
+        order = rng.sample(pool, len(pool))  # at most one pass over the pool a step: a policy sure of most units drops most groups
+        for start in range(0, len(order), 4 * config.batch):
+            candidates = order[start : start + 4 * config.batch]
             with torch.no_grad():
                 probs = torch.softmax(model(**_inputs(tokenizer, [r["pair"] for r in candidates])).logits, dim=-1)
             for row, p in zip(candidates, probs, strict=True):
@@ -474,7 +479,9 @@ def grpo(sft: str, train: Sequence[dict[str, Any]], recipe: Sequence[dict[str, A
                 rewards.append(torch.tensor(r))
                 if len(batch) == config.batch:
                     break
-        if not batch:
+            if len(batch) == config.batch:
+                break
+        if not batch:  # every group dropped: the policy is sure of every unit; nothing to learn this step
             continue
         logits = model(**_inputs(tokenizer, [r["pair"] for r in batch])).logits
         logp = torch.log_softmax(logits, dim=-1)
