@@ -92,7 +92,7 @@ def test_grpo_moves_the_judge_toward_the_rewarded_decision_and_drops_equal_group
         return torch.softmax(logits, -1)[:, RELATIONS.index("update")].tolist()
 
     before = p_update(sft)
-    config = RelationConfig(learning_rate=3e-3, steps=20, batch=4, group=8, kl=0.0, eval_every=10, threads=1)
+    config = RelationConfig(learning_rate=3e-3, steps=40, batch=4, group=8, kl=0.0, eval_every=10, threads=1)
     paying = [r for r in rows if r["update"] >= 0]  # the changed pairs and the one that teaches nothing
     result = grpo(str(sft), paying, paying, [], config, tmp_path / "rl", log=lambda line: None)
     assert all(a > b + 0.1 for a, b in zip(p_update(result["checkpoint"])[:3], before[:3], strict=True))
