@@ -110,3 +110,31 @@ def test_rl_learn_names_the_command_that_trains_the_relation_judge(store) -> Non
 
     with pytest.raises(MemupdateError, match="memupdate judge learn"):
         make_task(LearnConfig(task="relation"), store)
+
+
+class FirstLineReader:
+    """A scripted reader that answers with the last word of the context's first (earliest) line."""
+
+    def __init__(self):
+        self.prompts: list[str] = []
+
+    def complete_batch(self, prompts: list[str], max_tokens: int) -> list[str]:
+        self.prompts += prompts
+        return [p.splitlines()[0].split()[-1] for p in prompts]
+
+
+def test_the_reader_rewards_what_the_proxy_cannot_see(tmp_path, embedder) -> None:
+    from memupdate.rl.distill.relation import reader_rewards
+
+    said = {"I live in Paris with my sister": "2024-01-05", "I moved to Berlin": "2024-06-01"}
+    memories, _ = _statement_memories(said)
+    pair = LabelledPair(*said, "", *said.values(), source="longmemeval-knowledge-update", group="q")
+    bank = RelationBank("q", "train", [Probe("Where do I live now?", "Berlin")], [pair], memories)
+    key = json.dumps(["q", pair.first, pair.second])
+    proxy = {key: {"key": key, "keep": 0.0, "update": 0.0, "duplicate": 0.0}}  # both in context: the proxy credits the answer
+    reader = FirstLineReader()
+    rows = reader_rewards([bank], proxy, reader, tmp_path / "reader.jsonl", embedder.embed)
+    assert rows[key]["update"] == 1.0 and rows[key]["keep"] == 0.0 and rows[key]["reward_by"] == "reader"
+    assert rows[key]["duplicate"] == 0.0  # a merge keeps the fuller words, Paris's: the stale answer stays
+    asked = len(reader.prompts)
+    assert reader_rewards([bank], proxy, reader, tmp_path / "reader.jsonl", embedder.embed) == rows and len(reader.prompts) == asked

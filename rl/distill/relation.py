@@ -51,6 +51,7 @@ from memupdate.store import MemoryStore, NewMemory
 
 STAGES = "stages.json"
 REWARDS = "rewards.jsonl"
+READER_REWARDS = "reader_rewards.jsonl"
 DECISION_NAMES = ("duplicate", "update", "keep")
 # Jenverse tests whose wrong answer states a value (a stale one, another's); others' wrong answers are
 # refusals or generic sentences ("I don't recall ...", "I'll explain things clearly"), no value to count.
@@ -72,6 +73,7 @@ class RelationConfig:
     eval_every: int = 10
     locomo_units: int = 300  # training units sampled from LoCoMo's training conversations
     fc_units: int = 400  # ... and from FactConsolidation's training facts
+    reader: str | None = None  # e.g. hf:DIR: LongMemEval's knowledge-update units rewarded by this reader (`reader_rewards`)
     seed: int = 0
     threads: int = 2
 
@@ -325,6 +327,65 @@ def reward_table(store: MemoryStore, banks: Sequence[RelationBank], path: Path, 
     return table
 
 
+READ_K = 8  # statements the reader reads for a question: the nearest live ones, in the order they were said
+
+
+def reader_rewards(banks: Sequence[RelationBank], table: dict[str, dict[str, Any]], reader, path: Path, embed,
+                   sources: tuple[str, ...] = ("longmemeval-knowledge-update",)) -> dict[str, dict[str, Any]]:
+    """The rewards of the units of `sources`' banks read by `reader` (a `scoring.readers.Reader`) instead of
+    the proxy: for each decision, the reader answers the bank's question from its `READ_K` live statements
+    nearest the question (dated, in the order said); the reward is the LoCoMo F1 of its answer minus the
+    F1 with both statements kept. Where a changed fact's two statements are both in the context, the
+    proxy credits the answer in full; a reader may answer with the stale one. Rows are written to `path`
+    (read back on a rerun) and returned by key."""
+    from memupdate.scoring.answer_prompts import ANSWER_MAX_TOKENS, answer_prompt
+    from memupdate.scoring.metrics import locomo_f1
+
+    done: dict[str, dict[str, Any]] = {}
+    if path.is_file():
+        for line in path.read_text().splitlines():
+            if line.strip():
+                row = json.loads(line)
+                done[row["key"]] = row
+    replies: dict[str, str] = {}
+    with path.open("a") as out:
+        for bank in banks:
+            if not bank.pairs or not bank.pairs[0].source.startswith(sources) or len(bank.probes) != 1:
+                continue
+            units = [RelationUnit(bank.group, bank.part, p) for p in bank.pairs]
+            todo = [u for u in units if u.key not in done and u.key in table]
+            if not todo:
+                continue
+            probe = bank.probes[0]
+            texts = [m.content for m in bank.memories]
+            when = {m.content: m.metadata.get("time") or "" for m in bank.memories}
+            vectors = np.asarray(embed([probe.question, *texts]))
+            nearness = dict(zip(texts, vectors[1:] @ vectors[0], strict=True))
+
+            def prompt(gone: frozenset[str]) -> str:
+                live = sorted((t for t in texts if t not in gone), key=lambda t: -nearness[t])[:READ_K]
+                context = "\n".join(f"({when[t][:10]}) {t}" for t in sorted(live, key=lambda t: when[t]))
+                return answer_prompt(probe, context).prompt
+
+            asks = {}
+            for unit in todo:
+                a, b = unit.pair.first, unit.pair.second
+                older = a if later(*unit.pair.statements) != "first" else b
+                asks[unit.key] = {"keep": prompt(frozenset()), "update": prompt(frozenset([older])),
+                                  "duplicate": prompt(frozenset([min((a, b), key=len)]))}  # keep_fullest keeps the longer
+            wanted = sorted({p for ask in asks.values() for p in ask.values()} - set(replies))
+            for start in range(0, len(wanted), 8):
+                chunk = wanted[start : start + 8]
+                replies.update(zip(chunk, reader.complete_batch(chunk, ANSWER_MAX_TOKENS), strict=True))
+            for unit in todo:
+                f1 = {d: locomo_f1(replies[p], probe.answer, probe.category) for d, p in asks[unit.key].items()}
+                row = table[unit.key] | {d: round(f1[d] - f1["keep"], 6) for d in ("update", "duplicate")} | {"keep": 0.0, "reward_by": "reader"}
+                done[unit.key] = row
+                out.write(json.dumps(row) + "\n")
+                out.flush()
+    return done
+
+
 def _written(store: MemoryStore, bank: RelationBank) -> MemoryStore:
     base = store.scoped((*store.namespace, "relation-rl", bank.group))
     base.drop()  # a bank left by an interrupted run
@@ -369,6 +430,10 @@ def learn_relation(store: MemoryStore, data: Path, config: RelationConfig, out: 
     banks = relation_banks(data, config)
     log(f"{len(banks)} banks, {sum(len(b.pairs) for b in banks)} candidate pairs")
     table = reward_table(store, banks, out / REWARDS, progress=lambda i, n: log(f"rewards {i}/{n}") if i % 100 == 0 else None)
+    if config.reader:
+        from memupdate.scoring.answerer import make_reader
+
+        table |= reader_rewards(banks, table, make_reader(config.reader), out / READER_REWARDS, store.embedder.embed)
     rows = [table[RelationUnit(b.group, b.part, p).key] | {"pair": p} for b in banks for p in b.pairs]
     stage("rewards", lambda: _reward_summary(rows))
     # The recipe reading is over the recipe units whose decisions earn different rewards (on the rest every judge earns the same).
