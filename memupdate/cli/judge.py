@@ -103,6 +103,7 @@ def learn_command(
     kl: float = typer.Option(RL_RECIPE.kl, "--kl", help="Weight of the KL divergence from the SFT judge."),
     eval_every: int = typer.Option(RL_RECIPE.eval_every, "--eval-every", help="Steps between readings of the recipe units' reward."),
     seed: int = typer.Option(RL_RECIPE.seed, "--seed"),
+    reader: str | None = typer.Option(None, "--reader", help="hf:DIR (`make reader`) or an endpoint model: LongMemEval's knowledge-update units rewarded by its answers, not the proxy."),
     url: str | None = typer.Option(None, "--url", help="PostgreSQL URL (default: the embedded server)."),
     ship: bool = typer.Option(False, "--ship", help="Copy the chosen weights into judge/weights/ (the default judge)."),
 ) -> None:
@@ -112,7 +113,7 @@ def learn_command(
     from memupdate.rl.distill.relation import learn_relation
 
     config = RelationConfig(sft_from=str(sft_from) if sft_from else None, learning_rate=learning_rate, steps=steps, batch=batch,
-                            group=group, kl=kl, eval_every=eval_every, seed=seed)
+                            group=group, kl=kl, eval_every=eval_every, seed=seed, reader=reader)
     if not data.is_dir():
         from memupdate.errors import MemupdateError
 

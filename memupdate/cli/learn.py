@@ -82,6 +82,10 @@ def learn_command(**given: Any) -> None:
 
     transformers_logging.disable_progress_bar()  # our own bars say what is happening; its per-load bars are noise
     settings = {f.name: given[f.name] for f in options()}
+    if settings["task"] == "relation":  # before any data is read: its own command trains the relation judge
+        from memupdate.rl.distill.learn import make_task
+
+        make_task(LearnConfig(task="relation"), None)
     config = LearnConfig(**settings | {name: _rates(settings[name], name) for name in ("sweep", "rl_sweep")})
     train = load_conversations(given["locomo"], given["train_conversations"])
     held_out = load_conversations(given["locomo"], given["eval_conversations"])

