@@ -53,6 +53,7 @@ def test_each_decision_is_rewarded_by_what_it_does_to_the_answers(store, tmp_pat
 
 def tiny_judge(tmp_path):
     """A two-layer BERT pair classifier over RELATIONS with the packaged MiniLM's tokenizer."""
+    import torch
     from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
 
     from memupdate.judge.local import CARD, base_model_path
@@ -62,6 +63,7 @@ def tiny_judge(tmp_path):
                         intermediate_size=64, num_labels=len(RELATIONS), id2label=dict(enumerate(RELATIONS)),
                         label2id={r: i for i, r in enumerate(RELATIONS)})
     folder = tmp_path / "sft"
+    torch.manual_seed(0)
     BertForSequenceClassification(config).save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     (folder / CARD).write_text(json.dumps({"labels": list(RELATIONS), "temperature": 1.0, "threshold": 0.8, "recipe": {"target_precision": 0.9}}))

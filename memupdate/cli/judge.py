@@ -144,7 +144,14 @@ def relations_eval_command(
     from memupdate.errors import MemupdateError
     from memupdate.judge.judges import make_judge
     from memupdate.judge.meeting import MEET_FLOOR, MEET_K, meeting_recall
-    from memupdate.judge.pairs import Rate, paired_difference, paired_f1_difference, read_pairs, right, score_judge
+    from memupdate.judge.pairs import (
+        Rate,
+        paired_difference,
+        paired_f1_difference,
+        read_pairs,
+        right,
+        score_judge,
+    )
     from memupdate.judge.rule import RuleJudge
     from memupdate.store import get_embedder
 

@@ -3,7 +3,7 @@ its own sampled verdicts, rewarded by what each decision does to the answers the
 
     from memupdate.rl.distill.relation import RelationConfig, learn_relation
     metrics = learn_relation(store, Path("../shared/data"), RelationConfig(), out="runs/relation")
-    # CLI: memupdate rl learn --task relation --data ../shared/data --out runs/relation
+    # CLI: memupdate judge learn --data ../shared/data --out runs/relation [--reader hf:DIR]
 
 A unit is a candidate pair of one training bank (two statements that meet, as a compaction meets them:
 `near_pairs`), with the bank's questions. An action is a verdict (duplicate, update, compatible, events);
@@ -43,16 +43,15 @@ from typing import Any
 
 import numpy as np
 
-from memupdate.judge.pairs import DECISIONS, LabelledPair
-from memupdate.judge.verdict import RELATIONS, Statement, later
-from memupdate.scoring.categories import MULTI_HOP, SINGLE_HOP
 from memupdate.errors import MemupdateError
+from memupdate.judge.pairs import DECISIONS, LabelledPair
+from memupdate.judge.verdict import RELATIONS, later
+from memupdate.scoring.categories import MULTI_HOP, SINGLE_HOP
 from memupdate.store import MemoryStore, NewMemory
 
 STAGES = "stages.json"
 REWARDS = "rewards.jsonl"
 READER_REWARDS = "reader_rewards.jsonl"
-DECISION_NAMES = ("duplicate", "update", "keep")
 # Jenverse tests whose wrong answer states a value (a stale one, another's); others' wrong answers are
 # refusals or generic sentences ("I don't recall ...", "I'll explain things clearly"), no value to count.
 VALUE_TESTS = ("contradiction_update", "consolidation", "temporal_relevance", "cross_session")
@@ -65,7 +64,7 @@ class RelationConfig:
     """The relation run's recipe (chosen on the recipe part: see docs/relations.md)."""
 
     sft_from: str | None = None  # a judge checkpoint to start from; None: train SFT here (`judge train`'s recipe)
-    learning_rate: float = 2e-5
+    learning_rate: float = 3e-5
     steps: int = 60
     batch: int = 16  # units a step
     group: int = 8  # verdicts sampled per unit
@@ -358,21 +357,15 @@ def reader_rewards(banks: Sequence[RelationBank], table: dict[str, dict[str, Any
                 continue
             probe = bank.probes[0]
             texts = [m.content for m in bank.memories]
-            when = {m.content: m.metadata.get("time") or "" for m in bank.memories}
             vectors = np.asarray(embed([probe.question, *texts]))
             nearness = dict(zip(texts, vectors[1:] @ vectors[0], strict=True))
-
-            def prompt(gone: frozenset[str]) -> str:
-                live = sorted((t for t in texts if t not in gone), key=lambda t: -nearness[t])[:READ_K]
-                context = "\n".join(f"({when[t][:10]}) {t}" for t in sorted(live, key=lambda t: when[t]))
-                return answer_prompt(probe, context).prompt
-
+            when = {m.content: m.metadata.get("time") or "" for m in bank.memories}
             asks = {}
             for unit in todo:
                 a, b = unit.pair.first, unit.pair.second
                 older = a if later(*unit.pair.statements) != "first" else b
-                asks[unit.key] = {"keep": prompt(frozenset()), "update": prompt(frozenset([older])),
-                                  "duplicate": prompt(frozenset([min((a, b), key=len)]))}  # keep_fullest keeps the longer
+                gone = {"keep": (), "update": (older,), "duplicate": (min((a, b), key=len),)}  # keep_fullest keeps the longer
+                asks[unit.key] = {d: answer_prompt(probe, _reader_context(nearness, when, set(g))).prompt for d, g in gone.items()}
             wanted = sorted({p for ask in asks.values() for p in ask.values()} - set(replies))
             for start in range(0, len(wanted), 8):
                 chunk = wanted[start : start + 8]
@@ -384,6 +377,12 @@ def reader_rewards(banks: Sequence[RelationBank], table: dict[str, dict[str, Any
                 out.write(json.dumps(row) + "\n")
                 out.flush()
     return done
+
+
+def _reader_context(nearness: dict[str, float], when: dict[str, str], gone: set[str]) -> str:
+    """The reader's context: the `READ_K` live statements nearest the question, dated, in the order said."""
+    live = sorted((t for t in nearness if t not in gone), key=lambda t: -nearness[t])[:READ_K]
+    return "\n".join(f"({when[t][:10]}) {t}" for t in sorted(live, key=lambda t: when[t]))
 
 
 def _written(store: MemoryStore, bank: RelationBank) -> MemoryStore:
