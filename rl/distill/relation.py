@@ -52,6 +52,7 @@ from memupdate.store import MemoryStore, NewMemory
 STAGES = "stages.json"
 REWARDS = "rewards.jsonl"
 READER_REWARDS = "reader_rewards.jsonl"
+DECISION_NAMES = ("duplicate", "update", "keep")  # the reward table's columns: what a verdict asks of a bank (`DECISIONS`)
 # Jenverse tests whose wrong answer states a value (a stale one, another's); others' wrong answers are
 # refusals or generic sentences ("I don't recall ...", "I'll explain things clearly"), no value to count.
 VALUE_TESTS = ("contradiction_update", "consolidation", "temporal_relevance", "cross_session")
