@@ -13,7 +13,9 @@ makes, in a fork of the bank, on the questions whose context held either stateme
 LoCoMo and FactConsolidation banks their own questions; on a Jenverse profile its tests, the credit of
 the correct answer minus that of the wrong one; on a LongMemEval question its answer. No label is read:
 the rewards of every unit's three decisions are computed once (`reward_table`, a fork each) and a
-sampled verdict's reward is looked up. There is no format term: a classifier's verdict is always well
+sampled verdict's reward is looked up. Where the proxy cannot see a change (LongMemEval's knowledge-update
+banks: an answer beside its stale statement earns in full), `reader` rewards the units by a reader's
+answer instead (`reader_rewards`). There is no format term: a classifier's verdict is always well
 formed; and no efficiency term: it would pay for retiring any memory no question reads, the harm the
 judge must not learn.
 
@@ -57,6 +59,7 @@ DECISION_NAMES = ("duplicate", "update", "keep")  # the reward table's columns: 
 # refusals or generic sentences ("I don't recall ...", "I'll explain things clearly"), no value to count.
 VALUE_TESTS = ("contradiction_update", "consolidation", "temporal_relevance", "cross_session")
 REWARD_STEP = 0.01  # rewards are compared at this resolution: smaller QA changes are the proxy's noise
+READ_K = 8  # statements the reader reads for a question (`reader_rewards`): the nearest live ones, in the order said
 _SENTENCE = re.compile(r"(?<=[.!?])\s+")
 
 
@@ -325,9 +328,6 @@ def reward_table(store: MemoryStore, banks: Sequence[RelationBank], path: Path, 
             if not bank.load:
                 base.drop()
     return table
-
-
-READ_K = 8  # statements the reader reads for a question: the nearest live ones, in the order they were said
 
 
 def reader_rewards(banks: Sequence[RelationBank], table: dict[str, dict[str, Any]], reader, path: Path, embed,
