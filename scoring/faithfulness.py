@@ -20,7 +20,7 @@ no source holds cost reward however retrieval ranks them (`scoring/reward.py` ch
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 from datetime import date
 
@@ -92,14 +92,17 @@ def faithfulness_of_writes(
     before: Mapping[str, MemoryRecord],
     writes: Sequence[MemoryRecord],
     nearest_keys: Mapping[str, Sequence[str]] | None = None,
+    supports: MutableMapping[str, frozenset[str]] | None = None,
 ) -> Faithfulness:
     """Count the tokens the `writes` (the fork's memories whose text the base does not hold under the same
     key) hold that none of their sources supports; `before` is the base's snapshot; `nearest_keys`: see
-    `sources_of`."""
+    `sources_of`. `supports`: each memory of `before`'s `source_support` by key, filled here, for a caller
+    that keeps it as long as `before` (the reward, while the base's version holds)."""
     written = unsupported = 0
     examples: list[str] = []
     for memory in writes:
-        support = set().union(*(source_support(s) for s in sources_of(memory, before, base, nearest_keys)))
+        sources = sources_of(memory, before, base, nearest_keys)
+        support = set().union(*(_support(source, before, supports) for source in sources))
         for token in _content_tokens(memory.content):
             written += 1
             if token not in support:
@@ -107,6 +110,16 @@ def faithfulness_of_writes(
                 if len(examples) < 12:
                     examples.append(token)
     return Faithfulness(len(writes), written, unsupported, tuple(examples))
+
+
+def _support(source: MemoryRecord, before: Mapping[str, MemoryRecord], supports: MutableMapping | None) -> frozenset[str]:
+    """`source_support(source)`, from `supports` when `source` is a memory of `before`."""
+    if supports is None or before.get(source.key) is not source:
+        return frozenset(source_support(source))
+    support = supports.get(source.key)
+    if support is None:
+        support = supports[source.key] = frozenset(source_support(source))
+    return support
 
 
 def _content_tokens(text: str) -> Iterable[str]:

@@ -36,7 +36,8 @@ from nltk.stem import PorterStemmer
 from memupdate.scoring.categories import ADVERSARIAL, MULTI_HOP, OPEN_DOMAIN
 
 REFUSALS = ("no information available", "not mentioned")
-_PUNCTUATION = frozenset(string.punctuation)
+# str.translate deletes these in C: the same text as dropping them one character at a time in Python.
+_NO_PUNCTUATION = str.maketrans("", "", string.punctuation)
 _ARTICLES = re.compile(r"\b(a|an|the|and)\b")
 _stemmer = PorterStemmer()
 
@@ -44,7 +45,7 @@ _stemmer = PorterStemmer()
 def normalize_answer(text: str) -> str:
     """LoCoMo's `normalize_answer`: no commas, lowercase, no punctuation, no a/an/the/and."""
     text = text.replace(",", "").lower()
-    text = "".join(ch for ch in text if ch not in _PUNCTUATION)
+    text = text.translate(_NO_PUNCTUATION)
     return " ".join(_ARTICLES.sub(" ", text).split())
 
 
@@ -117,7 +118,7 @@ _EXACT_ARTICLES = re.compile(r"\b(a|an|the)\b")
 
 def normalize_exact(text: str) -> str:
     """MemoryAgentBench's `normalize_answer`: lowercase, no punctuation, no a/an/the, squeezed whitespace."""
-    text = "".join(ch for ch in text.lower() if ch not in _PUNCTUATION)
+    text = text.lower().translate(_NO_PUNCTUATION)
     return " ".join(_EXACT_ARTICLES.sub(" ", text).split())
 
 

@@ -248,11 +248,15 @@ def score_fork(
     results: list[QAScore | None] = []
     unchanged = []  # questions whose top hits on the fork are the base's very hits: the base's score holds
     for i, (question, vector) in enumerate(zip(questions, vectors, strict=True)):
-        kept = [hit for hit in base_hits[i] if hit[1].memory.key not in changes.replaced]
-        if len(kept) >= candidates or len(base_hits[i]) < depth:  # else unseen base memories may rank in
-            ranked = sorted(kept + changes.changed_hits[i], key=lambda hit: (hit[0], hit[1].memory.key))
+        if _top_holds(base_hits[i], changes.replaced, changes.changed_hits[i], candidates):
+            unchanged.append(i)
+            results.append(None)
+            continue
+        kept = [hit for hit in base_hits[i].hits if hit[1].memory.key not in changes.replaced]
+        if len(kept) >= candidates or len(base_hits[i].hits) < depth:  # else unseen base memories may rank in
+            ranked = sorted(kept + changes.changed_hits[i], key=_rank)
             top = ranked[:candidates]
-            if _same_entries(top, base_hits[i][:candidates]):
+            if _same_entries(top, base_hits[i].hits[:candidates]):
                 unchanged.append(i)
                 results.append(None)
                 continue
@@ -262,11 +266,44 @@ def score_fork(
         results.append(_score(question, build_context(hits, context_tokens)))
     kept_scores = _kept_scores(
         base, changes.base_version, [questions[i] for i in unchanged], [vector_keys[i] for i in unchanged],
-        [base_hits[i][:candidates] for i in unchanged], context_tokens,
+        [base_hits[i].hits[:candidates] for i in unchanged], context_tokens,
     )
     for i, kept_score in zip(unchanged, kept_scores, strict=True):
         results[i] = kept_score
     return results, changes
+
+
+def _rank(hit: tuple[float, ScoredMemory]) -> tuple[float, str]:
+    """What a search ranks a (distance, hit) by: the distance, then the key."""
+    return hit[0], hit[1].memory.key
+
+
+@dataclass(frozen=True)
+class _BaseRanking:
+    """The base's top (distance, hit) entries for one question vector, as its search ranks them."""
+
+    hits: list[tuple[float, ScoredMemory]]
+    keys: tuple[str, ...]
+    # Strictly in `_rank` order (the database's collation may break a tie of distances otherwise): only
+    # then can a fork's top be checked without sorting (`_top_holds`).
+    in_rank_order: bool
+
+    @classmethod
+    def of(cls, hits: list[tuple[float, ScoredMemory]]) -> _BaseRanking:
+        ranks = [_rank(hit) for hit in hits]
+        return cls(hits, tuple(key for _, key in ranks), all(a < b for a, b in zip(ranks, ranks[1:])))
+
+
+def _top_holds(base: _BaseRanking, replaced: frozenset[str], changed: list, candidates: int) -> bool:
+    """Whether sorting the base's hits less `replaced` with the fork's `changed` hits gives the base's
+    very top `candidates` entries, decided without sorting: none of them replaced, and every changed hit
+    ranked below the last of them. False when that cannot be told so (the long way then decides)."""
+    if not base.in_rank_order or not replaced.isdisjoint(base.keys[:candidates]):
+        return False
+    if len(base.hits) < candidates:  # every base hit is in the top: a changed hit would join it
+        return not changed
+    last = _rank(base.hits[candidates - 1])
+    return all(_rank(hit) > last for hit in changed)
 
 
 def _same_entries(fork_top: list, base_top: list) -> bool:
@@ -293,11 +330,12 @@ def _kept_scores(
 
 def _base_hits(
     base: MemoryStore, vectors: Sequence, vector_keys: Sequence[bytes], depth: int, version: tuple
-) -> list[list]:
+) -> list[_BaseRanking]:
     """The base's top `depth` (distance, hit) per vector (`vector_keys`: its bytes), kept while `version` holds."""
     keys = [("hits", depth, vector_key) for vector_key in vector_keys]
     return base_cache.lookup(
-        base, version, keys, lambda missing: base.ranked_many_by_vector([vectors[i] for i in missing], depth)
+        base, version, keys,
+        lambda missing: [_BaseRanking.of(hits) for hits in base.ranked_many_by_vector([vectors[i] for i in missing], depth)],
     )
 
 

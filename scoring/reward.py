@@ -260,6 +260,13 @@ def base_scores(base: MemoryStore, questions: Sequence[Question], config: Reward
     return base_cache.lookup(base, version, keys, lambda missing: score(base, [questions[i] for i in missing], config))
 
 
+def base_faithfulness(base: MemoryStore, base_snapshot: dict[str, MemoryRecord], changes: NamespaceChanges) -> Faithfulness:
+    """`faithfulness_of_writes` of the fork's writes, each base memory's source support kept while the
+    base's version holds (`base_cache`): a write's sources are base memories, the same ones rollout after rollout."""
+    supports = base_cache.lookup(base, changes.base_version, [("source_support",)], lambda _: [{}])[0]
+    return faithfulness_of_writes(base, base_snapshot, changes.written, changes.nearest_keys, supports)
+
+
 def compute_reward(
     base: MemoryStore, fork: MemoryStore, questions: Sequence[Question], config: RewardConfig = RewardConfig()
 ) -> RewardBreakdown:
@@ -270,7 +277,7 @@ def compute_reward(
     base_scores, fork_scores, changes, base_snapshot = scored_sides(base, fork, questions, config)
     delta, target_delta, collateral_delta = performance_delta(base_scores, fork_scores, config)
     efficiency = efficiency_of_changes(changes, config)
-    faithfulness = faithfulness_of_writes(base, base_snapshot, changes.written, changes.nearest_keys)
+    faithfulness = base_faithfulness(base, base_snapshot, changes)
     penalty = unsupported_penalty(faithfulness, config)
     return RewardBreakdown(
         reward=combine(delta, efficiency.value) - penalty,
@@ -310,7 +317,7 @@ def compute_compaction_reward(
     efficiency = efficiency_of_changes(
         replace(changes, memories_before=size, memories_after=size + changes.memories_after - changes.memories_before), config
     )
-    faithfulness = faithfulness_of_writes(base, base_snapshot, changes.written, changes.nearest_keys)
+    faithfulness = base_faithfulness(base, base_snapshot, changes)
     penalty = unsupported_penalty(faithfulness, config)
     lost = lost_sources(base, fork) if changes.edited else 0
     coverage = min(config.max_unsupported_penalty, config.coverage_cost * lost)

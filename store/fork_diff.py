@@ -31,6 +31,7 @@ from sqlalchemy import (
     cast,
     func,
     literal,
+    literal_column,
     select,
     true,
     union_all,
@@ -114,26 +115,32 @@ VERSION = select(*version_columns(memories.c.key, memories.c.seq, memories.c.upd
 # The base's memories nearest a new key's embedding, ranked as `MemoryStore.search` ranks them (distance,
 # then key): the sources of a memory whose provenance names none.
 _NEAREST_BASE = memories.alias("nearest_base")
-_NEAREST_KEYS = case(
-    (
-        _ROWS.c.base_key.is_(None) & _CHANGED_ROW.c.embedding.is_not(None),
-        func.array(
-            select(_NEAREST_BASE.c.key)
-            .where(_NEAREST_BASE.c.namespace == bindparam("base"), _NEAREST_BASE.c.embedding.is_not(None))
-            .order_by(_NEAREST_BASE.c.embedding.cosine_distance(_CHANGED_ROW.c.embedding), _NEAREST_BASE.c.key)
-            .limit(bindparam("nearest"))
-            .correlate(_ROWS, _CHANGED_ROW)
-            .scalar_subquery()
+
+
+def _nearest_keys(nearest: int):
+    """The `nearest` base keys closest to a new row's embedding. `nearest` is a literal, not a parameter:
+    with LIMIT unknown the planner costs the generic plan above the custom ones and plans every call anew
+    (a third of the statement's server time); with it known, the prepared statement keeps one plan."""
+    return case(
+        (
+            _ROWS.c.base_key.is_(None) & _CHANGED_ROW.c.embedding.is_not(None),
+            func.array(
+                select(_NEAREST_BASE.c.key)
+                .where(_NEAREST_BASE.c.namespace == bindparam("base"), _NEAREST_BASE.c.embedding.is_not(None))
+                .order_by(_NEAREST_BASE.c.embedding.cosine_distance(_CHANGED_ROW.c.embedding), _NEAREST_BASE.c.key)
+                .limit(literal_column(str(int(nearest))))
+                .correlate(_ROWS, _CHANGED_ROW)
+                .scalar_subquery()
+            ),
         ),
-    ),
-    else_=None,
-)
+        else_=None,
+    )
 
 
 @lru_cache(maxsize=64)
-def _diff_statement(query_vectors: int) -> Select:
+def _diff_statement(query_vectors: int, nearest: int) -> Select:
     """The counts and the changed rows (each with its distance to every query vector and, for a new key,
-    its nearest base keys) in ONE statement: the counts' one row, joined to each changed row. The query
+    its `nearest` base keys) in ONE statement: the counts' one row, joined to each changed row. The query
     vectors are bound one parameter each, in pgvector's binary form."""
     if query_vectors:
         given = union_all(*(
@@ -155,7 +162,7 @@ def _diff_statement(query_vectors: int) -> Select:
     changed = (
         select(
             *(_CHANGED_ROW.c[c.name] for c in RECORD_COLUMNS), _WRITTEN.label("written"), distances.label("distances"),
-            _NEAREST_KEYS.label("nearest"),
+            _nearest_keys(nearest).label("nearest"),
         )
         .join_from(_ROWS, _CHANGED_ROW, _CHANGED_ROW.c.id == _ROWS.c.fork_id)
         .where(_REPLACED)
@@ -195,9 +202,9 @@ def changes_from(
     `replaced` plus those. With `nearest`, each new key's `nearest` closest base keys (`nearest_keys`)."""
     base_path = base.path if hasattr(base, "path") else namespace_path(to_namespace(base))
     vectors = list(query_vectors) if query_vectors is not None else []
-    params = {"base": base_path, "fork": fork.path, "nearest": nearest}
+    params = {"base": base_path, "fork": fork.path}
     params.update((f"query_vector_{i}", vector) for i, vector in enumerate(vectors))
-    statement = _diff_statement(len(vectors))
+    statement = _diff_statement(len(vectors), nearest)
     rows = fork._autocommitted(lambda conn: conn.execute(statement, params).all())
     counts = rows[0]
     written, hits, nearest_keys = [], [[] for _ in vectors], {}
