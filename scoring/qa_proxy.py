@@ -291,7 +291,7 @@ class _BaseRanking:
     @classmethod
     def of(cls, hits: list[tuple[float, ScoredMemory]]) -> _BaseRanking:
         ranks = [_rank(hit) for hit in hits]
-        return cls(hits, tuple(key for _, key in ranks), all(a < b for a, b in zip(ranks, ranks[1:])))
+        return cls(hits, tuple(key for _, key in ranks), all(a < b for a, b in zip(ranks, ranks[1:], strict=False)))
 
 
 def _top_holds(base: _BaseRanking, replaced: frozenset[str], changed: list, candidates: int) -> bool:
