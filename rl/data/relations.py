@@ -104,14 +104,7 @@ def jenverse_pairs(data: dict, embed) -> list[LabelledPair]:
     pairs = []
     for profile in data["PROFILES"]:
         group = f"jenverse-{profile['user_id']}"
-        said: dict[str, str] = {}  # statement -> its session's day
-        updates = []
-        for session in profile["sessions"]:
-            day = f"2024-01-{int(session['session_id']):02d}"
-            for memory in session["expected_memories_after"]:
-                said.setdefault(memory["fact"], day)
-                if memory.get("contradicts"):
-                    updates.append((memory["contradicts"], memory["fact"], day))
+        said, updates = jenverse_statements(profile)
         for old, new, day in updates:
             pairs.append(LabelledPair(old, new, "update", said.get(old, "2024-01-01"), day, source="jenverse", group=group))
         linked = {frozenset((old, new)) for old, new, _ in updates}
@@ -123,6 +116,26 @@ def jenverse_pairs(data: dict, embed) -> list[LabelledPair]:
     return pairs
 
 
+def jenverse_statements(profile: dict) -> tuple[dict[str, str], list[tuple[str, str, str]]]:
+    """A Jenverse profile's statements (each -> the day of the session that first told it, sessions
+    numbered as days of January 2024) and its updates (the older statement a `contradicts` names, the
+    newer, the newer's day)."""
+    said: dict[str, str] = {}
+    updates = []
+    for session in profile["sessions"]:
+        day = f"2024-01-{int(session['session_id']):02d}"
+        for memory in session["expected_memories_after"]:
+            said.setdefault(memory["fact"], day)
+            if memory.get("contradicts"):
+                updates.append((memory["contradicts"], memory["fact"], day))
+    return said, updates
+
+
+def user_sentences(session: dict) -> list[str]:
+    """The user's sentences of a LongMemEval session, of 4 to 45 words."""
+    return [s.strip() for t in session["turns"] if t["role"] == "user" for s in _SENTENCE.split(t["content"]) if 4 <= len(s.split()) <= 45]
+
+
 def longmemeval_pairs(rows: list[dict], label: str, embed) -> list[LabelledPair]:
     """Per question, the user's sentence nearest the question in each evidence session; consecutive
     sessions pair up (older first), labelled `label`. Questions with the same evidence count once."""
@@ -131,8 +144,7 @@ def longmemeval_pairs(rows: list[dict], label: str, embed) -> list[LabelledPair]
         sessions = sorted(row.get("evidence_sessions") or [], key=lambda s: s["date"])
         picked = []
         for session in sessions:
-            sentences = [s.strip() for t in session["turns"] if t["role"] == "user"
-                         for s in _SENTENCE.split(t["content"]) if 4 <= len(s.split()) <= 45]
+            sentences = user_sentences(session)
             if not sentences:
                 continue
             vectors = np.asarray(embed([row["question"], *sentences]))

@@ -36,7 +36,6 @@ from __future__ import annotations
 import copy
 import json
 import random
-import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -60,7 +59,6 @@ DECISION_NAMES = ("duplicate", "update", "keep")  # the reward table's columns: 
 VALUE_TESTS = ("contradiction_update", "consolidation", "temporal_relevance", "cross_session")
 REWARD_STEP = 0.01  # rewards are compared at this resolution: smaller QA changes are the proxy's noise
 READ_K = 8  # statements the reader reads for a question (`reader_rewards`): the nearest live ones, in the order said
-_SENTENCE = re.compile(r"(?<=[.!?])\s+")
 
 
 @dataclass
@@ -182,17 +180,13 @@ def _meeting(said: dict[str, str | None], embed, group: str, source: str, labels
 def jenverse_banks(data: dict, embed) -> list[RelationBank]:
     """A bank a profile: its expected memories; its tests read the correct answer (+) and the wrong (-),
     every statement of the profile their evidence (a profile is short: all of it fits the context)."""
+    from memupdate.rl.data.relations import jenverse_statements
+
     banks = []
     for profile in data["PROFILES"]:
         group = f"jenverse-{profile['user_id']}"
-        said: dict[str, str | None] = {}
-        updates = {}
-        for session in profile["sessions"]:
-            day = f"2024-01-{int(session['session_id']):02d}"
-            for memory in session["expected_memories_after"]:
-                said.setdefault(memory["fact"], day)
-                if memory.get("contradicts"):
-                    updates[frozenset((memory["contradicts"], memory["fact"]))] = "update"
+        said, changes = jenverse_statements(profile)
+        updates = {frozenset((old, new)): "update" for old, new, _ in changes}
         memories, keys = _statement_memories(said)
         evidence = tuple(keys.values())
         probes = []
@@ -207,7 +201,7 @@ def jenverse_banks(data: dict, embed) -> list[RelationBank]:
 def longmemeval_banks(rows: Sequence[dict], embed) -> list[RelationBank]:
     """A bank a question: the user's sentences of its evidence sessions, stated at the session's time;
     the question reads its answer, every sentence its evidence."""
-    from memupdate.rl.data.relations import _day
+    from memupdate.rl.data.relations import _day, user_sentences
 
     banks: dict[str, RelationBank] = {}
     for row in rows:
@@ -216,11 +210,8 @@ def longmemeval_banks(rows: Sequence[dict], embed) -> list[RelationBank]:
             continue
         said: dict[str, str | None] = {}
         for session in sorted(row.get("evidence_sessions") or [], key=lambda s: s["date"]):
-            for turn in session["turns"]:
-                if turn["role"] == "user":
-                    for sentence in _SENTENCE.split(turn["content"]):
-                        if 4 <= len(sentence.split()) <= 45:
-                            said.setdefault(sentence.strip(), _day(session["date"]))
+            for sentence in user_sentences(session):
+                said.setdefault(sentence, _day(session["date"]))
         if len(said) < 2:
             continue
         memories, keys = _statement_memories(said)
@@ -275,12 +266,7 @@ def reward_table(store: MemoryStore, banks: Sequence[RelationBank], path: Path, 
     from memupdate.agent.tools import run_tool
     from memupdate.scoring.qa_proxy import score_fork, score_questions
 
-    table: dict[str, dict[str, Any]] = {}
-    if path.is_file():
-        for line in path.read_text().splitlines():
-            if line.strip():
-                row = json.loads(line)
-                table[row["key"]] = row
+    table = _logged(path)
     total = sum(len(b.pairs) for b in banks)
     done = 0
     with path.open("a") as out:
@@ -341,12 +327,7 @@ def reader_rewards(banks: Sequence[RelationBank], table: dict[str, dict[str, Any
     from memupdate.scoring.answer_prompts import ANSWER_MAX_TOKENS, answer_prompt
     from memupdate.scoring.metrics import locomo_f1
 
-    done: dict[str, dict[str, Any]] = {}
-    if path.is_file():
-        for line in path.read_text().splitlines():
-            if line.strip():
-                row = json.loads(line)
-                done[row["key"]] = row
+    done = _logged(path)
     replies: dict[str, str] = {}
     with path.open("a") as out:
         for bank in banks:
@@ -378,6 +359,13 @@ def reader_rewards(banks: Sequence[RelationBank], table: dict[str, dict[str, Any
                 out.write(json.dumps(row) + "\n")
                 out.flush()
     return done
+
+
+def _logged(path: Path) -> dict[str, dict[str, Any]]:
+    """The rows a run already wrote to `path` (a reward table, one JSON object a line), by unit key."""
+    if not path.is_file():
+        return {}
+    return {row["key"]: row for row in map(json.loads, filter(str.strip, path.read_text().splitlines()))}
 
 
 def _reader_context(nearness: dict[str, float], when: dict[str, str], gone: set[str]) -> str:
@@ -469,31 +457,23 @@ def _reward_summary(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     return summary
 
 
-def _inputs(tokenizer, pairs: Sequence[LabelledPair]):
-    from memupdate.judge.local import MAX_TOKENS, encode_text, ordered
-
-    oriented = [ordered(*p.statements)[:2] for p in pairs]
-    return tokenizer([encode_text(a) for a, _ in oriented], [encode_text(b) for _, b in oriented],
-                     truncation=True, max_length=MAX_TOKENS, padding=True, return_tensors="pt")
-
-
 def greedy_reward(model, tokenizer, rows: Sequence[dict[str, Any]]) -> float:
     """The mean reward of the judge's verdict (as `LocalJudge` reads it: the rule's update reading
     wins unless the model reads events) over `rows`."""
     import torch
 
+    from memupdate.judge.local import with_rule
     from memupdate.judge.rule import RuleJudge
+    from memupdate.judge.train import encode_pairs
 
     rule = RuleJudge()
     total = 0.0
     with torch.inference_mode():
         for start in range(0, len(rows), 64):
             chunk = rows[start : start + 64]
-            logits = model(**_inputs(tokenizer, [r["pair"] for r in chunk])).logits
+            logits = model(**encode_pairs(tokenizer, [r["pair"] for r in chunk])).logits
             for row, line in zip(chunk, logits, strict=True):
-                relation = RELATIONS[int(line.argmax())]
-                if relation != "events" and rule.judge([row["pair"].statements])[0].relation == "update":
-                    relation = "update"
+                relation = with_rule(RELATIONS[int(line.argmax())], rule.judge([row["pair"].statements])[0].relation)
                 total += reward_of(row, relation)
     return total / max(1, len(rows))
 
@@ -504,7 +484,7 @@ def grpo(sft: str, train: Sequence[dict[str, Any]], recipe: Sequence[dict[str, A
     import torch
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-    from memupdate.judge.train import trainable_names
+    from memupdate.judge.train import encode_pairs, trainable_names
 
     torch.manual_seed(config.seed)
     rng = random.Random(config.seed)
@@ -531,7 +511,7 @@ def grpo(sft: str, train: Sequence[dict[str, Any]], recipe: Sequence[dict[str, A
         for start in range(0, len(order), 4 * config.batch):
             candidates = order[start : start + 4 * config.batch]
             with torch.no_grad():
-                probs = torch.softmax(model(**_inputs(tokenizer, [r["pair"] for r in candidates])).logits, dim=-1)
+                probs = torch.softmax(model(**encode_pairs(tokenizer, [r["pair"] for r in candidates])).logits, dim=-1)
             for row, p in zip(candidates, probs, strict=True):
                 drawn += 1
                 picks = torch.multinomial(p, config.group, replacement=True)
@@ -548,10 +528,10 @@ def grpo(sft: str, train: Sequence[dict[str, Any]], recipe: Sequence[dict[str, A
                 break
         if not batch:  # every group dropped: the policy is sure of every unit; nothing to learn this step
             continue
-        logits = model(**_inputs(tokenizer, [r["pair"] for r in batch])).logits
+        logits = model(**encode_pairs(tokenizer, [r["pair"] for r in batch])).logits
         logp = torch.log_softmax(logits, dim=-1)
         with torch.no_grad():
-            ref = torch.log_softmax(reference(**_inputs(tokenizer, [r["pair"] for r in batch])).logits, dim=-1)
+            ref = torch.log_softmax(reference(**encode_pairs(tokenizer, [r["pair"] for r in batch])).logits, dim=-1)
         policy = torch.stack([logp[i, samples[i]] for i in range(len(batch))])  # batch x group
         reward = torch.stack(rewards)
         advantage = (reward - reward.mean(1, keepdim=True)) / (reward.std(1, keepdim=True) + 1e-6)
@@ -580,26 +560,13 @@ def grpo(sft: str, train: Sequence[dict[str, Any]], recipe: Sequence[dict[str, A
 
 def _save(model, tokenizer, sft: str, recipe_pairs: Sequence[LabelledPair], out: Path) -> dict[str, Any]:
     """The chosen weights as a judge checkpoint (and the shippable delta), recalibrated on the recipe pairs."""
-    import hashlib
-
-    import torch
-    from safetensors.torch import save_file
-
     from memupdate.judge.local import CARD
-    from memupdate.judge.train import calibrate, trainable_names
+    from memupdate.judge.train import calibrate, trainable_names, write_judge
 
-    out.mkdir(parents=True, exist_ok=True)
     card = json.loads((Path(sft) / CARD).read_text())
     temperature, threshold = calibrate(model, tokenizer, recipe_pairs, card.get("recipe", {}).get("target_precision", 0.9))
-    names = set(trainable_names(model, model.config.num_hidden_layers))
-    save_file({n: p.detach().to(torch.float16).contiguous() for n, p in model.named_parameters() if n in names}, str(out / "relation-judge.safetensors"))
-    digest = hashlib.sha256((out / "relation-judge.safetensors").read_bytes()).hexdigest()[:16]
-    card |= {"temperature": round(temperature, 4), "threshold": round(threshold, 4), "digest": digest, "trained_by": "relation RL (GRPO) from SFT"}
-    model.save_pretrained(out)
-    tokenizer.save_pretrained(out)
-    (out / CARD).write_text(json.dumps(card, indent=2))
-    (out / "relation-judge.json").write_text(json.dumps(card, indent=2))
-    return card
+    card |= {"temperature": round(temperature, 4), "threshold": round(threshold, 4), "trained_by": "relation RL (GRPO) from SFT"}
+    return write_judge(model, tokenizer, set(trainable_names(model, model.config.num_hidden_layers)), card, out)
 
 
 def _plot(result: dict[str, Any], path: Path) -> None:
