@@ -16,8 +16,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from memupdate.bank.source_export import ExportReport
 from memupdate.bank.source_kinds import Source, SourceError, SourceItem, SourceKind
+from memupdate.bank.source_reports import ExportReport
 from memupdate.bank.sources import bank_label, iso_time, item_value, read_source, store_key
 from memupdate.store import MemoryStore, Namespace
 

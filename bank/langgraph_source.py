@@ -20,9 +20,10 @@ from typing import Any
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
 
-from memupdate.bank.live_sync import LiveExport, write_live_changes
-from memupdate.bank.source_export import ExportReport, write_back
+from memupdate.bank.live_sync import write_live_changes
+from memupdate.bank.source_export import write_back
 from memupdate.bank.source_kinds import Source, SourceError, SourceItem, SourceKind
+from memupdate.bank.source_reports import ExportReport, LiveExport
 from memupdate.bank.sources import iso_time
 from memupdate.store import MemoryStore, Namespace
 

@@ -34,13 +34,13 @@ the app wrote is never overwritten, deleted or brought back.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import select, update
 
 from memupdate.bank.change_log import ChangeConflict, ChangeRecord, change_record, changes, undo_change
 from memupdate.bank.source_kinds import Source, source_kind
+from memupdate.bank.source_reports import LiveExport
 from memupdate.bank.sources import (
     iso_time,
     item_value,
@@ -52,31 +52,6 @@ from memupdate.bank.sources import (
     write_source,
 )
 from memupdate.store import MemoryRecord, MemoryStore
-
-
-@dataclass
-class LiveExport:
-    """What one export of a bank's live changes did at the store."""
-
-    bank: str
-    written: list[int] = field(default_factory=list)  # change ids written to the store now
-    already: list[int] = field(default_factory=list)  # found there (a run killed after the store committed)
-    conflicts: dict[int, str] = field(default_factory=dict)  # change id -> the item the app changed
-    kept_keys: dict[int, dict[str, str]] = field(default_factory=dict)  # change id -> {merged memory: app key it took}
-
-    def summary(self, *, conflicts: bool = True) -> str:
-        """One line; without `conflicts` when the caller says why those were dropped itself."""
-        parts = [f"{self.bank}: {len(self.written)} change{'s' if len(self.written) != 1 else ''} written to the store"]
-        if self.already:
-            parts.append(f"{len(self.already)} found there already")
-        kept = [app_key for change in self.written + self.already for app_key in self.kept_keys.get(change, {}).values()]
-        if kept:
-            parts.append(f"merged item{'s' if len(kept) > 1 else ''} kept the app's key of {'their' if len(kept) > 1 else 'its'} "
-                         f"newest source: {', '.join(kept)}")
-        if self.conflicts and conflicts:
-            first = next(iter(self.conflicts.values()))
-            parts.append(f"{len(self.conflicts)} dropped because the app wrote the same items after the change was made ({first})")
-        return "; ".join(parts)
 
 
 def is_live(bank: MemoryStore) -> bool:

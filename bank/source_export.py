@@ -14,12 +14,11 @@ what was written (the bank's source state) are the same for every kind. A dump o
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from memupdate.bank.source_kinds import Source, SourceError, SourceItem, source_kind
+from memupdate.bank.source_reports import ExportReport
 from memupdate.bank.sources import (
-    few_keys,
     item_value,
     memory_digest,
     memory_text,
@@ -29,34 +28,6 @@ from memupdate.bank.sources import (
     write_source,
 )
 from memupdate.store import MEMORY_KINDS, MemoryNotFound, MemoryStore
-
-
-@dataclass
-class ExportReport:
-    """What an export wrote at the source, and what it left alone."""
-
-    bank: str
-    target: str
-    written_new: list[str] = field(default_factory=list)  # source keys
-    written_changed: list[str] = field(default_factory=list)
-    deleted: list[str] = field(default_factory=list)
-    to_delete: list[str] = field(default_factory=list)  # removed here; deleted at the source only with --apply
-    changed_at_source: list[str] = field(default_factory=list)  # moved since the import: left alone
-    unchanged: int = 0
-    bank_keys: dict[str, str] = field(default_factory=dict, repr=False)  # source key written -> the memory's key
-
-    def summary(self) -> str:
-        parts = [
-            f"{self.bank} -> {self.target}: {len(self.written_new)} new and {len(self.written_changed)} changed items written",
-            f"{len(self.deleted)} deleted" if self.deleted else f"{len(self.to_delete)} removed here (deleted there only with --apply)",
-            f"{self.unchanged} unchanged",
-        ]
-        if self.changed_at_source:
-            parts.append(f"{len(self.changed_at_source)} changed at the source since the import, left alone: {few_keys(self.changed_at_source)}")
-        return "; ".join(parts)
-
-    def as_dict(self) -> dict[str, Any]:
-        return {k: v for k, v in self.__dict__.items() if k != "bank_keys"}
 
 
 def plan_export(bank: MemoryStore, record: dict[str, Any], current: dict[str, SourceItem]) -> tuple[ExportReport, dict[str, dict], list[str]]:

@@ -21,10 +21,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from memupdate.bank.source_kinds import Source, SourceError, SourceItem, claiming_kind
+from memupdate.bank.source_reports import few_keys
 from memupdate.bank.sources import (
     bank_key,
     bank_label,
-    few_keys,
     memory_digest,
     memory_text,
     read_source,

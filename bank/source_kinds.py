@@ -22,12 +22,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from memupdate.bank.source_reports import ExportReport, LiveExport
 from memupdate.errors import MemupdateError
 from memupdate.store import Namespace
 
 if TYPE_CHECKING:
-    from memupdate.bank.live_sync import LiveExport
-    from memupdate.bank.source_export import ExportReport
     from memupdate.store import MemoryStore
 
 # Kind name -> the module whose `SOURCE` reads it, in the order kinds claim a location. Module paths, not

@@ -146,6 +146,3 @@ def write_source(bank: MemoryStore, source: Source, source_namespace: tuple[str,
     with bank.engine.begin() as conn:
         conn.execute(statement.on_conflict_do_update(index_elements=[sources.c.namespace], set_=update))
 
-
-def few_keys(keys: Sequence[str], n: int = 5) -> str:
-    return ", ".join(keys[:n]) + (f" and {len(keys) - n} more" if len(keys) > n else "")

@@ -46,7 +46,7 @@ from memupdate.store.records import (
     namespace_path,
     to_namespace,
 )
-from memupdate.store.statements import RECORD_COLUMNS, memories
+from memupdate.store.statements import RECORD_COLUMNS, memories, version_columns
 
 if TYPE_CHECKING:
     from memupdate.store.memory_store import MemoryStore
@@ -90,12 +90,6 @@ _WRITTEN = _ROWS.c.base_key.is_(None) | _ROWS.c.content_moved
 _CHANGED_ROW = memories.alias("changed_row")
 
 
-def version_columns(key, seq, updated_at) -> tuple:
-    """A namespace's version (`NamespaceVersion`) over its rows' key, seq and updated_at: one definition,
-    read by `MemoryStore.version` and, for the base, by every fork diff (`NamespaceChanges.base_version`)."""
-    return func.count(key), func.max(seq), func.max(updated_at)
-
-
 _BASE_COUNT, _BASE_SEQ, _BASE_UPDATED_AT = version_columns(_ROWS.c.base_key, _ROWS.c.base_seq, _ROWS.c.base_updated_at)
 CHANGE_COUNTS = select(
     _BASE_COUNT.label("before"),
@@ -107,10 +101,6 @@ CHANGE_COUNTS = select(
     ).label("replaced"),
     _BASE_SEQ.label("base_seq"),
     _BASE_UPDATED_AT.label("base_updated_at"),
-)
-# The version of namespace `namespace` alone (`MemoryStore.version`).
-VERSION = select(*version_columns(memories.c.key, memories.c.seq, memories.c.updated_at)).where(
-    memories.c.namespace == bindparam("namespace")
 )
 # The base's memories nearest a new key's embedding, ranked as `MemoryStore.search` ranks them (distance,
 # then key): the sources of a memory whose provenance names none.

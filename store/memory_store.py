@@ -55,7 +55,6 @@ from memupdate.store.codecs import from_vector_send, record_of, vector_text
 from memupdate.store.database import get_engine, retrying
 from memupdate.store.embeddings import Embedder, get_embedder
 from memupdate.store.errors import InvalidMemory, InvalidNamespace, MemoryNotFound
-from memupdate.store.fork_diff import VERSION
 from memupdate.store.records import (
     KEY_PATTERN,
     SEPARATOR,
@@ -83,6 +82,7 @@ from memupdate.store.statements import (
     SEARCH_BY_VECTOR,
     SEARCH_MANY_BY_VECTOR,
     UPDATE_LOGGED,
+    VERSION,
     events,
     in_subtree,
     memories,

@@ -35,6 +35,17 @@ events = MemoryEvent.__table__
 # What a read returns: every column but the vector, which callers never need and is costly to parse.
 RECORD_COLUMNS = tuple(c for c in memories.c if c.name != "embedding")
 
+def version_columns(key, seq, updated_at) -> tuple:
+    """A namespace's version (`NamespaceVersion`) over its rows' key, seq and updated_at: one definition,
+    read by `MemoryStore.version` and, for the base, by every fork diff (`NamespaceChanges.base_version`)."""
+    return func.count(key), func.max(seq), func.max(updated_at)
+
+
+# The version of namespace `namespace` alone (`MemoryStore.version`).
+VERSION = select(*version_columns(memories.c.key, memories.c.seq, memories.c.updated_at)).where(
+    memories.c.namespace == bindparam("namespace")
+)
+
 # search_by_vector's statement, built once: the top-k sort carries (id, key, distance) instead of
 # whole rows, and the k winners are fetched after (`memupdate bench store` measures it).
 # The query vector travels in pgvector's binary form (no float text to format, nor for the server to parse).

@@ -5,8 +5,10 @@ or MemoryStore's private methods, and the store declares no other layer's tables
 `store/` imports the store from `memupdate.store` only (never a submodule), and every module imports
 `MemupdateError` from its one home, `memupdate.errors`.
 
-Read from the source with `ast` (nothing is imported): every module of the `memupdate` package as
-pyproject's `package-dir` maps it; `if TYPE_CHECKING:` blocks are left out (they never run).
+Read from the source with `ast` (nothing is imported): every module the wheel installs, each of
+pyproject's `packages` in the folder `package-dir` maps it to (`memupdate.cli` under `memupdate/`).
+An import counts wherever it is: at module level, inside a function, or in an `if TYPE_CHECKING:` block
+(an annotation naming a module above is an arrow upward too: the base class would know its subclasses).
 """
 
 from __future__ import annotations
@@ -23,24 +25,29 @@ LAYERS = ["store", "text", "llm", "judge", "bank", "scoring", "migrations", "age
 ABOVE_ALL = {"cli", "bench"}
 
 
-def modules() -> dict[str, Path]:
-    folders = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"]
+def modules(root: Path = REPO) -> dict[str, Path]:
+    """Module name -> file, for every module the wheel built from `root`'s pyproject.toml installs."""
+    setuptools = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]
     found = {}
-    for package, folder in folders.items():
-        for path in (REPO / folder).glob("*.py"):
+    for package in setuptools["packages"]:
+        for path in (root / package_folder(package, setuptools["package-dir"])).glob("*.py"):
             found[package if path.stem == "__init__" else f"{package}.{path.stem}"] = path
     return found
 
 
+def package_folder(package: str, folders: dict[str, str]) -> str:
+    """Where setuptools finds `package`: its `package-dir` entry, else its parent's folder and its own name."""
+    if package in folders:
+        return folders[package]
+    parent, _, leaf = package.rpartition(".")
+    return f"{package_folder(parent, folders)}/{leaf}" if parent else package
+
+
 def imports(name: str, path: Path, known: dict[str, Path]) -> set[str]:
-    """The package's modules `name` imports, wherever in the file (functions included)."""
+    """The package's modules `name` imports, wherever in the file (functions and `TYPE_CHECKING` blocks included)."""
     tree = ast.parse(path.read_text())
-    typing_only = {id(n) for node in ast.walk(tree)
-                   if isinstance(node, ast.If) and getattr(node.test, "id", "") == "TYPE_CHECKING" for n in ast.walk(node)}
     found = set()
     for node in ast.walk(tree):
-        if id(node) in typing_only:
-            continue
         if isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
@@ -72,9 +79,47 @@ def test_layers_import_only_the_layers_below_them() -> None:
     assert not upward, "imports that point upward: " + "; ".join(sorted(upward))
 
 
+def test_every_installed_module_is_read() -> None:
+    known = modules()
+    assert {"memupdate.cli.watch", "memupdate.cli.history", "memupdate.cli.common", "memupdate.settings",
+            "memupdate.bank.source_kinds", "memupdate.rl.distill.learn", "memupdate.migrations.env"} <= set(known)
+    assert all(path.is_file() for path in known.values())
+
+
 def test_no_import_circle_even_inside_functions() -> None:
     known = modules()
-    graph = {name: imports(name, path, known) for name, path in known.items()}
+    circles = import_circles({name: imports(name, path, known) for name, path in known.items()})
+    assert not circles, ("import circles (an import inside a function or under `if TYPE_CHECKING:` counts: move what "
+                         "both sides need below them): " + "; ".join(circles))
+
+
+def test_the_circle_check_reads_the_cli_folder(tmp_path: Path) -> None:
+    """A circle planted in a copy of the layout, in `memupdate/cli/` (a package only `packages` names) and
+    in a mapped folder, through a function-level import and an annotation-only import, is found."""
+    (tmp_path / "pyproject.toml").write_text(
+        '[tool.setuptools]\npackages = ["memupdate", "memupdate.cli", "memupdate.bank"]\n'
+        '[tool.setuptools.package-dir]\n"memupdate" = "memupdate"\n"memupdate.bank" = "bank"\n'
+    )
+    for folder in ("memupdate", "memupdate/cli", "bank"):
+        (tmp_path / folder).mkdir(parents=True, exist_ok=True)
+        (tmp_path / folder / "__init__.py").write_text("")
+    (tmp_path / "memupdate/cli/history.py").write_text("from memupdate.cli.common import console\n")
+    (tmp_path / "memupdate/cli/common.py").write_text("def undo():\n    from memupdate.cli import history\n")
+    (tmp_path / "bank/kinds.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from memupdate.bank.export import Report\n"
+    )
+    (tmp_path / "bank/export.py").write_text("from memupdate.bank.kinds import Kind\n")
+    known = modules(tmp_path)
+    assert {"memupdate.cli.history", "memupdate.cli.common", "memupdate.bank.kinds"} <= set(known)
+    circles = import_circles({name: imports(name, path, known) for name, path in known.items()})
+    assert sorted(circles) == [
+        "memupdate.bank.export -> memupdate.bank.kinds -> memupdate.bank.export",
+        "memupdate.cli.common -> memupdate.cli.history -> memupdate.cli.common",
+    ], circles
+
+
+def import_circles(graph: dict[str, set[str]]) -> list[str]:
+    """Each circle a depth-first walk of the import graph closes, as `a -> b -> a`."""
     circles = []
     state: dict[str, int] = {}  # 1: on the path, 2: done
 
@@ -87,10 +132,10 @@ def test_no_import_circle_even_inside_functions() -> None:
                 visit(nxt, [*path, nxt])
         state[node] = 2
 
-    for start in graph:
+    for start in sorted(graph):
         if start not in state:
             visit(start, [start])
-    assert not circles, "import circles: " + "; ".join(circles)
+    return circles
 
 
 # What only `store/` may name: its tables (as ORM classes or Core tables) and its statement builders.

@@ -12,7 +12,7 @@ import sys
 import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.console import Console
@@ -20,6 +20,9 @@ from typer.core import TyperGroup
 
 from memupdate.agent.policies import model_help, policy_help
 from memupdate.errors import MemupdateError
+
+if TYPE_CHECKING:
+    from memupdate.bank.review_records import StatedMemory
 
 # Library progress bars ("Loading weights", Hub downloads) on every command are noise: ours show progress.
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
@@ -317,6 +320,29 @@ def changed_words(before: str, after: str) -> str:
         elif op == "delete":
             parts.append(f"- {old}")
     return "; ".join(parts)
+
+
+def stated_line(memory: StatedMemory) -> str:
+    """`[key] text (stated 2024-06-02 18:30:00)`: a memory of a supersession, with when it was said."""
+    text = memory.content if memory.content is not None else "(no longer held anywhere)"
+    return f"[{memory.key}] {text} (stated {memory.stated_at or 'at an unknown time'})"
+
+
+def export_live(bank, source_url: str | None) -> None:
+    """Write a live bank's pending changes to its LangGraph store now (after `undo` or `review --accept`);
+    if the store cannot be reached, say that the watcher's next pass will."""
+    from memupdate.bank.live_sync import export_changes, is_live
+    from memupdate.bank.source_kinds import SourceError
+
+    if not is_live(bank):
+        return
+    try:
+        report = export_changes(bank, url=source_url)
+    except SourceError as exc:
+        err_console.print(f"{exc}; the store gets the change at `memupdate watch`'s next pass", highlight=False)
+        return
+    if report.written or report.already or report.conflicts:
+        console.print(report.summary(), highlight=False, soft_wrap=True)
 
 
 class EmbedderOnFirstUse:

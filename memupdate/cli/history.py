@@ -6,7 +6,7 @@ Nothing here loads a model or the embedder: these commands only read and restore
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import typer
 from rich.table import Table
@@ -15,15 +15,14 @@ from memupdate.cli.common import (
     URL_OPTION,
     changed_words,
     console,
+    export_live,
     open_store,
     plural,
     require_bank,
+    stated_line,
     user_errors,
 )
 from memupdate.errors import MemupdateError
-
-if TYPE_CHECKING:
-    from memupdate.bank.review_records import StatedMemory
 
 
 @user_errors
@@ -139,12 +138,6 @@ def _show_change(bank, change, as_json: bool) -> None:
         console.print(f"`memupdate undo {bank.path} --change {change.id}` reverts it", highlight=False, soft_wrap=True)
 
 
-def stated_line(memory: StatedMemory) -> str:
-    """`[key] text (stated 2024-06-02 18:30:00)`: a memory of a supersession, with when it was said."""
-    text = memory.content if memory.content is not None else "(no longer held anywhere)"
-    return f"[{memory.key}] {text} (stated {memory.stated_at or 'at an unknown time'})"
-
-
 @user_errors
 def undo_command(
     namespace: str = typer.Argument(..., help="The bank, e.g. imported/memories/alice."),
@@ -162,7 +155,6 @@ def undo_command(
     `memupdate watch` keeps in step with a LangGraph store, the store gets its items back too. An undone
     change is not proposed again while its sources are unchanged."""
     from memupdate.bank.change_log import undo, undo_change
-    from memupdate.cli.watch import export_live
     from memupdate.store import to_namespace
 
     bank = open_store(url, embed_on_demand=True).scoped(to_namespace(namespace))

@@ -23,8 +23,10 @@ from memupdate.cli.common import (
     check_policy_endpoint,
     console,
     err_console,
+    export_live,
     open_store,
     plural,
+    stated_line,
     user_errors,
 )
 from memupdate.errors import MemupdateError
@@ -199,8 +201,6 @@ def review_command(
 def _change_texts(change, pairs) -> str:
     """A change's sources, then its results, each whole; for one text rewritten, the words that changed;
     for a supersession, the stale text and the newer one that retires it, each with when it was stated."""
-    from memupdate.cli.history import stated_line
-
     if pairs:
         return "\n".join(f"{stated_line(p.stale)}\n-> superseded by\n{stated_line(p.newer)}" for p in pairs)
     lines = [f"[{m.key}] {m.content}" for m in change.sources] + ["->"]
@@ -228,20 +228,3 @@ def _decide(root, accept: int | None, reject: int | None, reason: str | None, so
                   f"changed, {applied.get('added', 0)} added; `memupdate undo {bank.path} --change {change.id}` reverts it",
                   highlight=False, soft_wrap=True)
     export_live(bank, source_url)
-
-
-def export_live(bank, source_url: str | None) -> None:
-    """Write a live bank's pending changes to its LangGraph store now; if the store cannot be reached, say
-    that the watcher's next pass will."""
-    from memupdate.bank.live_sync import export_changes, is_live
-    from memupdate.bank.source_kinds import SourceError
-
-    if not is_live(bank):
-        return
-    try:
-        report = export_changes(bank, url=source_url)
-    except SourceError as exc:
-        err_console.print(f"{exc}; the store gets the change at `memupdate watch`'s next pass", highlight=False)
-        return
-    if report.written or report.already or report.conflicts:
-        console.print(report.summary(), highlight=False, soft_wrap=True)
