@@ -72,6 +72,7 @@ from memupdate.store import (
 COMPACTED_OP = "compacted"
 WATCH_EPISODE = "watch"
 DEFAULT_GROW_BY = 20
+DEFAULT_INTERVAL = 60.0  # seconds between the watcher's passes
 # A fork no proposed change names and nobody wrote for this long is a killed run's leftover.
 ORPHAN_FORK_AGE = timedelta(minutes=15)
 
@@ -125,7 +126,7 @@ class BackgroundCompactor:
         self, root: MemoryStore, source: str, *, prefix: Sequence[str] = (), into: Namespace | None = None,
         policy: str | BaseChatModel = "heuristic", model: str | None = None, base_url: str | None = None,
         api_key: str | None = None, rule: SafetyRule | None = None, grow_by: int = DEFAULT_GROW_BY,
-        size: int | None = None, interval: float = 60.0,
+        size: int | None = None, interval: float = DEFAULT_INTERVAL,
         questions: Callable[[MemoryStore], Sequence[Any]] | None = None,
         skip_labels: Sequence[str] = (COMPACTION_LABEL,), on_step: Callable[[str, str], None] | None = None,
     ):

@@ -11,6 +11,7 @@ import typer
 from rich.table import Table
 
 from memupdate.agent.safety import SAFE_KINDS
+from memupdate.bank.review import UNRELATED_BELOW
 from memupdate.cli.common import (
     API_KEY_OPTION,
     BASE_URL_OPTION,
@@ -32,6 +33,20 @@ from memupdate.cli.common import (
 from memupdate.errors import MemupdateError
 
 
+def default_interval() -> float:
+    """`agent.background.DEFAULT_INTERVAL`, read when --interval is not given (the module is slow to import)."""
+    from memupdate.agent.background import DEFAULT_INTERVAL
+
+    return DEFAULT_INTERVAL
+
+
+def default_grow_by() -> int:
+    """`agent.background.DEFAULT_GROW_BY`, read when --grow-by is not given."""
+    from memupdate.agent.background import DEFAULT_GROW_BY
+
+    return DEFAULT_GROW_BY
+
+
 @user_errors
 def watch_command(
     source: str = typer.Argument(
@@ -41,9 +56,12 @@ def watch_command(
     prefix: str = typer.Option("", "--prefix", help="LangGraph: the namespace prefix to keep compact, e.g. memories."),
     into: str | None = typer.Option(None, "--into", help="LangGraph: bank root replacing the prefix (default imported/<prefix>)."),
     once: bool = typer.Option(False, "--once", help="One pass, then exit."),
-    interval: float = typer.Option(60.0, "--interval", min=1.0, help="Seconds between passes."),
-    grow_by: int = typer.Option(20, "--grow-by", min=1, help="Compact a bank again once it has grown by this many memories."),
-    size: int = typer.Option(20, "--size", min=2, max=200, help="Memories per episode (one neighbourhood)."),
+    interval: float = typer.Option(default_interval, "--interval", min=1.0, help="Seconds between passes (default: agent.background.DEFAULT_INTERVAL)."),
+    grow_by: int = typer.Option(
+        default_grow_by, "--grow-by", min=1, help="Compact a bank again once it has grown by this many memories (default: agent.background.DEFAULT_GROW_BY)."),
+    size: int | None = typer.Option(
+        None, "--size", min=2, max=200,
+        help="Memories per episode (one neighbourhood; default: the compaction's, agent.compaction.DEFAULT_NEIGHBOURHOOD)."),
     policy: str = EDITING_POLICY_OPTION,
     model: str | None = MODEL_OPTION,
     base_url: str | None = BASE_URL_OPTION,
@@ -52,7 +70,7 @@ def watch_command(
         ",".join(SAFE_KINDS), "--auto-kinds", help="Kinds of change that may apply themselves ('' : none, review everything)."
     ),
     min_similarity: float = typer.Option(
-        0.75, "--min-similarity", min=0.0, max=1.0, help="A merge applies itself only if its sources are at least this alike (cosine)."
+        UNRELATED_BELOW, "--min-similarity", min=0.0, max=1.0, help="A merge applies itself only if its sources are at least this alike (cosine)."
     ),
     review_everything: bool = typer.Option(False, "--review-everything", help="Apply nothing: queue every change for review."),
     apply_unclear_facts: bool = typer.Option(
