@@ -1,6 +1,6 @@
 """What the benchmarks share: a database, an embedder, 200 memories with questions, and the report.
 
-    args = parse_args(parser)                  # adds --url, --data-dir, --json
+    args = parse_args(parser)                  # adds --url, --data-dir, --out
     engine = open_engine(args)                 # --url, else an embedded server in a temp dir
     memories, questions, source = memory_bank(200, 64)
     with bench_namespace(engine, embedder) as root: ...   # everything under bench/<run id>, dropped at exit
@@ -42,7 +42,7 @@ console = Console(width=None if sys.stdout.isatty() else 120)
 def parse_args(parser: argparse.ArgumentParser, argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--url", help="postgresql://... of an external server instead of the embedded one")
     parser.add_argument("--data-dir", help="the embedded server's data dir (default: a temp dir)")
-    parser.add_argument("--json", metavar="OUT", help="also write the results as JSON to OUT")
+    parser.add_argument("--out", metavar="PATH", help="also write the results as JSON to PATH")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # no "Loading weights" bar amid ours
     return parser.parse_args(argv)
@@ -58,7 +58,7 @@ def bench_main(
     options: Callable[[argparse.ArgumentParser], None] | None = None,
 ) -> tuple[argparse.Namespace, dict[str, Any]]:
     """A benchmark's `main`: its command line (`python -m memupdate.bench.<name>`, described by the first
-    paragraph of `doc`, with its own `options` and the shared --url, --data-dir and --json), run, report,
+    paragraph of `doc`, with its own `options` and the shared --url, --data-dir and --out), run, report,
     and the JSON written; returns the arguments and the summary."""
     parser = argparse.ArgumentParser(prog=f"python -m memupdate.bench.{name}", description=(doc or "").split("\n\n")[0])
     if options is not None:
@@ -66,7 +66,7 @@ def bench_main(
     args = parse_args(parser, argv)
     summary = run(args)
     report(summary)
-    write_json(args.json, summary)
+    write_json(args.out, summary)
     return args, summary
 
 

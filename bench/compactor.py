@@ -11,7 +11,7 @@ it costs the app writing beside it.
    milliseconds with nothing else running, then while `BackgroundCompactor` passes (import, compaction,
    apply, per-change export under row locks) run back to back on that store.
 
-    python -m memupdate.bench.compactor [--sizes 1000,10000] [--writes 300] [--json OUT]
+    python -m memupdate.bench.compactor [--sizes 1000,10000] [--writes 300] [--out PATH]
 """
 
 from __future__ import annotations
@@ -201,7 +201,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(parser, argv)
     summary = run(args)
     report(summary)
-    write_json(args.json, summary)
+    write_json(args.out, summary)
 
 
 if __name__ == "__main__":

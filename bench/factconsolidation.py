@@ -19,7 +19,7 @@ model included; the PostgreSQL server's memory is its own):
 Targets: compacting (3) under 2 minutes; at least 95% of the stale facts the judge reads as updates
 (the older of each pair that meets and reads as an update) superseded.
 
-    python -m memupdate.bench.factconsolidation [--file FILE] [--facts 18000] [--json OUT]
+    python -m memupdate.bench.factconsolidation [--file FILE] [--facts 18000] [--out PATH]
     memupdate bench factconsolidation
 """
 

@@ -5,7 +5,7 @@ against the rule (the baseline) in the same run.
 Target: the local judge at most 20 ms a pair (p50, 2 cores). The pairs are everyday statements
 (`rl.data.generated_relations`), so the benchmark needs no data file.
 
-    python -m memupdate.bench.judge [--pairs 256] [--json OUT]
+    python -m memupdate.bench.judge [--pairs 256] [--out PATH]
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ is split into embedding, search (the proxy's batched fork searches and faithfuln
 searches), the fork-vs-base diff (SQL plus turning rows into records), and the rest (Python: the QA
 proxy's text work, faithfulness and efficiency). Target: >= 500 rewards/s.
 
-    python -m memupdate.bench.reward [--json OUT] [--url postgresql://...]      # under a minute
+    python -m memupdate.bench.reward [--out PATH] [--url postgresql://...]      # under a minute
     memupdate bench reward                                            # the same, through the CLI
 """
 

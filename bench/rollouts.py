@@ -15,7 +15,7 @@ One untimed pass first embeds every text the scripts use (as a long run's cache 
 so the timed passes measure database and Python work; the embedding model's time is reported.
 Connections: the rollouts use `worker_store()`, the per-process pool of `WORKER_CONNECTIONS`.
 
-    python -m memupdate.bench.rollouts [--json OUT] [--url postgresql://...]      # a few minutes
+    python -m memupdate.bench.rollouts [--out PATH] [--url postgresql://...]      # a few minutes
 """
 
 from __future__ import annotations

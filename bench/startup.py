@@ -10,7 +10,7 @@ reported with the CPU seconds of the command (user + system, its children includ
 average: on a shared machine the wall time is mostly waiting, the CPU time is what an idle machine pays.
 A command that loads torch or the embedding model shows it at once (several CPU seconds).
 
-    python -m memupdate.bench.startup [--repeats 3] [--json OUT]
+    python -m memupdate.bench.startup [--repeats 3] [--out PATH]
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ Rows, per size and per store:
 configures for `index={"dims": 384, "embed": ...}`: HNSW, cosine (approximate; memupdate scans exactly).
 
     python -m memupdate.bench.store                              # embedded server in a fresh temp dir, ~6-8 min
-    python -m memupdate.bench.store --sizes 200,5000 --queries 200 --json bench-store.json --plot cost.png
+    python -m memupdate.bench.store --sizes 200,5000 --queries 200 --out bench-store.json --plot cost.png
     memupdate bench store --sizes 200                  # the same, through the CLI
 
 Every namespace it writes lives under `bench/<run id>/...` and is dropped at the end, the

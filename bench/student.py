@@ -13,7 +13,7 @@ Figures: rollouts per minute, new tokens and prefill tokens (prompt tokens run t
 came from a KV cache) per rollout, mean reward, and `speedup` = batched / alone rollouts per minute. The
 load average is recorded beside each time: the machine may be shared.
 
-    python -m memupdate.bench.student [--json OUT] [--model PATH] [--threads N]     # ~10 min on 2 cores
+    python -m memupdate.bench.student [--out PATH] [--model PATH] [--threads N]     # ~10 min on 2 cores
 """
 
 from __future__ import annotations
@@ -37,13 +37,16 @@ from memupdate.bench.common import (
     print_table,
     server_line,
 )
+from memupdate.rl.distill.config import LearnConfig
 
 UNITS = 3
 MEMBERS = 4
 COMPACT_MEMORIES = 250
-SETTINGS = {"temperature": 0.8, "max_new_tokens": 192, "max_prose_tokens": 48}
-BUDGETS = {"max_turns": 4, "max_operations": 6}
-NEIGHBOURHOOD = 10
+# The learning run's own decoding settings, budgets and neighbourhood, read from their one home.
+_LEARN = LearnConfig()
+SETTINGS = {"temperature": _LEARN.temperature, "max_new_tokens": _LEARN.max_new_tokens, "max_prose_tokens": _LEARN.max_prose_tokens}
+BUDGETS = {"max_turns": _LEARN.max_turns, "max_operations": _LEARN.max_operations}
+NEIGHBOURHOOD = _LEARN.neighbourhood
 
 
 class TokenMeter:

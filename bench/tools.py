@@ -7,7 +7,7 @@ embedder's cache, so the embedding model runs inside the call; its time is measu
 model) p50 <= 10 ms", is judged on p50 minus embedding; the table shows both. Write tools re-fork
 the base (untimed) every 10 calls, so the namespace stays near 200 memories.
 
-    python -m memupdate.bench.tools [--json OUT] [--url postgresql://...]      # ~20 s
+    python -m memupdate.bench.tools [--out PATH] [--url postgresql://...]      # ~20 s
 """
 
 from __future__ import annotations

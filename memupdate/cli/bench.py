@@ -123,7 +123,7 @@ def _run(names: list[str], json_out: Path | None, plot: Path | None, url: str | 
             continue
         console.rule(f"bench {name}")
         out = Path(tempfile.mkstemp(prefix=f"bench-{name}-", suffix=".json")[1])
-        argv = [*common, "--json", str(out)]
+        argv = [*common, "--out", str(out)]
         if name == "store":
             argv += ["--sizes", sizes, "--queries", str(queries)] + (["--plot", str(plot)] if plot else [])
         began = time.perf_counter()
