@@ -48,7 +48,8 @@ _REASON_KEY = re.compile(r'"reason"\s*:\s*"')
 _PENDING_ESCAPE = re.compile(r"(?<!\\)(?:\\\\)*\\$")
 # A unicode escape (a backslash and `u`, not an escaped backslash and a `u`): no reason needs one.
 _UNICODE_ESCAPE = re.compile(r"(?<!\\)(?:\\\\)*\\u")
-_LABEL = "update:"
+# How a supersession's reason begins: the heuristic writes it, the student's constraints read it.
+UPDATE_LABEL = "update:"
 # The other handle of a supersession's pair, where the call has written it: the two must differ.
 _VALUE = {
     "memory_id": re.compile(r'"superseded_by"\s*:\s*"([^"]*)"'),
@@ -89,10 +90,10 @@ def named_by_reason(call: str, texts: Mapping[str, str]) -> frozenset[str]:
     """The live handles a supersession's reason names: those whose text begins with the words after its
     `update:` label, when two or more do; else none. `call` is the call's text so far."""
     reason = _REASON.search(call)
-    if not reason or not reason.group(1).startswith(_LABEL):
+    if not reason or not reason.group(1).startswith(UPDATE_LABEL):
         return frozenset()
     try:
-        words = _words(json.loads(f'"{reason.group(1)}"').removeprefix(_LABEL))
+        words = _words(json.loads(f'"{reason.group(1)}"').removeprefix(UPDATE_LABEL))
     except json.JSONDecodeError:
         return frozenset()
     if not words:
@@ -117,8 +118,8 @@ def reason_state(value: str, texts: Mapping[str, str], last: bool = False) -> st
     OPEN while it can still become one, None once it cannot. A reason without the `update:` label is free
     (DONE), but for one that may still become the label (OPEN)."""
     raw, after = _string_so_far(value)
-    if not raw.startswith(_LABEL):
-        return OPEN if after is None and _LABEL.startswith(raw) else DONE
+    if not raw.startswith(UPDATE_LABEL):
+        return OPEN if after is None and UPDATE_LABEL.startswith(raw) else DONE
     if any(ord(ch) < 0x20 for ch in raw):
         return None  # a raw newline or tab: no JSON string holds one
     # The words are written as they are (the labels' JSON keeps non-ASCII): a unicode escape begun may have no
@@ -130,7 +131,7 @@ def reason_state(value: str, texts: Mapping[str, str], last: bool = False) -> st
         fits = (reason_state(value + piece, texts, last) for piece in ('"', "\\"))
         return OPEN if any(state is not None for state in fits) else None
     try:
-        written = json.loads(f'"{raw}"').removeprefix(_LABEL)
+        written = json.loads(f'"{raw}"').removeprefix(UPDATE_LABEL)
     except json.JSONDecodeError:
         return None  # an escape JSON has not (`\s`)
     if "  " in written or any(ch.isspace() and ch != " " for ch in written):

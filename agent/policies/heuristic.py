@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 from pydantic import Field, PrivateAttr
 
+from memupdate.agent.policies.handles import UPDATE_LABEL
 from memupdate.agent.policies.planning import PlanningPolicy, ToolCall
 from memupdate.judge import Verdict, judge_memories
 from memupdate.judge.meeting import candidate_pairs
@@ -208,7 +209,7 @@ class HeuristicPolicy(PlanningPolicy):
         for _, _, older, newer in sorted(updates, key=lambda u: (u[0], u[1], u[2].key)):
             if older.key in gone or newer.key in gone:
                 continue
-            reason = f"update: {shared_head(older.content, newer.content) or newer.content}"  # the fact that changed first
+            reason = f"{UPDATE_LABEL} {shared_head(older.content, newer.content) or newer.content}"  # the fact that changed first
             calls.append(("delete_memory", {"reason": reason, "memory_id": older.key, "superseded_by": newer.key}))
             gone.add(older.key)
         touched |= gone
