@@ -76,15 +76,17 @@ class ChangeRecord:
 
 
 def propose_change(
-    bank: MemoryStore, fork: MemoryStore, *, policy: str | None, summary: dict[str, Any], details: dict[str, Any]
+    bank: MemoryStore, fork: MemoryStore, *, policy: str | None, summary: dict[str, Any], details: dict[str, Any],
+    change_id: int | None = None,
 ) -> ChangeRecord:
-    """Record `fork` as a proposed change of `bank` (nothing in the bank changes)."""
+    """Record `fork` as a proposed change of `bank` (nothing in the bank changes); under `change_id` when
+    one was taken with `next_change_id` (a compaction names its fork after it), else the next id."""
+    values = {"namespace": bank.path, "fork": fork.path, "status": "proposed", "policy": policy, "summary": summary,
+              "details": details}
+    if change_id is not None:
+        values["id"] = change_id
     with bank.engine.begin() as conn:
-        row = conn.execute(
-            insert(changes)
-            .values(namespace=bank.path, fork=fork.path, status="proposed", policy=policy, summary=summary, details=details)
-            .returning(*changes.c)
-        ).one()
+        row = conn.execute(insert(changes).values(**values).returning(*changes.c)).one()
     return _change(row)
 
 
@@ -92,19 +94,6 @@ def next_change_id(bank: MemoryStore) -> int:
     """A fresh id from the changes' sequence (a compaction names its fork after it before proposing)."""
     with bank.engine.begin() as conn:
         return conn.execute(text("SELECT nextval(pg_get_serial_sequence('memory_changes', 'id'))")).scalar_one()
-
-
-def propose_change_with_id(
-    bank: MemoryStore, change_id: int, fork: MemoryStore, *, policy: str | None, summary: dict[str, Any], details: dict[str, Any]
-) -> ChangeRecord:
-    """`propose_change` under an id taken with `next_change_id`."""
-    with bank.engine.begin() as conn:
-        row = conn.execute(
-            insert(changes)
-            .values(id=change_id, namespace=bank.path, fork=fork.path, status="proposed", policy=policy, summary=summary, details=details)
-            .returning(*changes.c)
-        ).one()
-    return _change(row)
 
 
 def get_change(bank: MemoryStore, change_id: int) -> ChangeRecord:

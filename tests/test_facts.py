@@ -18,7 +18,7 @@ from memupdate.bank.change_log import (
     apply_change,
     history,
     next_change_id,
-    propose_change_with_id,
+    propose_change,
     superseded_rows,
     undo_change,
 )
@@ -101,8 +101,8 @@ def test_the_rule_supersedes_the_older_statement_and_undo_brings_it_back(store: 
     assert by[old].coverage.superseded_by == {old: new} and not by[old].coverage.flagged
     assert all(c.facts.clear and SafetyRule().holds(c) == [] for c in done.review.changes)
 
-    change = propose_change_with_id(bank, change_id, done.fork, policy="heuristic", summary={},
-                                    details={"replaced": replaced_by(done.review.changes), "review": done.review.to_json()})
+    change = propose_change(bank, done.fork, change_id=change_id, policy="heuristic", summary={},
+                            details={"replaced": replaced_by(done.review.changes), "review": done.review.to_json()})
     apply_change(bank, change.id)
     assert {m.key for m in bank.list()} == {new, pesapallo, nurse}
     kept = {r["key"]: r for r in superseded_rows(bank)}

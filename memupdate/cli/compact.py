@@ -151,7 +151,7 @@ def propose_compaction(root, bank, policy, options, size, probe, review: Path | 
     `memupdate compact` and `memupdate demo` both compact through here."""
     from memupdate.agent.compaction import BankMoved, compact
     from memupdate.agent.policies import make_policy
-    from memupdate.bank.change_log import next_change_id, propose_change_with_id
+    from memupdate.bank.change_log import next_change_id, propose_change
     from memupdate.bank.namespaces import compaction_namespace
     from memupdate.bank.review import replaced_by
     from memupdate.bank.review_html import render_html
@@ -176,8 +176,8 @@ def propose_compaction(root, bank, policy, options, size, probe, review: Path | 
         "counts": page.counts.to_json(), "qa": qa, "episodes": result.episodes, "failed_episodes": result.failed_episodes,
         "stop_reasons": result.stop_reasons, "seconds": round(done.seconds, 1), "neighbourhood_size": size,
     }
-    proposal = propose_change_with_id(
-        bank, change_id, result.fork, policy=page.policy, summary=summary,
+    proposal = propose_change(
+        bank, result.fork, change_id=change_id, policy=page.policy, summary=summary,
         details={"replaced": replaced_by(page.changes), "calls": result.calls, "review": page.to_json()},
     )
     review = review or Path(f"review-{bank.path.replace('/', '_')}-c{change_id}.html")
