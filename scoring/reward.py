@@ -49,7 +49,7 @@ this path to, to 1e-9.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
@@ -276,23 +276,9 @@ def compute_reward(
         raise ValueError("compute_reward needs at least one question with an answer")
     base_scores, fork_scores, changes, base_snapshot = scored_sides(base, fork, questions, config)
     delta, target_delta, collateral_delta = performance_delta(base_scores, fork_scores, config)
-    efficiency = efficiency_of_changes(changes, config)
-    faithfulness = base_faithfulness(base, base_snapshot, changes)
-    penalty = unsupported_penalty(faithfulness, config)
-    return RewardBreakdown(
-        reward=combine(delta, efficiency.value) - penalty,
-        performance_delta=delta,
-        target_delta=target_delta,
-        collateral_delta=collateral_delta,
-        qa_before=base_scores[0].qa_score,
-        qa_after=fork_scores[0].qa_score,
-        context_tokens_before=base_scores[0].context_tokens,
-        context_tokens_after=fork_scores[0].context_tokens,
-        efficiency=efficiency,
-        faithfulness=faithfulness,
-        unsupported_penalty=penalty,
-        base_scores=tuple(base_scores),
-        fork_scores=tuple(fork_scores),
+    return _breakdown(
+        base, base_snapshot, changes, base_scores, fork_scores, config, _target_side, delta=delta,
+        target_delta=target_delta, collateral_delta=collateral_delta, efficiency=efficiency_of_changes(changes, config),
     )
 
 
@@ -317,30 +303,55 @@ def compute_compaction_reward(
     efficiency = efficiency_of_changes(
         replace(changes, memories_before=size, memories_after=size + changes.memories_after - changes.memories_before), config
     )
-    faithfulness = base_faithfulness(base, base_snapshot, changes)
-    penalty = unsupported_penalty(faithfulness, config)
     lost = lost_sources(base, fork) if changes.edited else 0
     coverage = min(config.max_unsupported_penalty, config.coverage_cost * lost)
     failed = config.failed_call_cost * failed_calls
+    return _breakdown(
+        base, base_snapshot, changes, base_scores, fork_scores, config, _mean_side, delta=delta, target_delta=delta,
+        collateral_delta=None, efficiency=efficiency, costs=(coverage, failed), reach=reach, lost_sources=lost,
+        coverage_penalty=coverage, failed_calls=failed_calls, failed_call_penalty=failed,
+    )
+
+
+def _target_side(scores: Sequence[QAScore]) -> tuple[float, int]:
+    """A targeted episode's QA and context tokens on one side: its target question's (`scores[0]`)."""
+    return scores[0].qa_score, scores[0].context_tokens
+
+
+def _mean_side(scores: Sequence[QAScore]) -> tuple[float, int]:
+    """A compaction's QA and context tokens on one side: the mean over every question of the bank."""
+    return mean([s.qa_score for s in scores]), round(mean([s.context_tokens for s in scores]))
+
+
+def _breakdown(
+    base: MemoryStore, base_snapshot: dict[str, MemoryRecord], changes: NamespaceChanges, base_scores: Sequence[QAScore],
+    fork_scores: Sequence[QAScore], config: RewardConfig, side: Callable[[Sequence[QAScore]], tuple[float, int]], *,
+    delta: float, target_delta: float, collateral_delta: float | None, efficiency: Efficiency,
+    costs: Sequence[float] = (), **compaction: Any,
+) -> RewardBreakdown:
+    """The one assembly of a breakdown: faithfulness and its penalty, the reward (`combine` less the penalty
+    and each of `costs`, in order), each side's QA and context tokens as `side` reads them."""
+    faithfulness = base_faithfulness(base, base_snapshot, changes)
+    penalty = unsupported_penalty(faithfulness, config)
+    reward = combine(delta, efficiency.value) - penalty
+    for cost in costs:
+        reward -= cost
+    (qa_before, tokens_before), (qa_after, tokens_after) = side(base_scores), side(fork_scores)
     return RewardBreakdown(
-        reward=combine(delta, efficiency.value) - penalty - coverage - failed,
+        reward=reward,
         performance_delta=delta,
-        target_delta=delta,
-        collateral_delta=None,
-        qa_before=mean([s.qa_score for s in base_scores]),
-        qa_after=mean([s.qa_score for s in fork_scores]),
-        context_tokens_before=round(mean([s.context_tokens for s in base_scores])),
-        context_tokens_after=round(mean([s.context_tokens for s in fork_scores])),
+        target_delta=target_delta,
+        collateral_delta=collateral_delta,
+        qa_before=qa_before,
+        qa_after=qa_after,
+        context_tokens_before=tokens_before,
+        context_tokens_after=tokens_after,
         efficiency=efficiency,
         faithfulness=faithfulness,
         unsupported_penalty=penalty,
-        reach=reach,
-        lost_sources=lost,
-        coverage_penalty=coverage,
-        failed_calls=failed_calls,
-        failed_call_penalty=failed,
         base_scores=tuple(base_scores),
         fork_scores=tuple(fork_scores),
+        **compaction,
     )
 
 
