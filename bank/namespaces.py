@@ -1,6 +1,6 @@
 """Where a bank's proposed change is built: a fork under the bank, named after the change's id.
 
-    from memupdate.bank.namespaces import COMPACTION_LABEL, compaction_namespace
+    from memupdate.bank.namespaces import bank_exists, banks_under, compaction_namespace
 
     compaction_namespace(("locomo", "conv-26"), 7)   # ("locomo", "conv-26", "compaction", "c7")
     bank_exists(engine, "locomo/conv-62")            # False: no memories, events or changes were ever there

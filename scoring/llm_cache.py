@@ -1,8 +1,9 @@
 """The reply cache of the LLM answerer and judge: one row per prompt ever answered, in `llm_replies`.
 
-    from memupdate.scoring.llm_cache import LLMReplyCache, ReplyKey
+    from memupdate.scoring.llm_cache import LLMReplyCache, ReplyKey, prompt_digest
     cache = LLMReplyCache(engine)
-    key = ReplyKey("answer", "qwen2.5-7b", template_hash, input_hash, "When did Ann move?")
+    question, context = "When did Ann move?", "Ann moved to Oslo on 7 May 2023."
+    key = ReplyKey("answer", "qwen2.5-7b", prompt_digest("Answer from: {context}"), prompt_digest(question, context), question)
     cache.get_many([key])          # {} the first time
     cache.put(key, "7 May 2023")   # committed at once, so a run that dies keeps what it has
     cache.get_many([key])          # {key: "7 May 2023"}

@@ -1,6 +1,6 @@
 """LoCoMo's own QA metrics, matched to its `task_eval/evaluation.py`.
 
-    from memupdate.scoring.metrics import locomo_f1, bleu1
+    from memupdate.scoring.metrics import bleu1, locomo_f1, substring_exact_match
     locomo_f1("She went on 7 May 2023.", "7 May 2023", category=2)   # 0.67
     locomo_f1("Sweden, Norway", "Norway, Sweden", category=1)          # 1.0: part by part
     locomo_f1("Not mentioned in the conversation", "", category=5)     # 1.0

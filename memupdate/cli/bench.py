@@ -1,6 +1,6 @@
 """`memupdate bench`: every benchmark figure from one command.
 
-    memupdate bench all --json bench.json --plot cost.png     # store, tools, reward, rollouts, student (~20 min)
+    memupdate bench all --out bench.json --plot cost.png      # store, tools, reward, rollouts, student (~20 min)
     memupdate bench store --sizes 200,5000                    # one benchmark, smaller
     memupdate bench reward
     memupdate bench compactor                                 # memupdate watch: memories/s, the app's write latency

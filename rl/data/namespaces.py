@@ -1,6 +1,8 @@
 """Where memupdate's memory banks live: a conversation's base, its trajectory forks, verl's rollout forks.
 
-    from memupdate.rl.data.namespaces import base_namespace, trajectory_id, trajectory_namespace, fork_base
+    from memupdate.rl.data.namespaces import (
+        base_namespace, conversation_of, fork_base, rollout_label, rollout_namespace, trajectory_id, trajectory_namespace,
+    )
 
     base_namespace("conv-26")                                  # ("locomo", "conv-26")
     conversation_of(("locomo", "conv-26"))                     # "conv-26"; None for any other bank
