@@ -9,9 +9,9 @@
     rule.holds(review_change, qa.worse_keys)             # where the bank has questions (`scoring.qa_change`)
 
 The default applies a change only when every check passes: its kind is a merge, an update, a
-supersession or a delete; a supersession the relation judge reads as a clear update (same subject and
-attribute, the newer current and stated later, with a confidence at least the judge's calibrated
-threshold: `bank.review`), and a merge none of whose sources updates another or tells another event;
+supersession or a delete; a supersession the relation judge's decision applies by itself (an update,
+the newer current and stated later, at a confidence at least the judge's calibrated threshold:
+`judge.decision`, read in `bank.review`), and a merge none of whose sources updates another or tells another event;
 no review flag (a supersession by a dissimilar memory, a wipe dressed as updates); no coverage flag
 (no source loses a content word, a deleted memory is held elsewhere; a merge of statements the judge
 confidently reads as one fact told twice keeps the fullest wording and may drop a synonym); no word its

@@ -287,10 +287,11 @@ def _facts(
     """How the relation judge reads the statements a change joins or retires: for a merge, the pairs of
     its sources; for a supersession, each stale memory and the memory named newer (the judge's relation,
     its confidence, whether the newer is the one it reads as current, and how alike the two are).
-    `clear` only when every pair is an update read confidently (at least the judge's `threshold`) with
-    the newer current (a supersession), or none is an update or two events (a merge): what the safety
-    rule lets apply itself. `duplicates`: a merge whose every pair the judge confidently reads as one fact."""
-    threshold = getattr(judge, "threshold", 1.0)
+    `clear` only when the judge's decision (`judge.decision.AutoApply.act`) applies every pair's update
+    by itself, the newer stated later and current (a supersession), or no pair is an update or two events
+    (a merge): what the safety rule lets apply itself. `duplicates`: a merge whose every pair the decision
+    would merge by itself (one fact told twice)."""
+    auto = judge.auto_apply
     name = getattr(judge, "name", "judge")
     sources = draft.sources
     if draft.kind == "supersede":
@@ -298,7 +299,7 @@ def _facts(
         pairs = [(m, after.get(named[m.key]) or before.get(named[m.key])) for m in sources]
         known = [(m, n) for m, n in pairs if n is not None]
         verdicts = dict(zip([m.key for m, _ in known], judge_memories(judge, known), strict=True))
-        read = []
+        read, applies = [], []
         for m, n in pairs:
             verdict = verdicts.get(m.key)
             read.append(SupersededPair(
@@ -309,14 +310,16 @@ def _facts(
                 bool(verdict and verdict.current == "second"),
                 _similarity(vectors, m.key, n.key) if n else None,
             ))
-        clear = all(r.relation == "update" and r.stated_later and r.newer_current and r.confidence >= threshold for r in read)
-        return JudgeReading(name, threshold, tuple(read), clear)
+            applies.append(verdict is not None and verdict.relation == "update" and auto.act(verdict) == "apply")
+        clear = all(ok and r.stated_later and r.newer_current for ok, r in zip(applies, read, strict=True))
+        shown = min((auto.threshold(v) for v in verdicts.values() if v.relation == "update"), default=auto.update)
+        return JudgeReading(name, round(shown, 4), tuple(read), clear)
     if draft.kind == "merge":
         both = [(a, b) for i, a in enumerate(sources) for b in sources[i + 1 :]]
-        merged = tuple(MergedPair(a.key, b.key, v.relation, round(v.confidence, 3))
-                       for (a, b), v in zip(both, judge_memories(judge, both), strict=True))
-        return JudgeReading(name, threshold, merged, not any(r.relation in ("update", "events") for r in merged),
-                            duplicates=bool(merged) and all(r.relation == "duplicate" and r.confidence >= threshold for r in merged))
+        verdicts = judge_memories(judge, both)
+        merged = tuple(MergedPair(a.key, b.key, v.relation, round(v.confidence, 3)) for (a, b), v in zip(both, verdicts, strict=True))
+        return JudgeReading(name, round(auto.duplicate, 4), merged, not any(r.relation in ("update", "events") for r in merged),
+                            duplicates=bool(verdicts) and all(v.relation == "duplicate" and auto.act(v) == "apply" for v in verdicts))
     return None
 
 

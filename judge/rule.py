@@ -13,13 +13,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from memupdate.judge.decision import AutoApply
 from memupdate.judge.verdict import Pair, Verdict, later
 from memupdate.text.facts import relation
 
 
 class RuleJudge:
     name = "rule"
-    threshold = 1.0
+    auto_apply = AutoApply(update=1.0, rule_update=1.0, duplicate=1.0)  # the rule is exact where it reads a change
 
     def judge(self, pairs: Sequence[Pair]) -> list[Verdict]:
         verdicts = []

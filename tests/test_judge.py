@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 from memupdate.cli import app
 from memupdate.errors import MemupdateError
 from memupdate.judge import Statement, Verdict, later
+from memupdate.judge.decision import AutoApply
 from memupdate.judge.endpoint import EndpointJudge, read_reply
 from memupdate.judge.meeting import candidate_pairs
 from memupdate.judge.pairs import LabelledPair, read_pairs, score_judge, write_pairs
@@ -25,6 +26,9 @@ def test_later_compares_at_the_coarser_grain() -> None:
     assert later(Statement("a", "2024-01-02"), Statement("b", "2024-03-01T10:00")) == "second"
     assert later(Statement("a", "2024-03-01T11:00"), Statement("b", "2024-03-01")) is None  # one day
     assert later(Statement("a"), Statement("b", "2024-01-01")) is None
+    # One batch of an app's writes is not ordered by its milliseconds or seconds; a minute apart is.
+    assert later(Statement("a", "2024-03-01T10:00:00.120"), Statement("b", "2024-03-01T10:00:41.900")) is None
+    assert later(Statement("a", "2024-03-01T10:00:00+00:00"), Statement("b", "2024-03-01T10:02:00+00:00")) == "second"
 
 
 def test_the_rule_reads_the_template_and_never_supersedes_events() -> None:
@@ -38,7 +42,7 @@ def test_the_rule_reads_the_template_and_never_supersedes_events() -> None:
 
 
 class Scripted:
-    name, threshold = "scripted", 0.5
+    name, auto_apply = "scripted", AutoApply(update=0.5, rule_update=0.5, duplicate=0.5)
 
     def __init__(self, verdicts: list[Verdict]):
         self.verdicts = verdicts
@@ -126,7 +130,7 @@ def test_the_shipped_local_judge_reads_plain_english(local_judge) -> None:
     assert (verdicts[0].relation, verdicts[0].current) == ("update", "second")
     assert verdicts[1].relation in ("events", "compatible")
     assert 0.0 < verdicts[0].confidence <= 1.0 and abs(sum(verdicts[0].scores.values()) - 1.0) < 1e-3
-    assert 0.5 <= local_judge.threshold <= 1.0
+    assert 0.5 <= local_judge.auto_apply.update <= 1.0 and local_judge.card["calibrated_on"]["pairs"] > 1000
 
 
 def test_eval_relations_prints_each_judge(tmp_path, local_judge) -> None:
@@ -227,7 +231,7 @@ def test_training_writes_weights_that_build_into_a_judge(tmp_path) -> None:
     pairs = generated_pairs(12, seed=1)
     card = train_judge(pairs[:8], pairs[8:], JudgeTrainConfig(epochs=1.0, batch_size=4, train_layers=1), tmp_path / "run")
     assert card["train_pairs"] == 8 and card["recipe_pairs"] == 4 and card["labels"] == ["duplicate", "update", "compatible", "events"]
-    assert 0.5 <= card["threshold"] <= 0.99 and card["temperature"] > 0
+    assert card["auto_apply"] == AutoApply.never().to_json() and card["temperature"] > 0  # no recipe banks: nothing applies itself
     built = build_judge(tmp_path / "judge", tmp_path / "run" / "relation-judge.safetensors", tmp_path / "run" / "relation-judge.json")
     judge = LocalJudge(built)
     [verdict] = judge.judge([(Statement("Sam lives in Oslo"), Statement("Sam moved to Rome"))])

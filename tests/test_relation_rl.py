@@ -66,7 +66,7 @@ def tiny_judge(tmp_path):
     torch.manual_seed(0)
     BertForSequenceClassification(config).save_pretrained(folder)
     tokenizer.save_pretrained(folder)
-    (folder / CARD).write_text(json.dumps({"labels": list(RELATIONS), "temperature": 1.0, "threshold": 0.8, "recipe": {"target_precision": 0.9}}))
+    (folder / CARD).write_text(json.dumps({"labels": list(RELATIONS), "temperature": 1.0, "auto_apply": {"update": 0.8}, "recipe": {"target_precision": 0.9}}))
     return folder
 
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 import re
+from datetime import datetime
 from typing import TYPE_CHECKING, Literal
 
 from memupdate.text.strategies import content_words
@@ -41,6 +42,7 @@ MAX_DIFFERING_TAIL = 6
 # ...after a shared beginning of at least this many tokens and this share of the longer statement.
 MIN_SHARED_HEAD = 3
 MIN_SHARED_SHARE = 0.6
+SAME_BATCH_SECONDS = 60  # statements written this close together are one batch: neither is stated later
 _TOKEN = re.compile(r"[\w'’-]+")
 
 
@@ -107,14 +109,26 @@ def shown_time(memory: MemoryRecord) -> str | None:
 
 
 def is_newer(a: MemoryRecord, b: MemoryRecord) -> bool | None:
-    """Whether `a` was stated after `b`; None when either time is unknown or they are equal."""
-    ta, tb = stated_at(a), stated_at(b)
+    """Whether `a` was stated after `b`; None when either time is unknown or they are not ordered
+    (`stated_later`)."""
+    return stated_later(stated_at(a), stated_at(b))
+
+
+def stated_later(ta: str | None, tb: str | None) -> bool | None:
+    """Whether time `ta` is later than `tb` (ISO strings); None when either is unknown, they fall on one
+    day where one of them is only a day, or they lie within SAME_BATCH_SECONDS of each other: one batch
+    of an app's writes is not ordered by milliseconds, so neither of its statements is stated later."""
     if ta is None or tb is None:
         return None
-    ca, cb = _comparable(ta, tb), _comparable(tb, ta)
-    return None if ca == cb else ca > cb
+    if min(len(ta), len(tb)) <= 10:
+        a, b = ta[:10], tb[:10]
+        return None if a == b else a > b
+    try:
+        gap = (_instant(ta) - _instant(tb)).total_seconds()
+    except (TypeError, ValueError):  # not ISO, or one with a zone and one without: the text orders them
+        return None if ta == tb else ta > tb
+    return None if abs(gap) < SAME_BATCH_SECONDS else gap > 0
 
 
-def _comparable(value: str, other: str) -> str:
-    # A day against a time cannot be ordered within that day: compare at the coarser grain of the two.
-    return value[:10] if min(len(value), len(other)) <= 10 else value
+def _instant(value: str) -> datetime:
+    return datetime.fromisoformat(value.replace("Z", "+00:00"))

@@ -47,6 +47,7 @@ def train_command(
     data: Path = typer.Option(DEFAULT_DATA, "--data", help="The development data folder."),
     out: Path = typer.Option(Path("runs/judge"), "--out", help="The checkpoint folder to write."),
     generated: int = typer.Option(RECIPE.generated, "--generated", help="Generated everyday pairs added to training (never evaluated)."),
+    unrelated: int = typer.Option(RECIPE.unrelated, "--unrelated", help="Cross-person natural true pairs added to training (never evaluated)."),
     epochs: float = typer.Option(RECIPE.epochs, "--epochs"),
     learning_rate: float = typer.Option(RECIPE.learning_rate, "--learning-rate"),
     train_layers: int = typer.Option(RECIPE.train_layers, "--train-layers", help="MiniLM's top layers trained (of 6)."),
@@ -59,11 +60,14 @@ def train_command(
 
     from memupdate.judge.local import SHIPPED_CARD, SHIPPED_DELTA
     from memupdate.judge.train import train_judge
-    from memupdate.rl.data.generated_relations import generated_pairs
+    from memupdate.rl.data.relations import judge_data
 
-    parts = _parts(data)
-    train = parts["train"] + generated_pairs(generated, seed=seed)
-    config = JudgeTrainConfig(learning_rate=learning_rate, epochs=epochs, train_layers=train_layers, seed=seed, generated=generated)
+    _data_folder(data)
+    with console.status("reading the development data ..."):
+        got = judge_data(data, generated=generated, unrelated=unrelated, seed=seed)
+    train = got.train
+    config = JudgeTrainConfig(learning_rate=learning_rate, epochs=epochs, train_layers=train_layers, seed=seed,
+                              generated=generated, unrelated=unrelated)
     started = time.time()
     with Progress(console=console) as bar:
         task = bar.add_task("training the judge", total=None)
@@ -71,18 +75,19 @@ def train_command(
         def progress(step: int, steps: int, loss: float) -> None:
             bar.update(task, completed=step, total=steps, description=f"training the judge (loss {loss:.3f})")
 
-        card = train_judge(train, parts["recipe"], config, out, progress=progress)
+        card = train_judge(train, got.recipe, config, out, recipe_banks=got.recipe_banks, progress=progress)
     console.print(f"trained on {len(train)} pairs in {(time.time() - started) / 60:.1f} min; temperature "
-                  f"{card['temperature']}, auto-apply threshold {card['threshold']}; checkpoint in {out}", highlight=False)
+                  f"{card['temperature']}, applies itself at {card['auto_apply']} (calibrated on {card['calibrated_on']['pairs']} "
+                  f"pairs that meet in {card['calibrated_on']['banks']} recipe banks); checkpoint in {out}", highlight=False)
     if reliability:
         from memupdate.judge.calibration import plot_reliability
         from memupdate.judge.calibration import reliability as bins
         from memupdate.judge.local import LocalJudge
         from memupdate.judge.pairs import right
 
-        verdicts = LocalJudge(out).judge([p.statements for p in parts["recipe"]])
-        rows = bins([v.confidence for v in verdicts], [right(p, v) for v, p in zip(verdicts, parts["recipe"], strict=True)])
-        plot_reliability(rows, reliability, threshold=card["threshold"], title=f"recipe pairs kept out of training ({len(verdicts)})")
+        verdicts = LocalJudge(out).judge([p.statements for p in got.recipe])
+        rows = bins([v.confidence for v in verdicts], [right(p, v) for v, p in zip(verdicts, got.recipe, strict=True)])
+        plot_reliability(rows, reliability, threshold=card["auto_apply"]["update"], title=f"recipe pairs kept out of training ({len(verdicts)})")
         console.print(f"reliability curve: {reliability}", highlight=False)
     if ship:
         shutil.copy(out / "relation-judge.safetensors", SHIPPED_DELTA)
@@ -130,7 +135,7 @@ def learn_command(
 
 
 def relations_eval_command(
-    file: Path = typer.Option(..., "--file", help="Labelled pairs, JSON lines: first, second, label[, first_time, second_time]."),
+    file: Path | None = typer.Option(None, "--file", help="Labelled pairs, JSON lines: first, second, label[, first_time, second_time]."),
     judge: str = typer.Option("rule,local", "--judge", help="Judges, comma-separated: rule, local, a checkpoint folder, openai:<model>."),
     judge_base_url: str | None = typer.Option(None, "--judge-base-url", help="The endpoint of an openai: judge."),
     judge_api_key: str | None = typer.Option(None, "--judge-api-key"),
@@ -138,9 +143,13 @@ def relations_eval_command(
     sources: str | None = typer.Option(None, "--sources", help="Only pairs whose source begins with one of these, comma-separated (e.g. jenverse,longmemeval)."),
     downstream: bool = typer.Option(False, "--downstream", help="Also build a bank per group (person), compact it with the defaults reading each judge, and count updates resolved, compatible pairs harmed, duplicates merged, statements lost."),
     url: str | None = typer.Option(None, "--url", help="Database URL for --downstream and an endpoint's reply cache (default: the configured or embedded one)."),
+    store_view: Path | None = typer.Option(None, "--store-view", help="The development data folder: build a bank per person from each source and judge every pair that meets (not only labelled ones): what each judge's auto-apply decision does by itself."),
+    part: str = typer.Option("eval", "--part", help="With --store-view: the part of the people read (eval, recipe or train)."),
 ) -> None:
     """Per-decision precision and recall (95% Wilson intervals), accuracy, and the share of both-true pairs
-    harmed, for each judge on the same pairs; generated pairs in the file are left out."""
+    harmed, for each judge on the same pairs; generated pairs in the file are left out. With
+    --store-view, per source of a person's store: what applies by itself, its precision, the true facts
+    it retires, the updates resolved by themselves or waiting for review."""
     from memupdate.errors import MemupdateError
     from memupdate.judge.judges import make_judge
     from memupdate.judge.meeting import MEET_FLOOR, MEET_K, meeting_recall
@@ -155,6 +164,11 @@ def relations_eval_command(
     from memupdate.judge.rule import RuleJudge
     from memupdate.store import get_embedder
 
+    if store_view is not None:
+        _store_view(store_view, part, judge, sources, out, judge_base_url, judge_api_key)
+        return
+    if file is None:
+        raise MemupdateError("give --file (labelled pairs) or --store-view (the development data folder)")
     pairs = [p for p in read_pairs(file) if not p.generated]
     if sources:
         pairs = [p for p in pairs if p.source.startswith(tuple(x.strip() for x in sources.split(",")))]
@@ -208,11 +222,55 @@ def relations_eval_command(
 relations_eval_command = user_errors(relations_eval_command)
 
 
-def _parts(data: Path):
+def _store_view(data: Path, part: str, judges: str, sources: str | None, out: Path | None,
+                base_url: str | None, api_key: str | None) -> None:
+    """`eval relations --store-view`: each judge's auto-apply decision over every pair that meets in the
+    banks of `part`'s people, per source (`judge.store_view`)."""
+    from rich.table import Table
+
     from memupdate.errors import MemupdateError
+    from memupdate.judge.judges import make_judge
+    from memupdate.judge.store_view import judge_banks, store_view
+    from memupdate.rl.data.relations import store_banks
+
+    if part not in ("train", "recipe", "eval"):
+        raise MemupdateError(f"--part {part!r} is not a part: use eval, recipe or train")
+    _data_folder(data)
+    with console.status("building a bank per person ..."):
+        banks = store_banks(data)[part]
+    if sources:
+        banks = [b for b in banks if b.source.startswith(tuple(x.strip() for x in sources.split(",")))]
+    if not banks:
+        raise MemupdateError(f"no bank of the {part} part in {data}" + (f" from {sources!r}" if sources else "") + ": check --store-view and --sources")
+    found = []
+    for spec in [s.strip() for s in judges.split(",") if s.strip()]:
+        judge = make_judge(spec, base_url=base_url, api_key=api_key)
+        started = time.perf_counter()
+        verdicts = judge_banks(judge, banks)
+        ms = 1000 * (time.perf_counter() - started) / max(1, len(verdicts))
+        reports = store_view(judge, banks, verdicts=verdicts)
+        table = Table("source", "banks", "pairs that meet", "applied by itself", "precision", "true facts retired",
+                      "updates by themselves", "updates by themselves or waiting", "duplicates merged", title=f"{judge.name}: {judge.auto_apply}, {ms:.1f} ms a pair")
+        for r in reports.values():
+            table.add_row(r.source, str(r.banks), str(r.pairs), str(r.applied), str(r.precision), str(r.retired_share),
+                          str(r.resolved_by_itself), str(r.resolved_or_asked), f"{r.duplicates_applied}/{r.duplicates}")
+        console.print(table)
+        found.append({"judge": judge.name, "auto_apply": judge.auto_apply.to_json(), "ms_a_pair": round(ms, 2), "part": part,
+                      "sources": {k: r.to_json() for k, r in reports.items()}})
+    if out:
+        out.write_text(json.dumps(found, indent=2))
+
+
+def _parts(data: Path):
     from memupdate.rl.data.relations import relation_pairs
+
+    _data_folder(data)
+    with console.status("reading the development data ..."):
+        return relation_pairs(data)
+
+
+def _data_folder(data: Path) -> None:
+    from memupdate.errors import MemupdateError
 
     if not data.is_dir():
         raise MemupdateError(f"no data folder at {data}: pass --data with the folder holding locomo/, memoryagentbench/, natural-updates/")
-    with console.status("reading the development data ..."):
-        return relation_pairs(data)

@@ -165,7 +165,8 @@ def _print_pass(passes, as_json: bool) -> None:
     stamp = time.strftime("%H:%M:%S")
     compacted = sum(p.reason is not None for p in passes)
     console.print(f"{stamp} pass over {plural(len(passes), 'bank')}: {compacted} compacted; "
-                  f"{plural(sum(len(p.queued) for p in passes), 'change')} queued (`memupdate review`)", highlight=False)
+                  f"{plural(sum(len(p.applied) for p in passes), 'change')} applied by itself, "
+                  f"{plural(sum(len(p.queued) for p in passes), 'change')} waiting (`memupdate review`)", highlight=False)
 
 
 @user_errors

@@ -16,7 +16,15 @@ Sources, each pair with its `source` and `group` (the person, profile, question 
 - LoCoMo: observations near each other are events (LoCoMo's facts rarely change), or duplicates where
   one session tells the same words twice (one's content words within the other's); conv-47 and
   conv-48 are the evaluation part, as elsewhere here.
+- Synthetic-Persona-Chat: a persona's facts, all true at once (no label: every pair is compatible).
+- BEAM: a conversation's knowledge updates (the old statement and the new, the update's prefixes cut)
+  and its contradictions ("I've never ..." against an earlier "I did ...": both kept, a person asks).
 Generated pairs (`generated_relations`) only ever join the training part.
+
+Natural sources are also read as a person's store (`store_banks`): one bank a person, profile or question,
+each statement stated at its time, every pair that meets (`judge.meeting`) judged; a pair no label names
+is two true facts. The natural sources' labelled pairs are those banks' pairs: each pair that meets, its
+label or compatible, and each labelled pair that does not meet.
 """
 
 from __future__ import annotations
@@ -24,19 +32,28 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import random
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import date, timedelta
 from pathlib import Path
 
 import numpy as np
 
+from memupdate.judge.meeting import candidate_pairs
 from memupdate.judge.pairs import LabelledPair
+from memupdate.judge.store_view import StoreBank
+from memupdate.judge.verdict import Statement
 from memupdate.text.facts import MIN_SHARED_HEAD, relation, tokens
 
 NEAR = 0.5  # statements of one person this alike meet as a candidate pair
 NEIGHBOURS = 3  # each statement's nearest others that form pairs
 EVAL_LOCOMO = ("conv-47", "conv-48")
+LARGE_SOURCES = ("locomo", "factconsolidation")  # one context each: their pairs train as near pairs, their banks only measure
+RECIPE_LOCOMO = "conv-26"  # its pairs calibrate the judge and never train it
+RECIPE_FC_FACTS = 1500  # the 32k context's last facts outside the 6k one: a recipe bank, never trained on
+_PREFIX = re.compile(r"^(?:Information Update:\s*)?(?:[A-Z][\w &/-]{2,40}:\s*){0,2}")  # BEAM's plan labels
+_MARKER = re.compile(r"\s*->->\s*[\d, ]+$")  # BEAM's "->-> 1,27" step markers
 EVAL_SHARE, RECIPE_SHARE = 0.4, 0.2  # of the natural groups (people, profiles, questions)
 _SENTENCE = re.compile(r"(?<=[.!?])\s+")
 
@@ -49,40 +66,250 @@ def split_of(group: str) -> str:
     return "eval" if share < EVAL_SHARE else "recipe" if share < EVAL_SHARE + RECIPE_SHARE else "train"
 
 
-def relation_pairs(data: Path, embed=None) -> dict[str, list[LabelledPair]]:
+def relation_pairs(data: Path, embed=None, banks: dict[str, list[StoreBank]] | None = None) -> dict[str, list[LabelledPair]]:
     """Every labelled pair the development data in `data` gives, by part (see the module docstring);
-    a source whose file is absent is skipped."""
-    if embed is None:
-        from memupdate.store import get_embedder
-
-        embed = get_embedder().embed
-    pairs: list[LabelledPair] = []
-    jenverse = data / "natural-updates" / "memorybench-jenverse-dev.json"
-    if jenverse.is_file():
-        pairs += jenverse_pairs(json.loads(jenverse.read_text()), embed)
-    for name, label in (("longmemeval-ku-evidence-dev.jsonl", "update"), ("longmemeval-oracle-evidence-dev.jsonl", "compatible")):
-        path = data / "natural-updates" / name
-        if path.is_file():
-            rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-            if label == "compatible":
-                rows = [r for r in rows if r.get("question_type") == "multi-session"]
-            pairs += longmemeval_pairs(rows, label, embed)
+    a source whose file is absent is skipped. `banks`: `store_banks(data)` when already read."""
+    embed = embed or _embedder()
+    banks = banks or store_banks(data, embed)
+    parts: dict[str, list[LabelledPair]] = {"train": [], "recipe": [], "eval": []}
+    for part, members in banks.items():
+        parts[part] += [p for bank in members if bank.source not in LARGE_SOURCES for p in bank_pairs(bank)]
+    recipe_texts = {s.text for bank in banks["recipe"] if bank.source in LARGE_SOURCES for s in bank.statements}
     fc = data / "memoryagentbench" / "factconsolidation-dev.jsonl"
-    if fc.is_file():
-        pairs += factconsolidation_pairs(fc, embed)
+    large = (factconsolidation_pairs(fc, embed) if fc.is_file() else []) + (
+        locomo_pairs(data / "locomo" / "locomo10-dev.json", embed) if (data / "locomo" / "locomo10-dev.json").is_file() else [])
+    for pair in large:
+        part = split_of(pair.group)
+        if part == "train" and (pair.first in recipe_texts or pair.second in recipe_texts):
+            part = "recipe" if pair.group == f"locomo-{RECIPE_LOCOMO}" else "held"  # a recipe bank's pairs never train
+        if part in parts:
+            parts[part].append(pair)
+    return parts
+
+
+@dataclass
+class JudgeData:
+    """What training the local judge reads: the training pairs (labelled, generated and unrelated bulk),
+    the recipe pairs (the temperature) and the recipe banks (the auto-apply thresholds)."""
+
+    train: list[LabelledPair]
+    recipe: list[LabelledPair]
+    recipe_banks: list[StoreBank]
+
+
+def judge_data(data: Path, *, generated: int, unrelated: int, seed: int = 0, embed=None) -> JudgeData:
+    """The local judge's training data from the development data in `data` (one recipe for `judge train`
+    and the relation task's SFT)."""
+    from memupdate.rl.data.generated_relations import generated_pairs
+
+    embed = embed or _embedder()
+    banks = store_banks(data, embed)
+    parts = relation_pairs(data, embed, banks)
+    bulk = unrelated_pairs(banks["train"], embed, unrelated, seed) if unrelated else []
+    return JudgeData(parts["train"] + generated_pairs(generated, seed=seed) + bulk, parts["recipe"], banks["recipe"])
+
+
+def bank_pairs(bank: StoreBank) -> list[LabelledPair]:
+    """A natural bank's pairs as labelled pairs: each pair that meets (its label, or compatible) and each
+    labelled pair that does not meet."""
+    out = []
+    for i, j in sorted(set(bank.met) | set(bank.labels)):
+        a, b = bank.statements[i], bank.statements[j]
+        out.append(LabelledPair(a.text, b.text, bank.label((i, j)), a.time, b.time, a.event and b.event,
+                                source=bank.source, group=bank.group))
+    return out
+
+
+def store_banks(data: Path, embed=None, *, large: bool = True) -> dict[str, list[StoreBank]]:
+    """The development data read as people's stores, by part: a bank a person (profile, question,
+    conversation), natural sources always, LoCoMo's and FactConsolidation's banks when `large`."""
+    embed = embed or _embedder()
+    root = data / "natural-updates"
+    banks: list[StoreBank] = []
+    if (path := root / "persona-chat-valid.jsonl").is_file():
+        banks += persona_banks(_jsonl(path), embed)
+    if (path := root / "memorybench-jenverse-dev.json").is_file():
+        banks += [jenverse_bank(profile, embed) for profile in json.loads(path.read_text())["PROFILES"]]
+    for name, labelled in (("longmemeval-ku-evidence-dev.jsonl", True), ("longmemeval-oracle-evidence-dev.jsonl", False)):
+        if (path := root / name).is_file():
+            rows = _jsonl(path) if labelled else [r for r in _jsonl(path) if r.get("question_type") == "multi-session"]
+            banks += longmemeval_banks(rows, labelled, embed)
+    if (root / "beam-ku-dev.jsonl").is_file() or (root / "beam-contradiction-dev.jsonl").is_file():
+        banks += beam_banks(_jsonl(root / "beam-ku-dev.jsonl"), _jsonl(root / "beam-contradiction-dev.jsonl"), embed)
+    parts: dict[str, list[StoreBank]] = {"train": [], "recipe": [], "eval": []}
+    for bank in banks:
+        parts[split_of(bank.group)].append(bank)
+    if large:
+        for part, members in store_banks_large(data, embed).items():
+            parts[part] += members
+    return parts
+
+
+def store_banks_large(data: Path, embed, parts: Sequence[str] = ("recipe", "eval")) -> dict[str, list[StoreBank]]:
+    """LoCoMo's and FactConsolidation's banks as stores: conv-47/48 and the 6k context evaluate, conv-26
+    and the 32k context's last RECIPE_FC_FACTS facts (outside the 6k one) are recipe banks."""
+    out: dict[str, list[StoreBank]] = {part: [] for part in parts}
     locomo = data / "locomo" / "locomo10-dev.json"
     if locomo.is_file():
-        pairs += locomo_pairs(locomo, embed)
-    parts: dict[str, list[LabelledPair]] = {"train": [], "recipe": [], "eval": []}
-    for pair in pairs:
-        parts[split_of(pair.group)].append(pair)
-    # The one-context sources have no people to split by: a tenth of their training pairs is kept out for the recipe.
-    rng = random.Random(0)
-    kept = [p for p in parts["train"] if p.group in ("fc-32k",) or p.group.startswith("locomo-")]
-    held = set(map(id, rng.sample(kept, len(kept) // 10)))
-    parts["recipe"] += [p for p in parts["train"] if id(p) in held]
-    parts["train"] = [p for p in parts["train"] if id(p) not in held]
-    return parts
+        from memupdate.rl.data.locomo import load_locomo
+
+        for conversation in load_locomo(locomo):
+            part = "eval" if conversation.sample_id in EVAL_LOCOMO else "recipe" if conversation.sample_id == RECIPE_LOCOMO else None
+            if part not in out:
+                continue
+            facts = list({f.text: f for f in conversation.facts}.values())
+            statements = tuple(Statement(f.text, str(f.session_day) if f.session_day else None, True) for f in facts)
+            met = candidate_pairs(np.asarray(embed([s.text for s in statements])))
+            labels = {(i, j): "duplicate" if facts[i].session == facts[j].session
+                      and relation(facts[i].text, facts[j].text, events=True) == "duplicate" else "events" for i, j in met}
+            out[part].append(StoreBank(f"locomo-{conversation.sample_id}", "locomo", statements, tuple(met), labels))
+    fc = data / "memoryagentbench" / "factconsolidation-dev.jsonl"
+    if fc.is_file():
+        from memupdate.rl.data.factconsolidation import fact_time, load_factconsolidation
+
+        contexts = {len(item.context.facts): item.context.facts for item in load_factconsolidation(fc)}
+        if contexts:
+            small, big = min(contexts), max(contexts)
+            chosen = {"eval": list(contexts[small])}
+            if big != small:
+                in_small = set(contexts[small])
+                chosen["recipe"] = [f for f in contexts[big] if f not in in_small][-RECIPE_FC_FACTS:]
+            for part, facts in chosen.items():
+                if part not in out:
+                    continue
+                serial = {f: i for i, f in enumerate(contexts[small if part == "eval" else big])}
+                facts = sorted(facts, key=serial.__getitem__)
+                statements = tuple(Statement(f, fact_time(serial[f])) for f in facts)
+                met = candidate_pairs(np.asarray(embed(facts)))
+                labels = {(i, j): template_relation(facts[i], facts[j]) for i, j in met}
+                out[part].append(StoreBank(f"fc-{'6k' if part == 'eval' else '32k-recipe'}", "factconsolidation", statements, tuple(met), labels))
+    return out
+
+
+def _bank(group: str, source: str, statements: Sequence[Statement], labels: dict[tuple[str, str], str], embed) -> StoreBank:
+    """A bank of `statements` (deduplicated by text, oldest first), its pairs that meet, and `labels`
+    given by (older text, newer text)."""
+    unique = sorted({s.text: s for s in statements}.values(), key=lambda s: (s.time or "", s.text))
+    index = {s.text: i for i, s in enumerate(unique)}
+    met = tuple(candidate_pairs(np.asarray(embed([s.text for s in unique])))) if len(unique) > 1 else ()
+    named = {}
+    for (a, b), label in labels.items():
+        if a in index and b in index and a != b:
+            named[(min(index[a], index[b]), max(index[a], index[b]))] = label
+    return StoreBank(group, source, tuple(unique), met, named)
+
+
+UNRELATED_BAND = (0.25, 0.55)  # alike enough to meet, too unlike to be one fact told twice
+
+
+def unrelated_pairs(banks: Sequence[StoreBank], embed, count: int, seed: int = 0) -> list[LabelledPair]:
+    """Natural true pairs in bulk: statements of two different people (training banks) that would meet in
+    one store (cosine in UNRELATED_BAND), labelled compatible: the common case a store holds, which the
+    labelled sources give only by the hundred ("I am a woman." / "I have a dogs.")."""
+    statements = [(bank.group, s) for bank in banks for s in bank.statements if not s.event]
+    if len(statements) < 2:
+        return []
+    vectors = np.asarray(embed([s.text for _, s in statements]))
+    sims = vectors @ vectors.T
+    low, high = UNRELATED_BAND
+    found = [(i, j) for i, j in zip(*np.nonzero((sims >= low) & (sims < high)), strict=True)
+             if i < j and statements[i][0] != statements[j][0]]
+    rng = np.random.default_rng(seed)
+    picked = rng.choice(len(found), size=min(count, len(found)), replace=False) if found else []
+    out = []
+    for n in picked:
+        i, j = found[int(n)]
+        (_, a), (_, b) = statements[i], statements[j]
+        out.append(LabelledPair(a.text, b.text, "compatible", "2024-01-01", "2024-01-08", source="unrelated",
+                                group=f"unrelated-{n % 50}", generated=True))
+    return out
+
+
+def persona_banks(rows: Sequence[dict], embed) -> list[StoreBank]:
+    """A persona's facts, a week apart in the order given: every pair true at once."""
+    start = date(2024, 1, 1)
+    return [_bank(f"persona-{row['persona_id']}", "persona",
+                  [Statement(fact, (start + timedelta(weeks=i)).isoformat()) for i, fact in enumerate(row["facts"])], {}, embed)
+            for row in rows]
+
+
+def jenverse_bank(profile: dict, embed) -> StoreBank:
+    said, updates = jenverse_statements(profile)
+    statements = [Statement(text, day) for text, day in said.items()]
+    statements += [Statement(old, "2024-01-01") for old, _, _ in updates if old not in said]
+    return _bank(f"jenverse-{profile['user_id']}", "jenverse", statements, {(old, new): "update" for old, new, _ in updates}, embed)
+
+
+def longmemeval_banks(rows: Sequence[dict], labelled: bool, embed) -> list[StoreBank]:
+    """A question's evidence sessions as one bank of the user's sentences (each at its session's time);
+    for a knowledge-update question, the sentence nearest the question in each session updates the one
+    of the session before."""
+    banks, seen = [], set()
+    for row in rows:
+        group = f"longmemeval-{row['question_id'].removesuffix('_abs')[:8]}"
+        if group in seen:
+            continue
+        seen.add(group)
+        statements, picked = [], []
+        for session in sorted(row.get("evidence_sessions") or [], key=lambda s: s["date"]):
+            sentences = user_sentences(session)
+            if not sentences:
+                continue
+            when = _day(session["date"])
+            statements += [Statement(s, when) for s in sentences]
+            vectors = np.asarray(embed([row["question"], *sentences]))
+            picked.append(sentences[int(np.argmax(vectors[1:] @ vectors[0]))])
+        labels = {(a, b): "update" for a, b in zip(picked, picked[1:], strict=False) if a != b} if labelled else {}
+        source = "longmemeval-knowledge-update" if labelled else "longmemeval-multi-session"
+        banks.append(_bank(group, source, statements, labels, embed))
+    return banks
+
+
+def beam_banks(updates: Sequence[dict], contradictions: Sequence[dict], embed) -> list[StoreBank]:
+    """A BEAM conversation's knowledge updates (old statement, then the new ten days later) and its
+    contradictions (the earlier turn's sentence nearest the "never" sentence of the other turn, both kept:
+    the right act is to ask), one bank a conversation."""
+    by_conversation: dict[str, tuple[list[Statement], dict]] = {}
+    for n, row in enumerate(updates):
+        old, new = beam_text(row.get("old_statement") or ""), beam_text(row.get("new_statement") or "")
+        if not old or not new or old == new:
+            continue
+        statements, labels = by_conversation.setdefault(row["conversation_id"], ([], {}))
+        day = date(2024, 3, 1) + timedelta(days=n % 20)
+        statements += [Statement(old, day.isoformat()), Statement(new, (day + timedelta(days=10)).isoformat())]
+        labels[(old, new)] = "update"
+    for n, row in enumerate(contradictions):
+        turns = sorted((row.get("first_turns") or []) + (row.get("second_turns") or []), key=lambda t: t["id"])
+        if len(turns) < 2:
+            continue
+        sentences = [[s.strip() for s in _SENTENCE.split(_MARKER.sub("", t["content"])) if 4 <= len(s.split()) <= 45] for t in turns]
+        never = next((s for group in sentences for s in group if "never" in s.lower()), None)
+        earlier = [s for s in sentences[0] if s != never]
+        if never is None or not earlier:
+            continue
+        vectors = np.asarray(embed([never, *earlier]))
+        claim = earlier[int(np.argmax(vectors[1:] @ vectors[0]))]
+        statements, labels = by_conversation.setdefault(row["conversation_id"], ([], {}))
+        day = date(2024, 4, 1) + timedelta(days=n % 20)
+        statements += [Statement(claim, day.isoformat()), Statement(never, (day + timedelta(days=10)).isoformat())]
+        labels[(claim, never)] = "compatible"
+    return [_bank(f"beam-{conversation}", "beam", statements, labels, embed)
+            for conversation, (statements, labels) in by_conversation.items()]
+
+
+def beam_text(statement: str) -> str:
+    """A BEAM statement without its cues: the "Information Update:" and plan-label prefixes, step markers."""
+    return _MARKER.sub("", _PREFIX.sub("", statement.strip())).strip()
+
+
+def _jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
+
+
+def _embedder():
+    from memupdate.store import get_embedder
+
+    return get_embedder().embed
 
 
 def near_pairs(texts: Sequence[str], embed, floor: float = NEAR, k: int = NEIGHBOURS) -> list[tuple[int, int]]:
@@ -98,22 +325,6 @@ def near_pairs(texts: Sequence[str], embed, floor: float = NEAR, k: int = NEIGHB
             if sims[i, j] >= floor and texts[i] != texts[j]:
                 found.add((min(i, int(j)), max(i, int(j))))
     return sorted(found)
-
-
-def jenverse_pairs(data: dict, embed) -> list[LabelledPair]:
-    pairs = []
-    for profile in data["PROFILES"]:
-        group = f"jenverse-{profile['user_id']}"
-        said, updates = jenverse_statements(profile)
-        for old, new, day in updates:
-            pairs.append(LabelledPair(old, new, "update", said.get(old, "2024-01-01"), day, source="jenverse", group=group))
-        linked = {frozenset((old, new)) for old, new, _ in updates}
-        texts = list(said)
-        for i, j in near_pairs(texts, embed):
-            a, b = sorted((texts[i], texts[j]), key=lambda t: said[t])
-            if frozenset((a, b)) not in linked:
-                pairs.append(LabelledPair(a, b, "compatible", said[a], said[b], source="jenverse", group=group))
-    return pairs
 
 
 def jenverse_statements(profile: dict) -> tuple[dict[str, str], list[tuple[str, str, str]]]:
@@ -134,29 +345,6 @@ def jenverse_statements(profile: dict) -> tuple[dict[str, str], list[tuple[str, 
 def user_sentences(session: dict) -> list[str]:
     """The user's sentences of a LongMemEval session, of 4 to 45 words."""
     return [s.strip() for t in session["turns"] if t["role"] == "user" for s in _SENTENCE.split(t["content"]) if 4 <= len(s.split()) <= 45]
-
-
-def longmemeval_pairs(rows: list[dict], label: str, embed) -> list[LabelledPair]:
-    """Per question, the user's sentence nearest the question in each evidence session; consecutive
-    sessions pair up (older first), labelled `label`. Questions with the same evidence count once."""
-    pairs, seen = [], set()
-    for row in rows:
-        sessions = sorted(row.get("evidence_sessions") or [], key=lambda s: s["date"])
-        picked = []
-        for session in sessions:
-            sentences = user_sentences(session)
-            if not sentences:
-                continue
-            vectors = np.asarray(embed([row["question"], *sentences]))
-            best = sentences[int(np.argmax(vectors[1:] @ vectors[0]))]
-            picked.append((best, _day(session["date"])))
-        for (a, day_a), (b, day_b) in zip(picked, picked[1:], strict=False):
-            if a == b or (a, b) in seen:
-                continue
-            seen.add((a, b))
-            pairs.append(LabelledPair(a, b, label, day_a, day_b, source=f"longmemeval-{row.get('question_type')}",
-                                      group=f"longmemeval-{row['question_id'].removesuffix('_abs')[:8]}"))
-    return pairs
 
 
 def factconsolidation_pairs(path: Path, embed) -> list[LabelledPair]:

@@ -411,10 +411,11 @@ def learn_relation(store: MemoryStore, data: Path, config: RelationConfig, out: 
             (out / STAGES).write_text(json.dumps(done, indent=1))
         return done[name]["result"]
 
-    from memupdate.rl.data.relations import relation_pairs
+    from memupdate.rl.data.relations import relation_pairs, store_banks
 
-    parts = relation_pairs(data)
-    sft = stage("sft", lambda: _sft(parts, config, out))
+    stores = store_banks(data)
+    parts = relation_pairs(data, banks=stores)
+    sft = stage("sft", lambda: _sft(data, config, out))
     banks = relation_banks(data, config)
     log(f"{len(banks)} banks, {sum(len(b.pairs) for b in banks)} candidate pairs")
     table = reward_table(store, banks, out / REWARDS, progress=lambda i, n: log(f"rewards {i}/{n}") if i % 100 == 0 else None)
@@ -426,7 +427,7 @@ def learn_relation(store: MemoryStore, data: Path, config: RelationConfig, out: 
     stage("rewards", lambda: _reward_summary(rows))
     # The recipe reading is over the recipe units whose decisions earn different rewards (on the rest every judge earns the same).
     result = stage("rl", lambda: grpo(sft, [r for r in rows if r["part"] == "train"], [r for r in rows if r["part"] == "recipe" and informative(r)],
-                                      parts["recipe"], config, out / "rl", log))
+                                      parts["recipe"], config, out / "rl", log, stores["recipe"]))
     metrics = {"config": asdict(config), "sft": sft, "rewards": done["rewards"]["result"], "rl": result,
                "seconds": {k: v["seconds"] for k, v in done.items()}}
     (out / "metrics.json").write_text(json.dumps(metrics, indent=2))
@@ -434,14 +435,15 @@ def learn_relation(store: MemoryStore, data: Path, config: RelationConfig, out: 
     return metrics
 
 
-def _sft(parts: dict[str, list[LabelledPair]], config: RelationConfig, out: Path) -> str:
+def _sft(data: Path, config: RelationConfig, out: Path) -> str:
     if config.sft_from:
         return str(Path(config.sft_from).resolve())
     from memupdate.judge.train import JudgeTrainConfig, train_judge
-    from memupdate.rl.data.generated_relations import generated_pairs
+    from memupdate.rl.data.relations import judge_data
 
     train_config = JudgeTrainConfig(seed=config.seed, threads=config.threads)
-    train_judge(parts["train"] + generated_pairs(train_config.generated, seed=config.seed), parts["recipe"], train_config, out / "sft")
+    got = judge_data(data, generated=train_config.generated, unrelated=train_config.unrelated, seed=config.seed)
+    train_judge(got.train, got.recipe, train_config, out / "sft", recipe_banks=got.recipe_banks)
     return str(out / "sft")
 
 
@@ -458,28 +460,27 @@ def _reward_summary(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
 
 
 def greedy_reward(model, tokenizer, rows: Sequence[dict[str, Any]]) -> float:
-    """The mean reward of the judge's verdict (as `LocalJudge` reads it: the rule's update reading
-    wins unless the model reads events) over `rows`."""
+    """The mean reward of the judge's verdict (as `LocalJudge` reads it: `judge.local.read_verdicts`)
+    over `rows`."""
     import torch
 
-    from memupdate.judge.local import with_rule
-    from memupdate.judge.rule import RuleJudge
+    from memupdate.judge.local import read_verdicts, told_twice
     from memupdate.judge.train import encode_pairs
 
-    rule = RuleJudge()
     total = 0.0
     with torch.inference_mode():
         for start in range(0, len(rows), 64):
             chunk = rows[start : start + 64]
-            logits = model(**encode_pairs(tokenizer, [r["pair"] for r in chunk])).logits
-            for row, line in zip(chunk, logits, strict=True):
-                relation = with_rule(RELATIONS[int(line.argmax())], rule.judge([row["pair"].statements])[0].relation)
-                total += reward_of(row, relation)
+            pairs = [r["pair"].statements for r in chunk]
+            asked = [r["pair"] for r, p in zip(chunk, pairs, strict=True) if not told_twice(*p)]
+            probs = torch.softmax(model(**encode_pairs(tokenizer, asked)).logits, dim=-1) if asked else []
+            for row, verdict in zip(chunk, read_verdicts(pairs, probs, RELATIONS), strict=True):
+                total += reward_of(row, verdict.relation)
     return total / max(1, len(rows))
 
 
 def grpo(sft: str, train: Sequence[dict[str, Any]], recipe: Sequence[dict[str, Any]], recipe_pairs: Sequence[LabelledPair],
-         config: RelationConfig, out: Path, log: Callable[[str], None]) -> dict[str, Any]:
+         config: RelationConfig, out: Path, log: Callable[[str], None], recipe_banks: Sequence = ()) -> dict[str, Any]:
     """GRPO with dynamic sampling from the SFT judge (see the module docstring); saves the chosen step."""
     import torch
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
@@ -553,20 +554,21 @@ def grpo(sft: str, train: Sequence[dict[str, Any]], recipe: Sequence[dict[str, A
     if best["state"] is not None:
         model.load_state_dict(best["state"])
     model.eval()
-    card = _save(model, tokenizer, sft, recipe_pairs, out)
+    card = _save(model, tokenizer, sft, recipe_pairs, out, recipe_banks)
     return {"curve": curve, "chosen_step": best["step"], "dropped_groups": dropped, "drawn_groups": drawn, "pool": len(pool),
             "checkpoint": str(out), "card": card}
 
 
-def _save(model, tokenizer, sft: str, recipe_pairs: Sequence[LabelledPair], out: Path) -> dict[str, Any]:
-    """The chosen weights as a judge checkpoint (and the shippable delta), recalibrated on the recipe pairs."""
+def _save(model, tokenizer, sft: str, recipe_pairs: Sequence[LabelledPair], out: Path, recipe_banks: Sequence = ()) -> dict[str, Any]:
+    """The chosen weights as a judge checkpoint (and the shippable delta), recalibrated: the temperature
+    on the recipe pairs, the auto-apply thresholds on the recipe banks."""
     from memupdate.judge.local import CARD
-    from memupdate.judge.train import calibrate, trainable_names, write_judge
+    from memupdate.judge.train import calibrate, calibrate_on_banks, trainable_names, write_judge
 
     card = json.loads((Path(sft) / CARD).read_text())
-    temperature, threshold = calibrate(model, tokenizer, recipe_pairs, card.get("recipe", {}).get("target_precision", 0.9))
-    card |= {"temperature": round(temperature, 4), "threshold": round(threshold, 4), "trained_by": "relation RL (GRPO) from SFT"}
-    return write_judge(model, tokenizer, set(trainable_names(model, model.config.num_hidden_layers)), card, out)
+    card |= {"temperature": round(calibrate(model, tokenizer, recipe_pairs), 4), "trained_by": "relation RL (GRPO) from SFT"}
+    write_judge(model, tokenizer, set(trainable_names(model, model.config.num_hidden_layers)), card, out)
+    return calibrate_on_banks(out, recipe_banks, card.get("recipe", {}).get("target_precision", 0.99))
 
 
 def _plot(result: dict[str, Any], path: Path) -> None:

@@ -1,0 +1,95 @@
+"""What a bank may do by itself with a judge's reading of a pair: the one decision, in one place.
+
+    from memupdate.judge.decision import AutoApply
+    from memupdate.judge.verdict import Verdict
+    auto = AutoApply(update=0.97, rule_update=0.99, duplicate=0.95)
+    auto.act(Verdict("update", 0.98, "second"))          # "apply": supersede the older by itself
+    auto.act(Verdict("update", 0.80, "second"))          # "ask": wait in `memupdate review`
+    auto.act(Verdict("compatible", 0.99))                # "leave": both stay
+    AutoApply.never().act(Verdict("update", 1.0, "second"))   # "ask": nothing applies itself
+
+An update applies itself only when the judge is at least `update` sure of it (`rule_update` where the
+rule read the update and the model only agreed it is not two events: the two confidences mean different
+things, so each has its own threshold) and one statement was stated later (`Verdict.current`); a
+duplicate merges itself at `duplicate`. Every other reading of an update or a duplicate asks; both-true
+readings leave. The thresholds are the judge's own (its card, calibrated by `calibrate_auto_apply` on
+every pair that meets in the recipe part's banks, where two true facts are the common case), so the
+confidence compared is the one they were fitted on. The heuristic, the review, the watcher and the
+learning code read `act`; none restates it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Literal
+
+from memupdate.judge.verdict import Verdict
+
+Act = Literal["apply", "ask", "leave"]
+ACTS: tuple[Act, ...] = ("apply", "ask", "leave")
+TARGET_PRECISION = 0.99  # of the changes that apply themselves, in a person's store (issue 60's bar)
+NEVER = 1.01  # a threshold no confidence reaches
+
+
+@dataclass(frozen=True)
+class AutoApply:
+    """The confidences at or above which a reading applies itself (see the module docstring)."""
+
+    update: float = NEVER
+    rule_update: float = NEVER
+    duplicate: float = NEVER
+
+    @classmethod
+    def never(cls) -> AutoApply:
+        return cls()
+
+    @classmethod
+    def of(cls, card: dict) -> AutoApply:
+        """A judge card's thresholds (`auto_apply`); a card from before them applies nothing by itself."""
+        return cls(**{k: float(v) for k, v in (card.get("auto_apply") or {}).items() if k in cls.__dataclass_fields__})
+
+    def threshold(self, verdict: Verdict) -> float:
+        """The confidence `verdict` must reach to apply itself."""
+        if verdict.relation == "update":
+            return self.rule_update if verdict.by_rule else self.update
+        return self.duplicate if verdict.relation == "duplicate" else NEVER
+
+    def act(self, verdict: Verdict) -> Act:
+        if verdict.relation not in ("update", "duplicate"):
+            return "leave"
+        if verdict.relation == "update" and verdict.current is None:
+            return "ask"  # neither was stated later: which holds now is a person's call
+        return "apply" if verdict.confidence >= self.threshold(verdict) else "ask"
+
+    def to_json(self) -> dict:
+        return {k: round(v, 4) for k, v in asdict(self).items()}
+
+
+def calibrate_auto_apply(verdicts: Sequence[Verdict], right: Sequence[bool], target: float = TARGET_PRECISION) -> AutoApply:
+    """The thresholds at which the readings that would apply themselves are right at least `target` of
+    the time, each kind (model updates, rule updates, duplicates) on its own. `verdicts`: the judge's
+    readings of every pair that meets in the recipe banks; `right[i]`: whether applying verdict i is the
+    right decision (the pair's label asks for it, the newer statement current)."""
+    kinds = {
+        "update": lambda v: v.relation == "update" and not v.by_rule and v.current is not None,
+        "rule_update": lambda v: v.relation == "update" and v.by_rule and v.current is not None,
+        "duplicate": lambda v: v.relation == "duplicate",
+    }
+    found = {}
+    for kind, chosen in kinds.items():
+        said = sorted(((v.confidence, ok) for v, ok in zip(verdicts, right, strict=True) if chosen(v)), reverse=True)
+        found[kind] = least_precise_cut(said, target)
+    return AutoApply(**found)
+
+
+def least_precise_cut(said: Sequence[tuple[float, bool]], target: float) -> float:
+    """The least confidence such that the readings at or above it are right >= `target` of the time and
+    at least one is right (`said`: (confidence, right), surest first); NEVER when no cut is."""
+    best, hits = NEVER, 0
+    for count, (confidence, ok) in enumerate(said, 1):
+        hits += ok
+        last = count == len(said) or said[count][0] < confidence  # a cut falls between distinct confidences
+        if last and hits and hits / count >= target:
+            best = confidence
+    return best

@@ -1,0 +1,113 @@
+"""A judge you can leave alone: the one auto-apply decision (`judge.decision`), its calibration on every
+pair that meets in a person's store, and the store view (`judge.store_view`) on a small bank written
+here: people whose facts are all true at once, beside a few changed facts. The last test reads the
+shipped judge (the packaged MiniLM plus the weights in judge/weights/)."""
+
+from __future__ import annotations
+
+from datetime import date, timedelta
+
+import numpy as np
+import pytest
+
+from memupdate.judge.decision import NEVER, AutoApply, calibrate_auto_apply, least_precise_cut
+from memupdate.judge.meeting import candidate_pairs
+from memupdate.judge.store_view import StoreBank, judge_banks, rights, store_view
+from memupdate.judge.verdict import Statement, Verdict
+
+# Everyday first-person facts, written here, each person's all true at once (none changes another).
+PEOPLE = [
+    ["I am a librarian.", "I think I will retire in a few years.", "I grow tomatoes on my balcony.", "I have two cats.", "I am a woman."],
+    ["I am a clean eater.", "I survived cancer ten years ago.", "I run every morning.", "I live near the sea.", "I have a brother."],
+    ["I have a dog.", "I am a woman.", "I teach maths at a high school.", "I love old movies.", "I drive a red car."],
+    ["I am a skateboarder.", "I broke my arm last summer.", "I play the bass in a band.", "I work in a shipyard.", "I am married."],
+    ["I was born in Somalia.", "I live in the United States.", "I speak three languages.", "I study Spanish.", "I like jazz."],
+    ["I hate my job.", "I work as a car salesman.", "I collect old postcards.", "I have a library card.", "I am a vegetarian."],
+]
+# People with a changed fact: (older, newer), said a month apart, beside facts that stay true.
+CHANGED = [
+    ("I live in Paris.", "I moved to Berlin last month, so I no longer live in Paris.", ["I play chess on Sundays.", "I have a sister."]),
+    ("I work as a nurse.", "I quit nursing and now I work as a software developer.", ["I like hiking.", "I own a bicycle."]),
+]
+
+
+def _banks(embed) -> list[StoreBank]:
+    banks = []
+    start = date(2024, 1, 1)
+    for n, facts in enumerate(PEOPLE):
+        statements = tuple(Statement(f, (start + timedelta(weeks=i)).isoformat()) for i, f in enumerate(facts))
+        banks.append(StoreBank(f"person-{n}", "everyday", statements, tuple(candidate_pairs(np.asarray(embed(facts))))))
+    for n, (old, new, others) in enumerate(CHANGED):
+        texts = [old, *others, new]
+        statements = tuple(Statement(t, (start + timedelta(weeks=i * 4)).isoformat()) for i, t in enumerate(texts))
+        met = tuple(candidate_pairs(np.asarray(embed(texts))))
+        banks.append(StoreBank(f"changed-{n}", "everyday", statements, met, {(0, len(texts) - 1): "update"}))
+    return banks
+
+
+class Scripted:
+    name = "scripted"
+    auto_apply = AutoApply(update=0.9, rule_update=0.99, duplicate=0.95)
+
+    def __init__(self, verdict_of):
+        self.verdict_of = verdict_of
+
+    def judge(self, pairs):
+        return [self.verdict_of(a, b) for a, b in pairs]
+
+
+def test_the_decision_applies_only_what_it_is_sure_of() -> None:
+    auto = AutoApply(update=0.9, rule_update=0.99, duplicate=0.95)
+    assert auto.act(Verdict("update", 0.93, "second")) == "apply"
+    assert auto.act(Verdict("update", 0.85, "second")) == "ask"
+    assert auto.act(Verdict("update", 0.99, None)) == "ask"  # neither stated later: a person says which holds
+    assert auto.act(Verdict("update", 0.95, "second", by_rule=True)) == "ask"  # the rule's reading has its own bar
+    assert auto.act(Verdict("duplicate", 0.96)) == "apply" and auto.act(Verdict("duplicate", 0.9)) == "ask"
+    assert auto.act(Verdict("compatible", 0.99)) == "leave" and auto.act(Verdict("events", 0.99)) == "leave"
+    assert AutoApply.never().act(Verdict("update", 1.0, "second")) == "ask"
+    assert AutoApply.of({"threshold": 0.85}) == AutoApply.never()  # a card from before the decision applies nothing
+
+
+def test_the_cut_is_the_least_confidence_that_keeps_precision() -> None:
+    said = [(0.99, True), (0.97, True), (0.95, False), (0.9, True), (0.8, False)]
+    assert least_precise_cut(said, 0.99) == 0.97
+    assert least_precise_cut(said, 0.6) == 0.8  # 3 of 5 right at the lowest cut
+    assert least_precise_cut([(0.9, False)], 0.5) == NEVER
+    verdicts = [Verdict("update", c, "second") for c, _ in said] + [Verdict("update", 0.99, "second", by_rule=True)]
+    auto = calibrate_auto_apply(verdicts, [ok for _, ok in said] + [False])
+    assert (auto.update, auto.rule_update, auto.duplicate) == (0.97, NEVER, NEVER)
+
+
+def test_the_store_view_counts_what_applies_itself(embedder) -> None:
+    """A judge that reads every pair of short first-person facts as an update (what the judge shipped
+    before this decision did to persona facts) retires true facts; one that reads only the changes does not."""
+    banks = _banks(embedder.embed)
+    changes = {(old, new) for old, new, _ in CHANGED}
+    eager = Scripted(lambda a, b: Verdict("update", 0.95, "second"))
+    careful = Scripted(lambda a, b: Verdict("update", 0.97, "second") if (a.text, b.text) in changes else Verdict("compatible", 0.9))
+    [eager_view] = store_view(eager, banks).values()
+    assert eager_view.retired_share.hits >= 5 and eager_view.precision.value < 0.5
+    [careful_view] = store_view(careful, banks).values()
+    assert careful_view.retired_share.hits == 0 and careful_view.precision.value == 1.0
+    assert careful_view.resolved_by_itself.hits == careful_view.updates_met == 2
+    timid = store_view(careful, banks, auto_apply=AutoApply(update=0.99))["everyday"]
+    assert timid.applied == 0 and timid.resolved_or_asked.hits == 2  # not sure enough: both wait for review
+    verdicts = judge_banks(eager, banks)
+    assert sum(rights(banks, verdicts)) == 2  # only the two changes are right to apply
+
+
+def test_the_shipped_judge_retires_no_true_fact_by_itself(embedder, local_judge) -> None:
+    """The store view of the small bank above with the shipped judge and its calibrated decision: nothing
+    true is retired by itself (the judge shipped before, at its threshold 0.85, retired several of these)."""
+    banks = _banks(embedder.embed)
+    [view] = store_view(local_judge, banks).values()
+    assert view.retired_share.hits == 0, view.wrong
+    assert view.applied == view.applied_right
+    assert view.resolved_or_asked.hits >= 1  # a change is not lost from sight: applied or waiting
+
+
+@pytest.fixture(scope="module")
+def local_judge():
+    from memupdate.judge.judges import make_judge
+
+    return make_judge("local")
