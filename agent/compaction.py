@@ -50,6 +50,8 @@ CELL_SIZE = 1500
 TIGHT = 0.85
 # Mutual nearest neighbours at least this alike are kept in one episode too (see `_close`).
 MUTUAL_FLOOR = 0.5
+# Rounds of episodes over the live ends of chains the neighbourhoods cut (each round leaves fewer).
+CHAIN_ROUNDS = 4
 
 
 @dataclass
@@ -247,28 +249,25 @@ def compact_bank(
         result.neighbourhoods = neighbourhoods(keys, vectors, size, together=together)
         if on_plan is not None:
             on_plan(len(result.neighbourhoods))
+        if hasattr(policy, "judge_ahead"):  # every episode's pairs judged in one batch, not each episode's apart
+            policy.judge_ahead(fork, keys, vectors, result.neighbourhoods)
         labels = [f"n{index:05d}" for index in range(len(result.neighbourhoods))]
-        jobs = [partial(_blind_episode, fork, group, episode, max_turns, max_operations)
-                for group, episode in zip(result.neighbourhoods, labels, strict=True)]
-        # A local checkpoint's episodes run together (their turns decoded in batches); each folds into
-        # the fork in bank order as it and those before it are done. Other policies run one by one.
-        for episode, outcome in zip(labels, iter_together([policy] * len(jobs), jobs), strict=True):
-            if not isinstance(outcome, BaseException):
-                try:
-                    fork.fold(_scratch(fork, episode))
-                except Exception as exc:
-                    _scratch(fork, episode).drop()
-                    outcome = exc
-            if isinstance(outcome, BaseException):  # a failed episode (a bad reply, a timeout) loses only its edits
-                result.failed_episodes.append(f"{episode}: {type(outcome).__name__}: {str(outcome).strip()[:200]}")
-            else:
-                result.calls += _calls(outcome.messages, episode, policy)
-                result.messages.append(outcome.messages)
-                reason = outcome.stop_reason or "unknown"
-                result.stop_reasons[reason] = result.stop_reasons.get(reason, 0) + 1
-            result.episodes += 1
-            if on_episode is not None:
-                on_episode()
+        _episodes(policy, fork, result.neighbourhoods, labels, result, max_turns, max_operations, on_episode)
+        # A fact's chain of statements longer than a neighbourhood was cut: its parts' live ends meet again.
+        for round_ in range(1, CHAIN_ROUNDS + 1) if together and getattr(policy, "follow_chains", False) else ():
+            groups = _chain_ends(fork, together, size)
+            if not groups:
+                break
+            result.neighbourhoods += groups
+            if on_plan is not None:
+                on_plan(len(result.neighbourhoods))
+            live_keys, live_vectors = fork.vectors()
+            policy.judge_ahead(fork, live_keys, live_vectors, groups)
+            writes = len(result.calls)
+            _episodes(policy, fork, groups, [f"c{round_}-{index:05d}" for index in range(len(groups))], result,
+                      max_turns, max_operations, on_episode)
+            if len(result.calls) == writes:
+                break
         if check_moved and bank.version() != version:
             raise BankMoved(
                 f"bank {bank.path!r} was written while the compaction ran: nothing was proposed; run the compaction again"
@@ -277,6 +276,60 @@ def compact_bank(
         fork.drop()
         raise
     return result
+
+
+def _episodes(
+    policy: BaseChatModel, fork: MemoryStore, groups: Sequence[Sequence[str]], labels: Sequence[str], result: CompactionResult,
+    max_turns: int | None, max_operations: int | None, on_episode: Callable[[], None] | None,
+) -> None:
+    """One blind episode per group of `fork`'s keys, each folded into the fork, recorded in `result`."""
+    jobs = [partial(_blind_episode, fork, group, episode, max_turns, max_operations)
+            for group, episode in zip(groups, labels, strict=True)]
+    # A local checkpoint's episodes run together (their turns decoded in batches); each folds into
+    # the fork in bank order as it and those before it are done. Other policies run one by one.
+    for episode, outcome in zip(labels, iter_together([policy] * len(jobs), jobs), strict=True):
+        if not isinstance(outcome, BaseException):
+            try:
+                fork.fold(_scratch(fork, episode))
+            except Exception as exc:
+                _scratch(fork, episode).drop()
+                outcome = exc
+        if isinstance(outcome, BaseException):  # a failed episode (a bad reply, a timeout) loses only its edits
+            result.failed_episodes.append(f"{episode}: {type(outcome).__name__}: {str(outcome).strip()[:200]}")
+        else:
+            result.calls += _calls(outcome.messages, episode, policy)
+            result.messages.append(outcome.messages)
+            reason = outcome.stop_reason or "unknown"
+            result.stop_reasons[reason] = result.stop_reasons.get(reason, 0) + 1
+        result.episodes += 1
+        if on_episode is not None:
+            on_episode()
+
+
+def _chain_ends(fork: MemoryStore, together: Sequence[tuple[str, str]], size: int) -> list[list[str]]:
+    """Groups for another round of episodes: the memories still live in `fork` of each chain (a connected
+    component of `together`, the pairs read as one fact; a merge's result stands for its sources) that
+    holds two or more of them, packed into groups of at most `size` (a chain's live ends in one where
+    they fit)."""
+    live = fork.list()
+    stands_for = {m.key: [m.key, *(m.metadata.get("merged_from") or [])] for m in live}
+    keys = sorted({k for pair in together for k in pair})
+    index = {k: i for i, k in enumerate(keys)}
+    chain = _chains(len(keys), [(index[a], index[b]) for a, b in together])
+    members: dict[int, list[str]] = {}
+    for memory in live:
+        roots = {int(chain[index[k]]) for k in stands_for[memory.key] if k in index}
+        if len(roots) == 1:
+            members.setdefault(roots.pop(), []).append(memory.key)
+    ends = [sorted(group) for group in members.values() if len(group) > 1]
+    if not ends:
+        return []
+    flat = [k for group in ends for k in group]
+    vectors = fork.vectors_of(flat)
+    flat = [k for k in flat if k in vectors]
+    links = [(group[i], group[i + 1]) for group in ends for i in range(len(group) - 1)]
+    groups = neighbourhoods(flat, np.stack([vectors[k] for k in flat]), size, together=links) if flat else []
+    return [group for group in groups if len(group) > 1]
 
 
 def compact(
@@ -303,7 +356,8 @@ def compact(
                           on_plan=on_plan, on_episode=on_episode, check_moved=check_moved)
     try:
         qa = qa_change(bank, result.fork, questions, reader, on_answer) if questions else None
-        judge = getattr(policy, "judge", None)  # the review reads pairs as the policy did, where it has a judge
+        # The review reads pairs as the policy did (remembering what it read), where it has a judge.
+        judge = policy.review_judge() if hasattr(policy, "review_judge") else getattr(policy, "judge", None)
         page = build_review(bank, result.fork, result.calls, qa=qa.summary() if qa else None, judge=judge) if review else None
     except BaseException:
         result.fork.drop()

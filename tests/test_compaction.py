@@ -264,3 +264,40 @@ def test_compact_with_a_reader_reports_its_f1_beside_the_proxy(store: MemoryStor
     bare.create("Nadia runs.")
     without = runner.invoke(app, ["compact", bare.path, "--answerer", f"hf:{reader_model}", "--url", database_url])
     assert without.exit_code == 2 and "--questions FILE" in without.output
+
+
+def test_a_fact_stated_five_times_keeps_only_its_newest_statement_across_neighbourhoods(store: MemoryStore) -> None:
+    """Five statements of where Sam lives, on five days, in neighbourhoods of two: the chain is cut into
+    three episodes, and the rounds over its live ends leave only the newest current, each older one
+    superseded by a newer one whose own record leads on to the newest."""
+    from memupdate.judge.rule import RuleJudge
+
+    bank = store.scoped((*store.namespace, "chain"))
+    cities = ["Paris", "Berlin", "Rome", "Oslo", "Madrid"]
+    made = bank.create_many(
+        [NewMemory(f"Sam lives in {city}.", metadata={"date": f"2024-0{day}-01"}) for day, city in enumerate(cities, 1)]
+        + [NewMemory("Sam has a dog named Rex."), NewMemory("Sam plays chess on Sundays.")]
+    )
+    statements = [m.key for m in made[:5]]
+
+    def compacted(**speedups):
+        policy = HeuristicPolicy(store=store, judge=RuleJudge(), **speedups)
+        result = compact_bank(policy, bank, (*bank.namespace, "traj", f"f{len(speedups)}"), size=2)
+        live = {m.key for m in result.fork.list()}
+        by = {e.memory_key: e.before["metadata"]["superseded_by"] for e in result.fork.events(op="delete")
+              if (e.before or {}).get("metadata", {}).get("superseded_by")}
+        cut = sum(any(k in group for k in statements) for group in result.neighbourhoods[:3])
+        result.fork.drop()
+        return live, by, cut
+
+    live, by, cut = compacted()
+    assert cut >= 2  # the first neighbourhoods cut the chain
+    assert live & set(statements) == {statements[-1]}
+    for key in statements[:-1]:  # every older statement leads to the newest through the records
+        seen = [key]
+        while seen[-1] in by:
+            seen.append(by[seen[-1]])
+        assert seen[-1] == statements[-1], seen
+    assert {made[5].key, made[6].key} <= live  # facts that did not change stay
+    old_live, _, _ = compacted(judge_once=False, follow_chains=False)
+    assert len(old_live & set(statements)) > 1  # before: each part kept its own newest current

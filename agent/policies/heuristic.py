@@ -31,6 +31,7 @@ import math
 import random
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -39,7 +40,8 @@ from pydantic import Field, PrivateAttr
 from memupdate.agent.policies.handles import UPDATE_LABEL
 from memupdate.agent.policies.planning import PlanningPolicy, ToolCall
 from memupdate.judge import Verdict, judge_memories
-from memupdate.judge.meeting import candidate_pairs
+from memupdate.judge.meeting import candidate_pairs, worth_judging
+from memupdate.judge.verdict import Pair, later
 from memupdate.settings import DEFAULT_MAX_OPERATIONS
 from memupdate.store import MemoryRecord, MemoryStore
 from memupdate.text.dates import anchor_relative_dates, anchored, datable, has_relative_time, memory_day
@@ -49,6 +51,8 @@ from memupdate.text.strategies import content_words, jaccard, split_thematic
 # A consolidated memory stays well inside the QA context budget (DEFAULT_CONTEXT_TOKENS) and the density limit (60).
 DIGEST_WORDS = 55
 DUPLICATE_JACCARD = 0.6
+# A watcher's policy forgets its verdicts at the next compaction once it holds more than this many.
+MAX_REMEMBERED = 200_000
 QUESTION_WORDS = frozenset("what when where who whom whose which why how did does do is was were are has have had".split())
 
 REASONS = {
@@ -58,6 +62,35 @@ REASONS = {
     "duplicate": "rule 4: one fact told twice (the judge's duplicate, or one's words within the other's on one day); the fuller wording kept",
     "split": "rule 5: the memory packs several unrelated facts; one memory per fact",
 }
+
+
+class RememberingJudge:
+    """A judge that reads each pair of statements once and answers again from memory (one compaction's
+    episodes and its review ask about the same pairs); a pair asked in the other order where the two were
+    stated at distinct times is the same reading with `current` turned (the judges read such a pair
+    older first). Everything else is the wrapped judge's (`inner`): name, threshold, calibration."""
+
+    def __init__(self, inner: Any):
+        self.inner = inner
+        self._read: dict[Pair, Verdict] = {}
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def judge(self, pairs: Sequence[Pair]) -> list[Verdict]:
+        fresh = list(dict.fromkeys(pair for pair in pairs if self._known(pair) is None))
+        for pair, verdict in zip(fresh, self.inner.judge(fresh) if fresh else [], strict=True):
+            self._read[pair] = verdict
+        return [self._known(pair) for pair in pairs]
+
+    def _known(self, pair: Pair) -> Verdict | None:
+        if (verdict := self._read.get(pair)) is not None:
+            return verdict
+        turned = self._read.get((pair[1], pair[0]))
+        if turned is None or later(*pair) is None:
+            return None
+        current = {"first": "second", "second": "first"}.get(turned.current or "")
+        return replace(turned, current=current)
 
 
 class HeuristicPolicy(PlanningPolicy):
@@ -77,11 +110,20 @@ class HeuristicPolicy(PlanningPolicy):
     stepwise: int = Field(0, ge=0, le=20)
     # How two memories relate (`memupdate.judge`); None: the configured judge (the local model by default).
     judge: Any = Field(None, exclude=True)
+    # At scale, changing nothing the judge decides (False: the path before, kept for benchmarks' baselines):
+    # a compaction's pairs are judged once, in one batch before its episodes (`judge_ahead`), the review
+    # reuses the verdicts, and a pair sharing no rare word (`judge.meeting.worth_judging`) is never judged.
+    judge_once: bool = True
+    # A fact stated three times or more keeps only its newest statement current: each older one is
+    # superseded by the live end of its chain of updates (False: a memory already superseded supersedes
+    # nothing, so a superseded middle statement left the oldest current).
+    follow_chains: bool = True
 
     # Why each planned call is made (the rule behind it), for a compaction's review: `reason_for`.
     _reasons: dict[str, str] = PrivateAttr(default_factory=dict)
-    # The judge's verdict of each pair already read (`_judged`).
-    _read: dict[frozenset, Verdict] = PrivateAttr(default_factory=dict)
+    # The judge's verdict of each pair already read (`_judged`); None: not worth judging.
+    _read: dict[frozenset, Verdict | None] = PrivateAttr(default_factory=dict)
+    _memo: RememberingJudge | None = PrivateAttr(None)
 
     def reason_for(self, name: str, args: dict) -> str | None:
         """The rule that planned the call `name(args)`, if this policy planned it."""
@@ -164,11 +206,42 @@ class HeuristicPolicy(PlanningPolicy):
         """The pairs of the whole bank that must share an episode: those that meet (each memory's nearest
         others above a floor, `judge.meeting`) and the judge reads as one fact (an update or a duplicate).
         Their verdicts are kept for this compaction's episodes (`_verdicts`), an earlier one's dropped."""
-        self._read.clear()  # a watcher's policy lives across passes: keep one compaction's verdicts only
+        self.forget()
         pairs = [(keys[i], keys[j]) for i, j in candidate_pairs(vectors)]
-        records = {m.key: m for m in bank.get_many(sorted({k for pair in pairs for k in pair}))}
+        records = {m.key: m for m in (bank.list() if self.judge_once else bank.get_many(sorted({k for pair in pairs for k in pair})))}
         known = [(records[a], records[b]) for a, b in pairs if a in records and b in records]
-        return [(a.key, b.key) for (a, b), v in zip(known, self._judged(known), strict=True) if v.relation in ("update", "duplicate")]
+        verdicts = self._judged(known, among=list(records.values()))
+        return [(a.key, b.key) for (a, b), v in zip(known, verdicts, strict=True) if v is not None and v.relation in ("update", "duplicate")]
+
+    def judge_ahead(self, bank: MemoryStore, keys: Sequence[str], vectors: np.ndarray, groups: Sequence[Sequence[str]]) -> int:
+        """Judge, in one batch, every pair the episodes on `groups` (neighbourhoods of `bank`, whose
+        memories `keys` have `vectors`) will meet, so each episode reads its verdicts and judges none;
+        how many pairs were judged. Nothing without `judge_once` (each episode judges its own pairs)."""
+        if not self.judge_once:
+            return 0
+        index = {key: i for i, key in enumerate(keys)}
+        wanted: set[tuple[str, str]] = set()
+        for group in groups:
+            members = [key for key in group if key in index]
+            for i, j in candidate_pairs(vectors[[index[key] for key in members]]) if len(members) > 1 else ():
+                wanted.add((members[i], members[j]))
+        records = {m.key: m for m in bank.list()}
+        pairs = [(records[a], records[b]) for a, b in sorted(wanted) if a in records and b in records]
+        before = len(self._read)
+        self._judged(pairs, among=list(records.values()))
+        return len(self._read) - before
+
+    def forget(self) -> None:
+        """Drop the verdicts read so far: a watcher's policy lives across passes and banks, and keeps one
+        compaction's verdicts (a pass's, once `judge_once` lets it read many banks' pairs at once)."""
+        if not self.judge_once or len(self._read) > MAX_REMEMBERED:
+            self._read.clear()
+            self._memo = None
+
+    def review_judge(self) -> Any:
+        """The judge a compaction's review reads its changes with: with `judge_once`, this policy's
+        judge remembering what it read (`RememberingJudge`), so the review judges no pair again."""
+        return self._the_judge() if self.judge_once else self._the_judge().inner
 
     def _verdicts(self, bank: MemoryStore, memories: Sequence[MemoryRecord]) -> dict[frozenset[str], Verdict]:
         """The judge's reading of each pair of `memories` that meets (`judge.meeting`: each memory's
@@ -178,23 +251,43 @@ class HeuristicPolicy(PlanningPolicy):
         if len(shown) < 2:
             return {}
         pairs = [(shown[i], shown[j]) for i, j in candidate_pairs(np.stack([vectors[m.key] for m in shown]))]
-        return {frozenset((a.key, b.key)): v for (a, b), v in zip(pairs, self._judged(pairs), strict=True)}
+        return {frozenset((a.key, b.key)): v for (a, b), v in zip(pairs, self._judged(pairs, among=shown), strict=True)
+                if v is not None}
 
-    def _judged(self, pairs: Sequence[tuple[MemoryRecord, MemoryRecord]]) -> list[Verdict]:
-        """The judge's verdicts, each pair read once per policy (a pair's keys and texts name it)."""
+    def _the_judge(self) -> RememberingJudge:
         if self.judge is None:
             from memupdate.judge.judges import make_judge
 
             self.judge = make_judge()
-        name = [frozenset(((a.key, a.content), (b.key, b.content))) for a, b in pairs]
-        fresh = [i for i, n in enumerate(name) if n not in self._read]
-        for i, verdict in zip(fresh, judge_memories(self.judge, [pairs[i] for i in fresh]), strict=True):
+        if self._memo is None or self._memo.inner is not self.judge:
+            self._memo = RememberingJudge(self.judge)
+        return self._memo
+
+    def _judged(self, pairs: Sequence[tuple[MemoryRecord, MemoryRecord]], among: Sequence[MemoryRecord] = ()) -> list[Verdict | None]:
+        """The judge's verdicts, each pair read once per policy (a pair's keys and texts name it); with
+        `judge_once`, a pair sharing no rare word of `among` (its bank: `judge.meeting.worth_judging`) is
+        not judged (None)."""
+        name = [_pair_name(a, b) for a, b in pairs]
+        fresh = list({n: i for i, n in reversed(list(enumerate(name))) if n not in self._read}.values())
+        if self.judge_once and fresh:
+            bank = {m.key: m for m in among}
+            for i in fresh:
+                bank.setdefault(pairs[i][0].key, pairs[i][0])
+                bank.setdefault(pairs[i][1].key, pairs[i][1])
+            index = {key: i for i, key in enumerate(bank)}
+            texts = [m.content for m in bank.values()]
+            worth = worth_judging(texts, [(index[pairs[i][0].key], index[pairs[i][1].key]) for i in fresh])
+            for i in [i for i, w in zip(fresh, worth, strict=True) if not w]:
+                self._read[name[i]] = None
+            fresh = [i for i, w in zip(fresh, worth, strict=True) if w]
+        for i, verdict in zip(fresh, judge_memories(self._the_judge(), [pairs[i] for i in fresh]), strict=True):
             self._read[name[i]] = verdict
         return [self._read[n] for n in name]
 
     def _supersessions(self, memories: Sequence[MemoryRecord], touched: set[str], verdicts: dict[frozenset[str], Verdict]) -> list[ToolCall]:
         """Each older memory is superseded by the newer one the judge reads as an update of its fact with
-        the most confidence (surest pairs first; a memory already superseded supersedes nothing)."""
+        the most confidence (surest pairs first), and with `follow_chains` by the live end of that one's
+        own chain (A -> B -> C: A and B by C); without, a memory already superseded supersedes nothing."""
         dated = [m for m in memories if stated_at(m) and m.key not in touched]
         updates = []
         for i, a in enumerate(dated):
@@ -204,15 +297,20 @@ class HeuristicPolicy(PlanningPolicy):
                     continue
                 older, newer = (a, b) if later else (b, a)
                 updates.append((-verdict.confidence, stated_at(newer), older, newer))
-        calls = []
-        gone: set[str] = set()
+        successor: dict[str, tuple[MemoryRecord, MemoryRecord]] = {}
         for _, _, older, newer in sorted(updates, key=lambda u: (u[0], u[1], u[2].key)):
-            if older.key in gone or newer.key in gone:
+            if older.key in successor or (not self.follow_chains and newer.key in successor):
                 continue
+            successor[older.key] = (older, newer)
+        calls = []
+        for older, newer in successor.values():
+            seen = {older.key}
+            while self.follow_chains and newer.key in successor and newer.key not in seen:  # to the chain's live end
+                seen.add(newer.key)
+                newer = successor[newer.key][1]
             reason = f"{UPDATE_LABEL} {shared_head(older.content, newer.content) or newer.content}"  # the fact that changed first
             calls.append(("delete_memory", {"reason": reason, "memory_id": older.key, "superseded_by": newer.key}))
-            gone.add(older.key)
-        touched |= gone
+        touched |= set(successor)
         return calls
 
     def _anchors(self, memories: Sequence[MemoryRecord], touched: set[str]) -> list[ToolCall]:
@@ -275,6 +373,10 @@ def _lexical_top(memories: Sequence[MemoryRecord], question: str, k: int) -> lis
     idf = {word: math.log(1 + len(memories) / (1 + df[word])) for word in wanted}
     scored = [(sum(idf[w] for w in bag & wanted), key) for key, bag in bags.items()]
     return [key for score, key in sorted(scored, key=lambda s: (-s[0], s[1]))[:k] if score > 0]
+
+
+def _pair_name(a: MemoryRecord, b: MemoryRecord) -> frozenset:
+    return frozenset(((a.key, a.content), (b.key, b.content)))
 
 
 def _call_id(name: str, args: dict) -> str:
