@@ -20,12 +20,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from memupdate.text.facts import stated_later
 
 if TYPE_CHECKING:
-    from memupdate.judge.decision import AutoApply
     from memupdate.store import MemoryRecord
 
 Relation = Literal["duplicate", "update", "compatible", "events"]
@@ -72,13 +71,22 @@ class Verdict:
 Pair = tuple[Statement, Statement]
 
 
+class Decision(Protocol):
+    """Turns a judge's reading into "apply", "ask" or "leave" (`judge.decision.AutoApply`, whose module reads
+    verdicts: named here by what it does, so this module need not import it back)."""
+
+    def act(self, verdict: Verdict) -> str: ...
+
+    def to_json(self) -> dict[str, Any]: ...
+
+
 class RelationJudge(Protocol):
     """Reads pairs of statements; one verdict per pair, in order. `name` appears in reports; `auto_apply`:
     which of its readings a bank may act on by itself (`judge.decision`: calibrated on every pair that
     meets in the recipe part's banks for the local judge)."""
 
     name: str
-    auto_apply: AutoApply
+    auto_apply: Decision
 
     def judge(self, pairs: Sequence[Pair]) -> list[Verdict]: ...
 
