@@ -3,7 +3,7 @@ listed, and undone exactly.
 
     from memupdate.bank.change_log import propose_change, apply_change, history, undo
 
-    change = propose_change(bank, fork, policy="heuristic", summary={...},
+    change = propose_change(bank, fork, policy="heuristic", summary={"kinds": {"merge": 1}},
                             details={"replaced": {"k1": {"by": ["m1a2b3c4d"], "reason": "duplicate of k2"}}})
     apply_change(bank, change.id)      # one transaction: the bank now equals the fork; the fork is dropped
     history(bank)                      # [ChangeRecord(id=7, status="applied", ...)]

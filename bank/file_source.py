@@ -2,10 +2,11 @@
 or text lines (kind `texts`: `{text, created_at?, user?}`), read once; `export_file` writes any bank as
 such a dump. A file is not written back in place: an export goes to a new file (`--out`).
 
+    from pathlib import Path
     from memupdate.bank.file_source import export_file, read_file_items
 
-    kind, items = read_file_items(Path("dump.json"))    # "items" or "texts", by the file's records
     export_file(bank, Path("items.json"))               # LangGraph `Item.dict()` objects
+    kind, items = read_file_items(Path("items.json"))   # "items" or "texts", by the file's records
 """
 
 from __future__ import annotations

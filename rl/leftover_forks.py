@@ -1,5 +1,6 @@
 """Trajectory forks left in the database by crashed runs or kept episodes: list them, prune them.
 
+    from datetime import timedelta
     from memupdate.rl.leftover_forks import list_forks, prune_forks, namespace_summary
 
     list_forks(store)                                   # every ".../traj/..." namespace, its base, age

@@ -6,7 +6,8 @@ A docstring example is an indented block of the module's docstring, cut at blank
 `make`) is a shell line, whose command, subcommands and options must exist (an old `--json PATH` is refused
 as the command line refuses it); every other paragraph is Python: it must compile, and every name it
 imports from the package must exist. The examples in `RUNS` also run, on the embedded test database,
-with `store`, `bank` and `engine` given; the rest need what a test cannot have here (a served endpoint,
+with `store`, `bank` (a bank of three memories), `fork` (a fork of it, one memory edited) and `engine`
+given, in a temporary folder; the rest need what a test cannot have here (a served endpoint,
 a GPU, verl's trainer, LoCoMo, a trained run's folder) or name values the prose around them describes.
 """
 
@@ -25,20 +26,23 @@ from test_layers import REPO, modules
 
 from memupdate.cli import app
 from memupdate.cli.common import old_json_path
-from memupdate.store import MemoryStore
+from memupdate.store import MemoryStore, NewMemory
 
 # Blocks that are neither Python nor a command line: a chat format, verl's YAML, the reward's formula.
 NOT_CODE = {"memupdate.llm.hermes", "memupdate.rl.verl.compute_score", "memupdate.scoring.reward"}
 COMMANDS = ("memupdate", "python", "make", "langgraph")
-# Modules whose docstring example runs as written, given `store`, `bank` and `engine`.
+# Modules whose docstring example runs as written, given `store`, `bank`, `fork` and `engine`.
 RUNS = [
     "memupdate.agent.tools",
+    "memupdate.bank.change_log",
+    "memupdate.bank.file_source",
     "memupdate.bank.namespaces",
     "memupdate.bank.sources",
     "memupdate.judge.decision",
     "memupdate.migrations.models",
     "memupdate.migrations.schema",
     "memupdate.rl.data.namespaces",
+    "memupdate.rl.leftover_forks",
     "memupdate.rl.distill.advantages",
     "memupdate.rl.distill.config",
     "memupdate.scoring.categories",
@@ -182,21 +186,26 @@ def test_docstring_doctests(name: str) -> None:
     assert attempted and not failed
 
 
-def run_example(name: str, store: MemoryStore) -> None:
+def run_example(name: str, store: MemoryStore, folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     code = python_examples(name)
     assert code, f"{name} has no Python example"
-    exec(compile(code, name, "exec"), {"store": store, "bank": store, "engine": store.engine})
+    bank = store.scoped((*store.namespace, "alice"))
+    bank.create_many([NewMemory("Alice likes jazz."), NewMemory("Alice lives in Paris."), NewMemory("Alice has a cat.")])
+    fork = bank.fork((*bank.namespace, "traj", "example"))
+    fork.update(fork.list()[0].key, content="Alice likes jazz and blues.")
+    monkeypatch.chdir(folder)
+    exec(compile(code, name, "exec"), {"store": store, "bank": bank, "fork": fork, "engine": store.engine})
 
 
 @pytest.mark.parametrize("name", RUNS)
-def test_docstring_example_runs(name: str, store: MemoryStore) -> None:
-    run_example(name, store)
+def test_docstring_example_runs(name: str, store: MemoryStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    run_example(name, store, tmp_path, monkeypatch)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", RUNS_SLOW)
-def test_docstring_example_that_loads_a_model_runs(name: str, store: MemoryStore) -> None:
-    run_example(name, store)
+def test_docstring_example_that_loads_a_model_runs(name: str, store: MemoryStore, tmp_path: Path, monkeypatch) -> None:
+    run_example(name, store, tmp_path, monkeypatch)
 
 
 def readme_python() -> list[str]:
