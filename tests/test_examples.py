@@ -14,8 +14,10 @@ a GPU, verl's trainer, LoCoMo, a trained run's folder) or name values the prose 
 from __future__ import annotations
 
 import ast
+import contextlib
 import doctest
 import importlib
+import io
 import re
 import shlex
 from pathlib import Path
@@ -50,7 +52,7 @@ RUNS = [
     "memupdate.scoring.metrics",
 ]
 # Examples that run but load a model: with `-m slow`.
-RUNS_SLOW = ["memupdate.judge.verdict", "memupdate.judge.local"]
+RUNS_SLOW = ["memupdate.judge.verdict"]
 
 
 def docstring_paragraphs(path: Path) -> list[list[str]]:
@@ -141,13 +143,25 @@ def shell_breaches(line: str, known: dict[str, Path]) -> list[str]:
             breaches += [f"{command.strip()!r}: no option {w}" for w in rest if w.startswith("--") and w.split("=")[0] not in options]
             if old_json_path(rest) is not None:
                 breaches.append(f"{command.strip()!r}: --json takes no file (--out PATH)")
-        elif words[:2] == ["python", "-m"] and words[2] not in known:
-            breaches.append(f"{command.strip()!r}: no module {words[2]}")
+        elif words[:2] == ["python", "-m"]:
+            if words[2] not in known:
+                breaches.append(f"{command.strip()!r}: no module {words[2]}")
+                continue
+            usage = module_help(words[2])
+            breaches += [f"{command.strip()!r}: no option {w}" for w in words[3:] if w.startswith("--") and w.split("=")[0] not in usage]
         elif words[0] == "python" and words[1] != "-m" and not (REPO / words[1]).is_file():
             breaches.append(f"{command.strip()!r}: no file {words[1]}")
         elif words[0] == "make" and not re.search(rf"^{words[1]}:", (REPO / "Makefile").read_text(), re.M):
             breaches.append(f"{command.strip()!r}: no make target {words[1]}")
     return breaches
+
+
+def module_help(name: str) -> str:
+    """What `python -m name --help` prints (its `main`, run in this process)."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.suppress(SystemExit):
+        importlib.import_module(name).main(["--help"])
+    return out.getvalue()
 
 
 def test_every_docstring_example_compiles_imports_what_exists_and_names_real_commands() -> None:
@@ -176,6 +190,8 @@ def test_the_checks_find_an_example_that_is_not_true() -> None:
     assert shell_breaches("memupdate bench all --json bench.json --plot cost.png", known) == [
         "'memupdate bench all --json bench.json --plot cost.png': --json takes no file (--out PATH)"]
     assert len(shell_breaches("memupdate compact BANK --sized 3 && python -m memupdate.nowhere; make nothing", known)) == 3
+    assert shell_breaches("python -m memupdate.bench.tools --json OUT", known) == [
+        "'python -m memupdate.bench.tools --json OUT': no option --json"]
     assert kind_of(["memupdate demo"]) == "shell" and kind_of([">>> 1"]) == "doctest" and kind_of(["x = 1"]) == "python"
 
 
