@@ -238,6 +238,10 @@ class HeuristicPolicy(PlanningPolicy):
             self._read.clear()
             self._memo = None
 
+    def remembering_judge(self) -> RememberingJudge:
+        """This policy's judge, remembering every pair it has read (on either path)."""
+        return self._the_judge()
+
     def review_judge(self) -> Any:
         """The judge a compaction's review reads its changes with: with `judge_once`, this policy's
         judge remembering what it read (`RememberingJudge`), so the review judges no pair again."""
