@@ -2,6 +2,7 @@
 
     with langgraph_store(fresh_database) as (url, store):
         remember(store, "alice", ["Alice moved to Lisbon in 2021", ...])   # LangMem's manage_memory, action=create
+        backdate(url, keys, days=7)          # written a week earlier, as an app's older memories were
 """
 
 from __future__ import annotations
@@ -38,3 +39,14 @@ def remember(store, user: str, facts: Sequence[str]) -> list[str]:
         reply = langmem_tool(store, "create", user, content=fact)
         keys.append(reply.rsplit(" ", 1)[-1])  # "created memory <uuid>"
     return keys
+
+
+def backdate(url: str, keys: Sequence[str], *, days: float) -> None:
+    """Move the write times of the items `keys` back by `days`: statements an app wrote apart in time,
+    without a test waiting (writes seconds apart are one batch, which no watcher orders)."""
+    import psycopg
+
+    with psycopg.connect(url) as conn:
+        conn.execute("UPDATE store SET created_at = created_at - make_interval(secs => %s), "
+                     "updated_at = updated_at - make_interval(secs => %s) WHERE key = ANY(%s)",
+                     (days * 86400, days * 86400, list(keys)))

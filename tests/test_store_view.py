@@ -111,3 +111,19 @@ def local_judge():
     from memupdate.judge.judges import make_judge
 
     return make_judge("local")
+
+
+def test_a_watch_pass_over_peoples_stores_loses_no_true_fact(store, embedder) -> None:
+    """The small bank above written into a LangGraph store, a person a namespace, each fact at its time;
+    one watcher pass with the defaults (the shipped judge) retires no true fact, and its database is gone after."""
+    from sqlalchemy import text
+
+    from memupdate.rl.watch_eval import watch_banks
+
+    banks = _banks(embedder.embed)
+    report = watch_banks(store, banks)
+    assert report.people == len(banks) and report.true_statements == sum(len(b.statements) for b in banks) - len(CHANGED)
+    assert report.true_lost.hits == 0, report.lost
+    assert report.updates_by_itself.total == len(CHANGED)
+    with store.engine.connect() as conn:
+        assert not conn.execute(text("SELECT 1 FROM pg_database WHERE datname LIKE 'mu_watch_%'")).first()

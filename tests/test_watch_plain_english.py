@@ -8,9 +8,7 @@ manage_memory tool, the embedded PostgreSQL, the packaged embedding model and th
 
 from __future__ import annotations
 
-import time
-
-from langgraph_source import langgraph_store, remember
+from langgraph_source import backdate, langgraph_store, remember
 
 from memupdate.agent.background import BackgroundCompactor
 from memupdate.bank.change_log import history
@@ -48,8 +46,7 @@ def test_watch_once_keeps_a_plain_english_store_true(fresh_database, store: Memo
     """Each changed fact is resolved by the watcher itself, or (judge less sure than its calibrated
     threshold) waits for review as the right supersession; nothing true leaves the store."""
     with langgraph_store(fresh_database) as (url, lg):
-        remember(lg, "ana", BEFORE)
-        time.sleep(1.1)  # the app's write times order the statements, to the second
+        backdate(url, remember(lg, "ana", BEFORE), days=30)  # a month before the newer statements
         remember(lg, "ana", AFTER)
         BackgroundCompactor(store, url, prefix=("memories",), into=store.namespace).run_once()
         now = held(lg)

@@ -274,3 +274,37 @@ def _data_folder(data: Path) -> None:
 
     if not data.is_dir():
         raise MemupdateError(f"no data folder at {data}: pass --data with the folder holding locomo/, memoryagentbench/, natural-updates/")
+
+
+@user_errors
+def watch_eval_command(
+    data: Path = typer.Option(DEFAULT_DATA, "--data", help="The development data folder."),
+    part: str = typer.Option("eval", "--part", help="The part of the people written (eval, recipe or train)."),
+    sources: str = typer.Option("persona", "--sources", help="Sources whose people are written, comma-separated (persona, jenverse, longmemeval, beam)."),
+    out: Path | None = typer.Option(None, "--out", help="Also write the figures as JSON here."),
+    url: str | None = typer.Option(None, "--url", help="The server the LangGraph store and the banks live on (default: the configured or embedded one)."),
+) -> None:
+    """People's stores left to the watcher: each person written into a LangGraph store (one namespace a
+    person, each statement at its time), one `watch --once` pass, then the true facts no longer current
+    and the updates resolved by themselves (`rl.watch_eval`)."""
+    from memupdate.cli.common import open_store
+    from memupdate.errors import MemupdateError
+    from memupdate.rl.data.relations import store_banks
+    from memupdate.rl.watch_eval import watch_banks
+
+    _data_folder(data)
+    if part not in ("train", "recipe", "eval"):
+        raise MemupdateError(f"--part {part!r} is not a part: use eval, recipe or train")
+    with console.status("building a bank per person ..."):
+        banks = [b for b in store_banks(data, large=False)[part] if b.source.startswith(tuple(x.strip() for x in sources.split(",")))]
+    if not banks:
+        raise MemupdateError(f"no person of the {part} part in {data} from {sources!r}: check --sources")
+    with console.status(f"writing {len(banks)} people and watching them once ..."):
+        report = watch_banks(open_store(url), banks)
+    console.print(f"{report.people} people, {report.statements} statements: true facts no longer current {report.true_lost}; "
+                  f"updates resolved by themselves {report.updates_by_itself}; {report.applied} changes applied by themselves, "
+                  f"{report.waiting} waiting; the pass took {report.seconds:.1f} s", highlight=False)
+    for person, statement in report.lost[:10]:
+        console.print(f"  lost: {person}: {statement}", highlight=False)
+    if out:
+        out.write_text(json.dumps(report.to_json(), indent=2))

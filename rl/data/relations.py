@@ -19,6 +19,7 @@ Sources, each pair with its `source` and `group` (the person, profile, question 
 - Synthetic-Persona-Chat: a persona's facts, all true at once (no label: every pair is compatible).
 - BEAM: a conversation's knowledge updates (the old statement and the new, the update's prefixes cut)
   and its contradictions ("I've never ..." against an earlier "I did ...": both kept, a person asks).
+- RHELM: a person's dated conversations, the user's first-person sentences (no label).
 Generated pairs (`generated_relations`) only ever join the training part.
 
 Natural sources are also read as a person's store (`store_banks`): one bank a person, profile or question,
@@ -136,6 +137,8 @@ def store_banks(data: Path, embed=None, *, large: bool = True) -> dict[str, list
             banks += longmemeval_banks(rows, labelled, embed)
     if (root / "beam-ku-dev.jsonl").is_file() or (root / "beam-contradiction-dev.jsonl").is_file():
         banks += beam_banks(_jsonl(root / "beam-ku-dev.jsonl"), _jsonl(root / "beam-contradiction-dev.jsonl"), embed)
+    if (path := root / "rhelm-dev" / "conversations").is_dir():
+        banks += rhelm_banks(path, embed)
     parts: dict[str, list[StoreBank]] = {"train": [], "recipe": [], "eval": []}
     for bank in banks:
         parts[split_of(bank.group)].append(bank)
@@ -295,6 +298,26 @@ def beam_banks(updates: Sequence[dict], contradictions: Sequence[dict], embed) -
         labels[(claim, never)] = "compatible"
     return [_bank(f"beam-{conversation}", "beam", statements, labels, embed)
             for conversation, (statements, labels) in by_conversation.items()]
+
+
+RHELM_SENTENCES = 400  # a person's first-person sentences read as a store (the earliest): bounds the pairs judged
+_FIRST_PERSON = re.compile(r"^(?:I|I'm|I’m|I've|I’ve|My|We|We're|Our)\b")
+
+
+def rhelm_banks(folder: Path, embed) -> list[StoreBank]:
+    """A RHELM person's dated conversations as a store: the first-person sentences (6 to 30 words) of the
+    user's turns, each at its turn's time, the earliest RHELM_SENTENCES. No pair is labelled: most are two
+    true facts, and a state that changed reads as one here (its precision is a lower bound)."""
+    banks = []
+    for person in sorted(p for p in folder.iterdir() if p.is_dir()):
+        statements = []
+        for path in sorted(person.glob("conversation_*.json")):
+            for turn in json.loads(path.read_text()).get("conversation", []):
+                when = str(turn.get("timestamp") or "")[:19] or None
+                statements += [Statement(s.strip(), when) for s in _SENTENCE.split(str(turn.get("user") or ""))
+                               if 6 <= len(s.split()) <= 30 and _FIRST_PERSON.match(s.strip())]
+        banks.append(_bank(f"rhelm-{person.name}", "rhelm", statements[:RHELM_SENTENCES], {}, embed))
+    return banks
 
 
 def beam_text(statement: str) -> str:

@@ -1,0 +1,124 @@
+"""People's stores left to `memupdate watch`: what one `watch --once` pass does by itself to them.
+
+    from memupdate.rl.watch_eval import watch_banks
+    report = watch_banks(root, banks)          # banks: `rl.data.relations.store_banks(data)["eval"]`
+    report.true_lost, report.updates_by_itself, report.waiting
+
+Each bank (a person) is written into a LangGraph `PostgresStore` of its own database on the same server,
+one namespace a person (`("memories", person)`, as LangMem keeps them), each statement at its stated
+time; then one pass of the background compactor runs over the store with the defaults (the heuristic
+policy, the configured judge, the safety rule), as `memupdate watch URL --prefix memories --once`
+does. Afterwards a true statement (any statement no labelled update retires) that is no longer held, as
+written or dated, is a true fact lost by itself; a labelled update whose older statement is gone and
+whose newer is held is resolved by itself. The database is dropped after.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from memupdate.judge.pairs import Rate
+from memupdate.judge.store_view import StoreBank
+from memupdate.store import MemoryStore
+
+NAMESPACE = "memories"
+
+
+@dataclass
+class WatchReport:
+    """What one pass did by itself, per the module docstring."""
+
+    people: int
+    statements: int
+    true_statements: int
+    true_lost: Rate
+    updates_by_itself: Rate
+    applied: int  # changes applied by themselves
+    waiting: int  # changes waiting for review
+    seconds: float
+    lost: list[tuple[str, str]] = field(default_factory=list)  # (person, statement)
+
+    def to_json(self) -> dict:
+        def rate(r: Rate) -> dict:
+            return {"value": r.value, "interval": list(r.interval), "hits": r.hits, "total": r.total}
+
+        return {"people": self.people, "statements": self.statements, "true_statements": self.true_statements,
+                "true_lost": rate(self.true_lost), "updates_by_itself": rate(self.updates_by_itself),
+                "applied": self.applied, "waiting": self.waiting, "seconds": round(self.seconds, 1), "lost": self.lost[:50]}
+
+
+def watch_banks(root: MemoryStore, banks: Sequence[StoreBank]) -> WatchReport:
+    """Write `banks` into a fresh LangGraph store, run one watcher pass over it, read what changed."""
+    from langgraph.store.postgres import PostgresStore
+    from sqlalchemy import text
+
+    from memupdate.agent.background import BackgroundCompactor
+
+    name = f"mu_watch_{uuid.uuid4().hex[:10]}"
+    with root.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    url = root.engine.url.set(database=name, drivername="postgresql").render_as_string(hide_password=False)
+    into = ("watch-eval", name)
+    try:
+        with PostgresStore.from_conn_string(url) as lg:
+            lg.setup()
+            _write(lg, url, banks)
+            started = time.perf_counter()
+            passes = BackgroundCompactor(root, url, prefix=(NAMESPACE,), into=into).run_once()
+            seconds = time.perf_counter() - started
+            held = {bank.group: [item.value.get("content", "") for item in lg.search((NAMESPACE, bank.group), limit=10_000)]
+                    for bank in banks}
+        return _report(banks, held, passes, seconds)
+    finally:
+        for namespace in root.list_namespaces(prefix=into):
+            root.scoped(namespace).drop()
+        with root.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+
+
+def _write(lg, url: str, banks: Sequence[StoreBank]) -> None:
+    """Each statement put as LangMem puts a memory, then its write time set to when it was stated."""
+    import psycopg
+
+    stamps = []
+    for bank in banks:
+        for n, statement in enumerate(bank.statements):
+            key = f"{bank.group}-{n}"
+            lg.put((NAMESPACE, bank.group), key, {"content": statement.text})
+            if statement.time:
+                stamps.append((statement.time if "T" in statement.time else f"{statement.time}T12:00:00+00:00", key))
+    with psycopg.connect(url) as conn:
+        with conn.cursor() as cursor:
+            cursor.executemany("UPDATE store SET created_at = %s, updated_at = %s WHERE key = %s", [(t, t, k) for t, k in stamps])
+
+
+def _report(banks: Sequence[StoreBank], held: dict[str, list[str]], passes, seconds: float) -> WatchReport:
+    def holds(texts: list[str], statement: str) -> bool:  # as written, or dated ("... last month (October 2026)")
+        return any(t == statement or t.startswith(statement + " (") for t in texts)
+
+    true_total = lost = updates = resolved = 0
+    lost_list = []
+    for bank in banks:
+        texts = held.get(bank.group, [])
+        older = {min(p, key=lambda i: bank.statements[i].time or "") for p, label in bank.labels.items() if label == "update"}
+        for i, statement in enumerate(bank.statements):
+            if i in older:
+                continue
+            true_total += 1
+            if not holds(texts, statement.text):
+                lost += 1
+                lost_list.append((bank.group, statement.text))
+        for (i, j), label in bank.labels.items():
+            if label != "update":
+                continue
+            old, new = sorted((i, j), key=lambda k: bank.statements[k].time or "")
+            updates += 1
+            resolved += not holds(texts, bank.statements[old].text) and holds(texts, bank.statements[new].text)
+    return WatchReport(
+        people=len(banks), statements=sum(len(b.statements) for b in banks), true_statements=true_total,
+        true_lost=Rate(lost, true_total), updates_by_itself=Rate(resolved, updates),
+        applied=sum(len(p.applied) for p in passes), waiting=sum(len(p.queued) for p in passes), seconds=seconds, lost=lost_list,
+    )
