@@ -39,6 +39,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from types import EllipsisType
 from typing import Any
 
 from langchain_core.language_models import BaseChatModel
@@ -73,6 +74,8 @@ COMPACTED_OP = "compacted"
 WATCH_EPISODE = "watch"
 DEFAULT_GROW_BY = 20
 DEFAULT_INTERVAL = 60.0  # seconds between the watcher's passes
+# New texts embedded at a time before an import (within the embedder's cache of 20,000 vectors).
+EMBED_BATCH = 5000
 # A fork no proposed change names and nobody wrote for this long is a killed run's leftover.
 ORPHAN_FORK_AGE = timedelta(minutes=15)
 
@@ -129,6 +132,7 @@ class BackgroundCompactor:
         size: int | None = None, interval: float = DEFAULT_INTERVAL,
         questions: Callable[[MemoryStore], Sequence[Any]] | None = None,
         skip_labels: Sequence[str] = (COMPACTION_LABEL,), on_step: Callable[[str, str], None] | None = None,
+        batched: bool = True, on_progress: Callable[[int, int], None] | None = None,
     ):
         if grow_by < 1:
             raise MemupdateError(f"grow_by={grow_by}: a bank must grow by at least 1 memory to be compacted again")
@@ -139,6 +143,8 @@ class BackgroundCompactor:
         self.rule, self.grow_by, self.size, self.interval = rule or SafetyRule(), grow_by, size, interval
         self.questions = questions
         self.skip_labels, self.on_step = set(skip_labels), on_step
+        self.batched = batched  # False: bank by bank, the pass before the batching (benchmarks' baseline)
+        self.on_progress = on_progress  # (banks done, banks in the pass), after each bank
         self._policy_spec = (policy, model, base_url, api_key)
         self._policy: BaseChatModel | None = policy if isinstance(policy, BaseChatModel) else None
         self._stop, self._wake = threading.Event(), threading.Event()
@@ -190,8 +196,46 @@ class BackgroundCompactor:
         """One pass over every bank of the source (see the module docstring)."""
         self.passes += 1
         if self.live:
-            return self._live_pass()
-        return [self.compact_bank_if_needed(bank) for bank in self.banks() if not self._stop.is_set()]
+            return self._live_pass() if self.batched else self._live_pass_bank_by_bank()
+        if not self.batched:
+            return [self.compact_bank_if_needed(bank) for bank in self.banks() if not self._stop.is_set()]
+        banks = self.banks()
+        return self._bank_passes(banks, self._reasons(banks), lambda _bank, done: done)
+
+    def _reasons(self, banks: Sequence[MemoryStore]) -> dict[str, str | None]:
+        """Why each bank needs work (`needs_work_many`), the judge read once for every bank's new pairs,
+        and every pair of the small banks that need work judged in the same batch for their compaction."""
+        unjudged = {bank.path: _needs_work_unjudged(bank, self.grow_by) for bank in banks}
+        if all(found is None for found in unjudged.values()):
+            return unjudged  # an idle pass: no judge, no policy, no model loaded
+        policy = self.policy()
+        reasons = _judged_reasons(unjudged, policy.remembering_judge() if hasattr(policy, "remembering_judge") else None)
+        if hasattr(policy, "judge_banks"):
+            from memupdate.agent.compaction import DEFAULT_NEIGHBOURHOOD
+
+            size = self.size or DEFAULT_NEIGHBOURHOOD
+            small = [bank for bank in banks if reasons[bank.path] is not None]
+            read = []
+            for bank in small:
+                keys, vectors = bank.vectors()
+                if 1 < len(keys) <= size:
+                    records = {m.key: m for m in bank.get_many(keys)}
+                    read.append(([records[k] for k in keys], vectors))
+            policy.judge_banks(read)
+        return reasons
+
+    def _bank_passes(self, banks: Sequence[MemoryStore], reasons: dict[str, str | None],
+                     after: Callable[[MemoryStore, BankPass], BankPass]) -> list[BankPass]:
+        """Steps 2-4 on each bank (5 by `after`), progress reported; stopping leaves the rest for the next
+        pass, which finds them by their state (never compacted, or grown since), not by this one's."""
+        passes = []
+        for number, bank in enumerate(banks, 1):
+            if self._stop.is_set():
+                break
+            passes.append(after(bank, self.compact_bank_if_needed(bank, reason=reasons[bank.path])))
+            if self.on_progress is not None:
+                self.on_progress(number, len(banks))
+        return passes
 
     def banks(self) -> list[MemoryStore]:
         """The banks of a path source: the path itself and every namespace under it but forks."""
@@ -199,6 +243,39 @@ class BackgroundCompactor:
         return [self.root.scoped(ns) for ns in found if not self.skip_labels & set(ns[len(self.path):])]
 
     def _live_pass(self) -> list[BankPass]:
+        """Steps 1-5 over every bank of a live store, what every bank shares paid once a pass: the source
+        rows read in one query, only banks with changes the store has not had resumed, the store read
+        once, every new text embedded in one batch, unmoved banks imported without a query, the judge
+        read once for all (`_reasons`), and the store written only for banks a change applied to."""
+        from memupdate.bank.live_sync import banks_with_pending_writes
+        from memupdate.bank.source_import import import_items
+        from memupdate.bank.sources import source_records
+
+        records = source_records(self.root, self.kind.kinds, self.kind.uri(self.source))
+        for path in banks_with_pending_writes(self.root.engine, [r["namespace"] for r in records.values()]):
+            self._step("resume", path)
+            export_changes(self.root.scoped(path), url=self.source)
+        self._step("import", "")
+        source, items = self.kind.read(self.source, self.prefix, self.into)
+        _embed_new(self.root, items, records)
+        reports = import_items(self.root, items, source, mirror=True, records=records,
+                               namespaces=[ns for ns in records if ns[: len(self.prefix)] == self.prefix])
+        banks = [self.root.scoped(report.bank) for report in reports]
+        by_bank = {report.bank: report for report in reports}
+
+        def export(bank: MemoryStore, done: BankPass) -> BankPass:
+            report = by_bank[bank.path]
+            done.imported, done.from_app = report.summary(), report.from_app()
+            if done.applied:
+                self._step("export", bank.path)
+                done.export = export_changes(bank, url=self.source, before_commit=lambda b=bank.path: self._step("export-commit", b),
+                                             after_commit=lambda b=bank.path: self._step("exported", b))
+                done.dropped |= done.export.conflicts
+            return done
+
+        return self._bank_passes(banks, self._reasons(banks), export)
+
+    def _live_pass_bank_by_bank(self) -> list[BankPass]:
         from memupdate.bank.source_import import import_items
         from memupdate.bank.sources import banks_of_source
 
@@ -224,10 +301,10 @@ class BackgroundCompactor:
             passes.append(done)
         return passes
 
-    def compact_bank_if_needed(self, bank: MemoryStore) -> BankPass:
-        """Steps 2-4 of the module docstring on one bank."""
+    def compact_bank_if_needed(self, bank: MemoryStore, *, reason: str | None | EllipsisType = ...) -> BankPass:
+        """Steps 2-4 of the module docstring on one bank; `reason`: why it needs work, when already known."""
         started = time.perf_counter()
-        done = BankPass(bank.path, needs_work(bank, self.grow_by))
+        done = BankPass(bank.path, needs_work(bank, self.grow_by) if reason is ... else reason)
         self._apply_safe_leftovers(bank, done)
         if done.reason is not None:
             self._drop_orphan_forks(bank)
@@ -241,6 +318,9 @@ class BackgroundCompactor:
         # Here, not at the top: compaction brings the scorers (nltk, ~2 s) that an idle pass never needs.
         from memupdate.agent.compaction import DEFAULT_NEIGHBOURHOOD, compact
 
+        policy, size = self.policy(), self.size or DEFAULT_NEIGHBOURHOOD
+        if self.batched and hasattr(policy, "has_work") and not policy.has_work(bank, size):
+            return  # the policy would edit nothing: no fork, no episode, no review
         change_id = next_change_id(bank)
         compacted = compact(self.policy(), bank, compaction_namespace(bank.namespace, change_id),
                                self.questions(bank) if self.questions else (), size=self.size or DEFAULT_NEIGHBOURHOOD, check_moved=False)
@@ -339,6 +419,39 @@ def needs_work(bank: MemoryStore, grow_by: int, judge=None) -> str | None:
     `grow_by` memories since its last compaction, or a memory created since meets one the relation
     judge (`judge`, None: the configured one) reads as a duplicate or an update of it: pairs meet when
     they are written, as each new memory and its nearest live memories above a floor (`judge.meeting`)."""
+    return needs_work_many([bank], grow_by, judge)[bank.path]
+
+
+def needs_work_many(banks: Sequence[MemoryStore], grow_by: int, judge=None) -> dict[str, str | None]:
+    """`needs_work` of each bank, by path, the judge reading every bank's new pairs in one batch."""
+    return _judged_reasons({bank.path: _needs_work_unjudged(bank, grow_by) for bank in banks}, judge)
+
+
+def _judged_reasons(unjudged: dict[str, str | list | None], judge=None) -> dict[str, str | None]:
+    """`_needs_work_unjudged`'s findings by bank, the pairs among them judged in one batch."""
+    reasons: dict[str, str | None] = {}
+    meeting: dict[str, list] = {}
+    for path, reason in unjudged.items():
+        if isinstance(reason, list):
+            meeting[path], reason = reason, None
+        reasons[path] = reason
+    pairs = [pair for found in meeting.values() for pair in found]
+    if not pairs:
+        return reasons
+    from memupdate.judge import judge_memories
+    from memupdate.judge.judges import make_judge
+
+    verdicts = iter(judge_memories(judge or make_judge(), pairs))
+    for path, found in meeting.items():
+        for (old, fresh), verdict in zip(found, verdicts, strict=False):
+            if reasons[path] is None and verdict.relation in ("update", "duplicate"):
+                reasons[path] = f"new memory {fresh.key} meets {old.key}: the judge reads {verdict.relation} ({verdict.confidence:.2f})"
+    return reasons
+
+
+def _needs_work_unjudged(bank: MemoryStore, grow_by: int) -> str | list | None:
+    """`needs_work` as far as it goes without the judge: a reason, None, or the pairs (an older memory, a
+    new one) the judge must read."""
     last = bank.last_event(COMPACTED_OP)
     if last is None:
         count = bank.count()
@@ -350,18 +463,28 @@ def needs_work(bank: MemoryStore, grow_by: int, judge=None) -> str | None:
     keys = list(vectors)
     if not keys:
         return None
-    from memupdate.judge import judge_memories
-    from memupdate.judge.judges import make_judge
     from memupdate.judge.meeting import MEET_FLOOR, MEET_K
 
     new = {m.key: m for m in bank.get_many(keys)}
     pairs = []
     for key, hits in zip(keys, bank.search_many_by_vector([vectors[k] for k in keys], top_k=MEET_K + 1), strict=True):
         pairs += [(h.memory, new[key]) for h in hits if h.memory.key != key and h.score >= MEET_FLOOR and key in new]
-    for (old, fresh), verdict in zip(pairs, judge_memories(judge or make_judge(), pairs), strict=True):
-        if verdict.relation in ("update", "duplicate"):
-            return f"new memory {fresh.key} meets {old.key}: the judge reads {verdict.relation} ({verdict.confidence:.2f})"
-    return None
+    return pairs or None
+
+
+def _embed_new(root: MemoryStore, items: Sequence[Any], records: dict[tuple[str, ...], dict[str, Any]]) -> None:
+    """Embed, in one batch (the embedder keeps them), the texts of the items new or changed since each
+    bank's source row: an import then embeds nothing bank by bank."""
+    from memupdate.bank.sources import memory_text, value_hash
+
+    texts = []
+    for item in items:
+        seen = (records.get(tuple(item.namespace)) or {}).get("items", {}).get(item.key)
+        if seen is None or seen.get("updated_at") != item.updated_at or seen.get("value_hash") != value_hash(item.value):
+            texts.append(memory_text(item.value))
+    texts = list(dict.fromkeys(texts))
+    for start in range(0, len(texts), EMBED_BATCH):
+        root.embedder.embed(texts[start : start + EMBED_BATCH])
 
 
 def mark_compacted(bank: MemoryStore, done: BankPass) -> None:

@@ -28,6 +28,7 @@ from memupdate.bank.sources import iso_time
 from memupdate.store import MemoryStore, Namespace
 
 PAGE_SIZE = 1000
+MAX_ITEMS = 10_000_000  # a prefix read whole (LangGraph's search takes a limit)
 POSTGRES_URL = re.compile(r"postgresql(\+\w+)?://")
 
 
@@ -125,7 +126,10 @@ def _langgraph_items(store, prefix: tuple[str, ...], url: str) -> list[SourceIte
         known = sorted({ns[:2] for ns in store.list_namespaces(limit=10_000)})
         hint = ", ".join("/".join(ns) for ns in known[:8]) or "none: the store is empty"
         raise SourceError(f"LangGraph store {langgraph_uri(url)!r} has no namespace under {'/'.join(prefix)!r}; it has: {hint}")
-    return [item for namespace in namespaces for item in namespace_items(store, tuple(namespace))]
+    # Every namespace under the prefix in one read (not one search a namespace: a store of many people).
+    # No order but the store's own, so the read is one statement: an app's write lands before or after it.
+    found = {tuple(ns) for ns in namespaces}
+    return [from_langgraph_item(item) for item in store.search(prefix, limit=MAX_ITEMS) if tuple(item.namespace) in found]
 
 
 def namespace_items(store, namespace: tuple[str, ...]) -> list[SourceItem]:

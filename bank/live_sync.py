@@ -33,10 +33,10 @@ the app wrote is never overwritten, deleted or brought back.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import and_, or_, select, update
 
 from memupdate.bank.change_log import ChangeConflict, ChangeRecord, change_record, changes, undo_change
 from memupdate.bank.source_kinds import Source, source_kind
@@ -58,6 +58,22 @@ def is_live(bank: MemoryStore) -> bool:
     """Whether the bank mirrors a store an app keeps writing (imported by a live kind: a `postgresql://` URL)."""
     record = read_source(bank)
     return record is not None and source_kind(record["kind"]).live
+
+
+def banks_with_pending_writes(engine, paths: Sequence[str]) -> list[str]:
+    """Of the banks `paths`, those holding a live change the store has not had (what `pending_jobs` finds),
+    in one query: a pass over many banks resumes only those."""
+    if not paths:
+        return []
+    exported = changes.c.summary["exported"].astext == "true"
+    unexported = changes.c.summary["unexported"].astext == "true"
+    query = select(changes.c.namespace).distinct().where(
+        changes.c.namespace.in_(list(paths)), changes.c.details["live"].astext == "true",
+        or_(and_(changes.c.status == "applied", or_(changes.c.summary["exported"].is_(None), ~exported)),
+            and_(changes.c.status == "undone", exported, or_(changes.c.summary["unexported"].is_(None), ~unexported))),
+    )
+    with engine.connect() as conn:
+        return sorted(conn.execute(query).scalars())
 
 
 def pending_jobs(bank: MemoryStore) -> list[tuple[ChangeRecord, str]]:

@@ -138,25 +138,31 @@ def import_source(root: MemoryStore, location: str, prefix: Sequence[str] = (), 
 
 def import_items(
     root: MemoryStore, items: Iterable[SourceItem], source: Source, *, mirror: bool = False,
-    namespaces: Iterable[tuple[str, ...]] = (),
+    namespaces: Iterable[tuple[str, ...]] = (), records: dict[tuple[str, ...], dict[str, Any]] | None = None,
 ) -> list[ImportReport]:
     """Write `items` into one bank per source namespace; idempotent. See the module docstring.
 
     `mirror` (what `memupdate watch` keeps a live store's banks by): an item removed at the source is
     removed here too (unless edited here since), and an item new at the source is imported even under a
     key an edit here once removed. `namespaces`: source namespaces to visit even with no item left
-    (a user whose every memory the app deleted)."""
+    (a user whose every memory the app deleted). `records`: the banks' source rows read beforehand
+    (`bank.sources.source_records`): a bank absent there is new, and one whose items did not move at the
+    source is reported unchanged without a query (a pass over many banks pays only for those that moved)."""
     groups: dict[tuple[str, ...], list[SourceItem]] = {tuple(ns): [] for ns in namespaces}
     for item in items:
         groups.setdefault(item.namespace, []).append(item)
-    return [_import_bank(root, source, namespace, group, mirror) for namespace, group in sorted(groups.items())]
+    return [_import_bank(root, source, namespace, group, mirror, records) for namespace, group in sorted(groups.items())]
 
 
 def _import_bank(
-    root: MemoryStore, source: Source, source_namespace: tuple[str, ...], items: list[SourceItem], mirror: bool = False
+    root: MemoryStore, source: Source, source_namespace: tuple[str, ...], items: list[SourceItem], mirror: bool = False,
+    records: dict[tuple[str, ...], dict[str, Any]] | None = None,
 ) -> ImportReport:
     bank = root.scoped(bank_namespace(source, source_namespace))
-    record = read_source(bank)
+    record = read_source(bank) if records is None or (records.get(source_namespace) or {}).get("namespace") != bank.path \
+        else records[source_namespace]
+    if record is not None and records is not None and _unmoved(record, items):
+        return ImportReport(bank.path, source_namespace, first_import=False, unchanged=len(items))
     if record is not None and (record["kind"], record["uri"]) != (source.kind, source.uri):
         raise SourceError(
             f"bank {bank.path!r} was imported from {record['kind']} {record['uri']!r}, not {source.uri!r}: "
@@ -209,6 +215,18 @@ def _import_bank(
         _mirror_removals(bank, seen, report)
     write_source(bank, source, source_namespace, seen)
     return report
+
+
+def _unmoved(record: dict[str, Any], items: list[SourceItem]) -> bool:
+    """Whether the source holds exactly the items `record` saw, none changed since."""
+    seen = record["items"]
+    if len(seen) != len({item.key for item in items}):
+        return False
+    for item in items:
+        before = seen.get(item.key)
+        if before is None or before.get("updated_at") != item.updated_at or before.get("value_hash") != value_hash(item.value):
+            return False
+    return True
 
 
 def _mirror_removals(bank: MemoryStore, seen: dict[str, Any], report: ImportReport) -> None:

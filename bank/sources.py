@@ -137,6 +137,14 @@ def banks_of_source(root: MemoryStore, kinds: Sequence[str], uri: str) -> dict[t
         return {tuple(ns): root.scoped(path) for path, ns in rows}
 
 
+def source_records(root: MemoryStore, kinds: Sequence[str], uri: str) -> dict[tuple[str, ...], dict[str, Any]]:
+    """The `memory_sources` rows of the banks imported from `uri` by a kind named in `kinds`, by their
+    source namespace, in one query (a pass over many banks reads them once, not bank by bank)."""
+    with root.engine.connect() as conn:
+        rows = conn.execute(select(sources).where(sources.c.kind.in_(kinds), sources.c.uri == uri)).mappings()
+        return {tuple(row["source_namespace"]): dict(row) for row in rows}
+
+
 def write_source(bank: MemoryStore, source: Source, source_namespace: tuple[str, ...], items: dict[str, Any], *, exported: bool = False) -> None:
     """Record `items` (source key -> {key, updated_at, value_hash, content_hash}) as the bank's source state."""
     values = {"namespace": bank.path, "kind": source.kind, "uri": source.uri, "source_namespace": list(source_namespace), "items": items}

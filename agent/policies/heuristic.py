@@ -231,6 +231,36 @@ class HeuristicPolicy(PlanningPolicy):
         self._judged(pairs, among=list(records.values()))
         return len(self._read) - before
 
+    def judge_banks(self, banks: Sequence[tuple[Sequence[MemoryRecord], np.ndarray]]) -> None:
+        """Judge, in one batch, the pairs that meet in each of many small banks (its memories and their
+        vectors), each bank's filter its own: a watcher's pass over many people reads them all at once,
+        and then `has_work` and the compactions judge none. Without `judge_once`, nothing."""
+        if not self.judge_once:
+            return
+        fresh: list[tuple[MemoryRecord, MemoryRecord]] = []
+        for memories, vectors in banks:
+            met = candidate_pairs(vectors) if len(memories) > 1 else []
+            pairs = [(memories[i], memories[j]) for i, j in met]
+            worth = worth_judging([m.content for m in memories], met)
+            for pair, ok in zip(pairs, worth, strict=True):
+                name = _pair_name(*pair)
+                if name in self._read:
+                    continue
+                if ok:
+                    fresh.append(pair)
+                else:
+                    self._read[name] = None
+        for pair, verdict in zip(fresh, judge_memories(self._the_judge(), fresh), strict=True):
+            self._read[_pair_name(*pair)] = verdict
+
+    def has_work(self, bank: MemoryStore, size: int) -> bool:
+        """Whether compacting `bank` in neighbourhoods of `size` could edit it: for a bank that is one
+        neighbourhood, whether the plan of its one blind episode (this very plan, on a copy of the bank)
+        holds an edit; True for a larger bank, or a plan that explores or goes step by step."""
+        if self.explore or self.stepwise or bank.count() > size:
+            return True
+        return any(name != "sample_memory" for name, _ in self.plan(bank, None))
+
     def forget(self) -> None:
         """Drop the verdicts read so far: a watcher's policy lives across passes and banks, and keeps one
         compaction's verdicts (a pass's, once `judge_once` lets it read many banks' pairs at once)."""

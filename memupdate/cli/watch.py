@@ -107,13 +107,37 @@ def watch_command(
         policy=policy, model=model, base_url=base_url, api_key=api_key, rule=rule, grow_by=grow_by, size=size,
         questions=_bank_questions(questions, locomo), skip_labels=(COMPACTION_LABEL, TRAJ_LABEL),
     )
-    _print_pass(compactor.run_once(), as_json)  # the first pass: a bad source or policy stops here, in one line
+    _print_pass(_pass_with_progress(compactor), as_json)  # the first pass: a bad source or policy stops here, in one line
     while not once:
         time.sleep(interval)
         try:
-            _print_pass(compactor.run_once(), as_json)
+            _print_pass(_pass_with_progress(compactor), as_json)
         except MemupdateError as exc:  # the store down for a while: say so, and try again next time
             err_console.print(f"[bold red]pass failed:[/] {exc}; trying again in {interval:g} s", highlight=False)
+
+
+def _pass_with_progress(compactor):
+    """One pass, a progress bar over its banks on a terminal; stopped (Ctrl-C), it says how far it got:
+    the next pass resumes from the banks' state (those compacted are not compacted again)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(TextColumn("pass"), BarColumn(), MofNCompleteColumn(), TextColumn("banks"), TimeElapsedColumn(),
+                  console=err_console, transient=True, disable=not err_console.is_terminal) as bar:
+        task = bar.add_task("pass", total=None)
+        reached = [0, 0]
+
+        def advance(done: int, total: int) -> None:
+            reached[:] = [done, total]
+            bar.update(task, completed=done, total=total)
+
+        compactor.on_progress = advance
+        try:
+            return compactor.run_once()
+        except KeyboardInterrupt:
+            done, total = reached
+            err_console.print(f"stopped after {done} of {total or 'the'} banks: run `memupdate watch` again to go on "
+                              "(banks compacted already are not compacted again)", highlight=False)
+            raise typer.Exit(130) from None
 
 
 def _require_banks(root, source: str) -> None:

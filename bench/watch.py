@@ -1,0 +1,238 @@
+"""`memupdate watch --once` over a LangGraph store of many people: a first pass and a steady pass, on the
+pass before the per-pass batching and on today's, in one run.
+
+A LangGraph app keeps one namespace per person. The benchmark writes N people x M everyday memories
+(`("memories", "person00042")`, `{"content": "Ana lives in Lisbon."}`: short facts from ~20 templates;
+one person in UPDATE_EVERY also restates where they live, later, so there is an update to supersede)
+into LangGraph's own `PostgresStore` (a database of its own on the benchmark's server), then times, with
+a fresh `BackgroundCompactor` each pass (as `memupdate watch --once` builds one):
+1. first: a pass that imports every person, compacts every bank and applies what is safe;
+2. steady: after CHANGED people put one new memory each, the next pass.
+Each path gets a store and banks of its own: `before` (`BackgroundCompactor(batched=False)`, bank by
+bank as before) and `now`. Targets: the first pass over 1,000 x 20 in at most 60 s, a steady pass with
+10 people changed in at most 5 s (2 cores).
+
+    python -m memupdate.bench.watch [--people 100,1000] [--memories 5,20] [--paths now,before] [--plot watch.png] [--out PATH]
+    memupdate bench watch
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import time
+
+from memupdate.bench.common import (
+    bench_main,
+    bench_namespace,
+    console,
+    load_embedder,
+    open_engine,
+    print_table,
+    server_line,
+)
+
+TARGET_FIRST_SECONDS = 60
+TARGET_STEADY_SECONDS = 5
+UPDATE_EVERY = 10
+CHANGED = 10
+NAMES = ["Ana", "Ben", "Chloe", "Dev", "Elif", "Femi", "Greta", "Hugo", "Ines", "Jonas", "Kai", "Lena", "Mateo", "Nora"]
+CITIES = ["Lisbon", "Boston", "Kyoto", "Denver", "Dublin", "Prague", "Seville", "Oslo", "Austin", "Porto"]
+EVERYDAY = [
+    "{name} lives in {city}.", "{name} works as a {job}.", "{name} has a {pet} named {pet_name}.",
+    "{name} is allergic to {allergen}.", "{name} plays {sport} on Saturdays.", "{name} is learning {language}.",
+    "{name} drives a {colour} {car}.", "{name}'s favourite band is {band}.", "{name}'s birthday is on {day} {month}.",
+    "{name} prefers {milk} milk in coffee.", "{name} takes the {transport} to work.", "{name} reads {genre} before bed.",
+    "{name}'s sister is called {sibling}.", "{name} supports {team}.", "{name} dislikes {food}.",
+    "{name} runs {distance} every morning.", "{name} uses {editor} for side projects.", "{name} volunteers at the {place}.",
+    "{name} grows {plant} on the balcony.", "{name} is saving for a trip to {country}.", "{name} bakes {bread} on Sundays.",
+    "{name} listens to {podcast} podcasts while cooking.",
+]
+VALUES = dict(
+    job=["nurse", "teacher", "chef", "pilot", "librarian", "carpenter"], pet=["dog", "cat", "parrot", "rabbit"],
+    pet_name=["Rex", "Luna", "Milo", "Pip", "Olive"], allergen=["peanuts", "shellfish", "pollen", "cats"],
+    sport=["tennis", "football", "padel", "volleyball"], language=["Japanese", "Portuguese", "Korean", "Greek"],
+    colour=["blue", "red", "green", "silver"], car=["Honda Civic", "Toyota Yaris", "Fiat 500", "VW Golf"],
+    band=["Radiohead", "ABBA", "Khruangbin", "Muse"], day=[str(d) for d in range(1, 29)],
+    month=["March", "June", "October", "December"], milk=["oat", "soy", "almond"], transport=["train", "bus", "tram"],
+    genre=["science fiction", "crime novels", "poetry"], sibling=["Maya", "Rosa", "Ida"], team=["Benfica", "Celtic", "Ajax"],
+    food=["cilantro", "olives", "mushrooms"], distance=["5k", "3k", "10k"], editor=["VS Code", "Vim", "Emacs"],
+    place=["animal shelter", "food bank", "library"], plant=["tomatoes", "basil", "chillies"],
+    country=["Japan", "Peru", "Iceland"], bread=["sourdough", "focaccia", "rye"], podcast=["history", "science", "comedy"],
+)
+
+
+def person_memories(person: int, count: int, salt: str = "") -> list[str]:
+    """`count` everyday memories of one person (deterministic per `salt`: each path gets texts of its own,
+    so neither finds the other's vectors in the embedder's cache), a later restatement of where they live
+    for every UPDATE_EVERY-th person."""
+    rng = random.Random(f"{salt}:{person}")
+    name = NAMES[person % len(NAMES)]
+    values = {key: rng.choice(options) for key, options in VALUES.items()} | {"name": name, "city": rng.choice(CITIES)}
+    texts = [template.format(**values) for template in [EVERYDAY[0], *rng.sample(EVERYDAY[1:], len(EVERYDAY) - 1)]][:count]
+    if person % UPDATE_EVERY == 0 and count >= 2:
+        texts[-1] = f"{name} lives in {rng.choice([c for c in CITIES if c != values['city']])} now."
+    return texts
+
+
+def app_store(engine, name: str, people: int, memories: int, salt: str = "") -> str:
+    """A database `name` on the benchmark's server holding LangGraph's store with `people` x `memories`
+    items (each person's last memory put a second later than the others: an update is stated later)."""
+    from langgraph.store.base import PutOp
+    from langgraph.store.postgres import PostgresStore
+    from sqlalchemy import text
+
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    url = engine.url.set(drivername="postgresql", database=name).render_as_string(hide_password=False)
+    everyone = {person: person_memories(person, memories, salt) for person in range(people)}
+    ops = [PutOp(("memories", f"person{person:05d}"), f"m{i}", {"content": text})
+           for person, texts in everyone.items() for i, text in enumerate(texts)]
+    with PostgresStore.from_conn_string(url) as store:
+        store.setup()
+        for start in range(0, len(ops), 5000):
+            store.batch(ops[start : start + 5000])
+        with store.conn.cursor() as cur:  # written over a month: each person's last memory the latest
+            cur.execute("UPDATE store SET created_at = now() - interval '30 days', updated_at = now() - interval '30 days' "
+                        "WHERE key <> %s", (f"m{memories - 1}",))
+    return url
+
+
+def drop_store(engine, name: str) -> None:
+    from sqlalchemy import text
+
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+
+
+def change_people(url: str, people: int, changed: int) -> None:
+    """`changed` people (spread over the store) put one new memory each."""
+    from langgraph.store.base import PutOp
+    from langgraph.store.postgres import PostgresStore
+
+    step = max(1, people // changed)
+    with PostgresStore.from_conn_string(url) as store:
+        store.batch([PutOp(("memories", f"person{person:05d}"), "new", {"content": f"{NAMES[person % len(NAMES)]} started a pottery class."})
+                     for person in range(0, people, step)[:changed]])
+
+
+def one_pass(root, url: str, into: tuple[str, ...], batched: bool) -> dict:
+    from memupdate.agent.background import BackgroundCompactor
+
+    load = round(os.getloadavg()[0], 2)
+    started = time.perf_counter()
+    compactor = BackgroundCompactor(root, url, prefix=("memories",), into=into, batched=batched)
+    passes = compactor.run_once()
+    seconds = time.perf_counter() - started
+    return {"seconds": round(seconds, 2), "banks": len(passes), "compacted": sum(p.reason is not None for p in passes),
+            "applied": sum(len(p.applied) for p in passes), "queued": sum(len(p.queued) for p in passes), "load": load,
+            "changes": sorted((p.bank.rsplit("/", 1)[-1], len(p.applied), len(p.queued)) for p in passes if p.applied or p.queued)}
+
+
+def run(args: argparse.Namespace) -> dict:
+    engine = open_engine(args)
+    embedder = load_embedder()
+    console.print(server_line(engine, embedder))
+    summary: dict = {"load_start": [round(x, 2) for x in os.getloadavg()], "runs": []}
+    paths = [p.strip() for p in args.paths.split(",") if p.strip()]
+    with bench_namespace(engine, embedder) as root:
+        with console.status("warming up: the judge, the graph, the scorers' imports ..."):
+            url = app_store(engine, "bench_watch_warmup", 3, 5, salt="warmup")
+            for path in paths:
+                one_pass(root, url, (*root.namespace, f"warmup-{path}"), path != "before")
+            drop_store(engine, "bench_watch_warmup")
+        for people in (int(n) for n in args.people.split(",")):
+            for memories in (int(m) for m in args.memories.split(",")):
+                for path in paths:
+                    name = f"bench_watch_{path}_{people}x{memories}"
+                    with console.status(f"{people:,} people x {memories} memories: writing the app's store ..."):
+                        url = app_store(engine, name, people, memories)
+                    # The same texts on both paths (the same changes are expected): neither may find the
+                    # other's vectors in the embedder's cache, so it starts empty for each.
+                    root.embedder._cache.clear()
+                    into = (*root.namespace, f"{path}{people}x{memories}")
+                    with console.status(f"{people:,} x {memories}, {path}: the first pass ..."):
+                        first = one_pass(root, url, into, path != "before")
+                    change_people(url, people, CHANGED)
+                    with console.status(f"{people:,} x {memories}, {path}: a steady pass ({CHANGED} people changed) ..."):
+                        steady = one_pass(root, url, into, path != "before")
+                    drop_store(engine, name)
+                    summary["runs"].append({"people": people, "memories": memories, "path": path, "first": first, "steady": steady})
+                    console.print(f"{people:,} x {memories} {path}: first {first['seconds']:.1f} s (load {first['load']}), "
+                                  f"steady {steady['seconds']:.1f} s (load {steady['load']})", highlight=False)
+    summary["load_end"] = [round(x, 2) for x in os.getloadavg()]
+    for run_ in summary["runs"]:  # the same changes with and without the batching
+        twin = next((r for r in summary["runs"] if (r["people"], r["memories"]) == (run_["people"], run_["memories"])
+                     and r["path"] == "before"), None)
+        run_["same_changes_as_before"] = None if twin is None or twin is run_ else all(
+            run_[p]["changes"] == twin[p]["changes"] for p in ("first", "steady"))
+    if args.plot:
+        plot(summary, args.plot)
+    return summary
+
+
+def plot(summary: dict, out: str) -> None:
+    """Pass seconds against people x memories, one line per pass and path, the targets dashed."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    lines: dict[tuple[str, str], list[tuple[int, float]]] = {}
+    for r in summary["runs"]:
+        for which in ("first", "steady"):
+            lines.setdefault((which, r["path"]), []).append((r["people"] * r["memories"], r[which]["seconds"]))
+    for (which, path), points in sorted(lines.items()):
+        xs, ys = zip(*sorted(points), strict=True)
+        ax.plot(xs, ys, marker="o", linestyle="-" if path == "now" else ":", label=f"{which} pass, {path}")
+    ax.axhline(TARGET_FIRST_SECONDS, color="grey", linestyle="--", linewidth=0.8, label=f"first-pass target {TARGET_FIRST_SECONDS} s")
+    ax.axhline(TARGET_STEADY_SECONDS, color="grey", linestyle="-.", linewidth=0.8, label=f"steady target {TARGET_STEADY_SECONDS} s")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("memories in the store (people x memories each)")
+    ax.set_ylabel("seconds for one `watch --once` pass")
+    ax.set_title("memupdate watch over a LangGraph store of many people")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    console.print(f"wrote {out}")
+
+
+def report(summary: dict) -> None:
+    rows = []
+    for r in summary["runs"]:
+        f, s = r["first"], r["steady"]
+        rows.append([f"{r['people']:,} x {r['memories']}", r["path"], f"{f['seconds']:.1f}", f"{f['compacted']:,}",
+                     f"{f['applied']} / {f['queued']}", str(f["load"]), f"{s['seconds']:.1f}", f"{s['compacted']:,}",
+                     f"{s['applied']} / {s['queued']}", str(s["load"]),
+                     "" if r.get("same_changes_as_before") is None else ("yes" if r["same_changes_as_before"] else "no")])
+    print_table(
+        "memupdate watch --once over a LangGraph store, one namespace a person",
+        ["people x memories", "path", "first s", "compacted", "applied / queued", "load", "steady s", "compacted",
+         "applied / queued", "load", "same changes"], rows,
+        [f"load average at the start: {', '.join(map(str, summary['load_start']))}; at the end: "
+         f"{', '.join(map(str, summary['load_end']))}",
+         f"first: import, compaction and safe changes for everyone; steady: after {CHANGED} people wrote one memory each.",
+         "before: bank by bank as before the batching (BackgroundCompactor(batched=False)); now: the per-pass batching.",
+         f"targets: the first pass over 1,000 x 20 in at most {TARGET_FIRST_SECONDS} s; a steady pass in at most "
+         f"{TARGET_STEADY_SECONDS} s."],
+    )
+
+
+def options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--people", default="100,1000", help="people (namespaces), comma-separated")
+    parser.add_argument("--memories", default="5,20", help="memories a person, comma-separated")
+    parser.add_argument("--paths", default="now,before", help="now (the per-pass batching) and before")
+    parser.add_argument("--plot", help="draw pass seconds against the store's size to this PNG")
+
+
+def main(argv: list[str] | None = None) -> None:
+    bench_main("watch", __doc__, run, report, argv, options=options)
+
+
+if __name__ == "__main__":
+    main()

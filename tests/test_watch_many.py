@@ -1,0 +1,82 @@
+"""`memupdate watch` over a LangGraph store of many people: the pass batched across banks makes the same
+changes as the pass bank by bank, can be stopped and resumed without compacting a bank twice, and leaves
+the banks with nothing new alone. Real parts: LangGraph's PostgresStore on the test server, the embedded
+PostgreSQL, the packaged embedding model and the local relation judge."""
+
+from __future__ import annotations
+
+from langgraph_source import backdate, langgraph_store
+from sqlalchemy import select
+
+from memupdate.agent.background import COMPACTED_OP, BackgroundCompactor
+from memupdate.bank.models import MemorySource
+from memupdate.store import MemoryStore
+
+PEOPLE = {
+    "ana": ["Ana lives in Lisbon.", "Ana works as a nurse.", "Ana has a cat named Milo."],
+    "ben": ["Ben plays tennis on Saturdays.", "Ben is learning Greek.", "Ben drives a red Fiat 500."],
+    "chloe": ["Chloe supports Celtic.", "Chloe bakes sourdough on Sundays.", "Chloe grows basil on the balcony."],
+    "dev": ["Dev lives in Denver.", "Dev is allergic to peanuts.", "Dev lives in Boston now."],
+    "elif": ["Elif reads poetry before bed.", "Elif takes the tram to work.", "Elif dislikes olives."],
+    "femi": ["Femi runs 5k every morning.", "Femi uses Vim for side projects.", "Femi volunteers at the library."],
+}
+
+
+def _fill(url: str, lg) -> None:
+    from langgraph.store.base import PutOp
+
+    lg.batch([PutOp(("memories", person), f"m{i}", {"content": text}) for person, texts in PEOPLE.items() for i, text in enumerate(texts)])
+    backdate(url, ["m0", "m1"], days=30)  # each person's last memory stated a month after the others
+
+
+def _marks(bank: MemoryStore) -> int:
+    return len(bank.events(op=COMPACTED_OP))
+
+
+def test_a_pass_over_many_people_stops_resumes_and_skips_the_unmoved(fresh_database, store: MemoryStore) -> None:
+    with langgraph_store(fresh_database) as (url, lg):
+        _fill(url, lg)
+        one_by_one = BackgroundCompactor(store, url, prefix=("memories",), into=(*store.namespace, "before"), batched=False).run_once()
+
+        into = (*store.namespace, "now")
+        seen: list[tuple[int, int]] = []
+        stopping = BackgroundCompactor(store, url, prefix=("memories",), into=into)
+
+        def stop_after_three(done: int, total: int) -> None:
+            seen.append((done, total))
+            if done == 3:
+                stopping.stop()
+
+        stopping.on_progress = stop_after_three
+        first = stopping.run_once()
+        assert seen == [(1, 6), (2, 6), (3, 6)] and len(first) == 3
+        resumed = BackgroundCompactor(store, url, prefix=("memories",), into=into).run_once()
+        assert [p.reason is None for p in resumed] == [True] * 3 + [False] * 3  # the first three are not compacted again
+        banks = {person: store.scoped((*into, person)) for person in PEOPLE}
+        assert all(_marks(bank) == 1 for bank in banks.values())
+
+        # The same changes as bank by bank: Dev's move supersedes where he lived (applied or queued alike).
+        done = {p.bank.rsplit("/", 1)[-1]: p for p in first + resumed}
+        before = {p.bank.rsplit("/", 1)[-1]: p for p in one_by_one}
+        assert {k: (len(p.applied), len(p.queued)) for k, p in done.items()} == \
+               {k: (len(p.applied), len(p.queued)) for k, p in before.items()}
+        assert len(done["dev"].applied) + len(done["dev"].queued) >= 1
+
+        # Nothing new at the source: no bank is compacted, and no bank's source row is written again.
+        def imported_at() -> dict[str, object]:
+            with store.engine.connect() as conn:
+                query = select(MemorySource.namespace, MemorySource.imported_at).where(MemorySource.namespace.like(f"{store.path}/now/%"))
+                return dict(conn.execute(query).all())
+
+        rows = imported_at()
+        idle = BackgroundCompactor(store, url, prefix=("memories",), into=into).run_once()
+        assert [p.reason for p in idle] == [None] * 6 and all(p.imported and "unchanged" in p.imported for p in idle)
+        assert imported_at() == rows and all(_marks(bank) == 1 for bank in banks.values())
+
+        # One person writes: only that bank is imported again.
+        from langgraph.store.base import PutOp
+
+        lg.batch([PutOp(("memories", "elif"), "m3", {"content": "Elif started a pottery class."})])
+        steady = BackgroundCompactor(store, url, prefix=("memories",), into=into).run_once()
+        moved = [p.bank.rsplit("/", 1)[-1] for p in steady if p.from_app]
+        assert moved == ["elif"] and {k for k, v in imported_at().items() if v != rows[k]} == {banks["elif"].path}
