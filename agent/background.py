@@ -49,6 +49,7 @@ from memupdate.bank.change_log import (
     ChangeConflict,
     ChangeRecord,
     apply_change,
+    banks_with_proposed,
     discard_change,
     history,
     next_change_id,
@@ -65,7 +66,9 @@ from memupdate.store import (
     MemoryStore,
     Namespace,
     NewEvent,
+    SinceLast,
     namespaces_labelled,
+    since_last,
     to_namespace,
 )
 
@@ -205,7 +208,7 @@ class BackgroundCompactor:
     def _reasons(self, banks: Sequence[MemoryStore]) -> dict[str, str | None]:
         """Why each bank needs work (`needs_work_many`), the judge read once for every bank's new pairs,
         and every pair of the small banks that need work judged in the same batch for their compaction."""
-        unjudged = {bank.path: _needs_work_unjudged(bank, self.grow_by) for bank in banks}
+        unjudged = _needs_work_unjudged(banks, self.grow_by)
         if all(found is None for found in unjudged.values()):
             return unjudged  # an idle pass: no judge, no policy, no model loaded
         policy = self.policy()
@@ -229,10 +232,12 @@ class BackgroundCompactor:
         """Steps 2-4 on each bank (5 by `after`), progress reported; stopping leaves the rest for the next
         pass, which finds them by their state (never compacted, or grown since), not by this one's."""
         passes = []
+        proposed = banks_with_proposed(self.root.engine, [bank.path for bank in banks])
         for number, bank in enumerate(banks, 1):
             if self._stop.is_set():
                 break
-            passes.append(after(bank, self.compact_bank_if_needed(bank, reason=reasons[bank.path])))
+            done = self.compact_bank_if_needed(bank, reason=reasons[bank.path], leftovers=bank.path in proposed)
+            passes.append(after(bank, done))
             if self.on_progress is not None:
                 self.on_progress(number, len(banks))
         return passes
@@ -301,11 +306,13 @@ class BackgroundCompactor:
             passes.append(done)
         return passes
 
-    def compact_bank_if_needed(self, bank: MemoryStore, *, reason: str | None | EllipsisType = ...) -> BankPass:
-        """Steps 2-4 of the module docstring on one bank; `reason`: why it needs work, when already known."""
+    def compact_bank_if_needed(self, bank: MemoryStore, *, reason: str | None | EllipsisType = ..., leftovers: bool = True) -> BankPass:
+        """Steps 2-4 of the module docstring on one bank; `reason`: why it needs work, when already known;
+        `leftovers`: False when the bank is known to hold no proposed change (nothing a killed pass left)."""
         started = time.perf_counter()
         done = BankPass(bank.path, needs_work(bank, self.grow_by) if reason is ... else reason)
-        self._apply_safe_leftovers(bank, done)
+        if leftovers:
+            self._apply_safe_leftovers(bank, done)
         if done.reason is not None:
             self._drop_orphan_forks(bank)
             self._compact(bank, done)
@@ -424,7 +431,7 @@ def needs_work(bank: MemoryStore, grow_by: int, judge=None) -> str | None:
 
 def needs_work_many(banks: Sequence[MemoryStore], grow_by: int, judge=None) -> dict[str, str | None]:
     """`needs_work` of each bank, by path, the judge reading every bank's new pairs in one batch."""
-    return _judged_reasons({bank.path: _needs_work_unjudged(bank, grow_by) for bank in banks}, judge)
+    return _judged_reasons(_needs_work_unjudged(banks, grow_by), judge)
 
 
 def _judged_reasons(unjudged: dict[str, str | list | None], judge=None) -> dict[str, str | None]:
@@ -449,14 +456,20 @@ def _judged_reasons(unjudged: dict[str, str | list | None], judge=None) -> dict[
     return reasons
 
 
-def _needs_work_unjudged(bank: MemoryStore, grow_by: int) -> str | list | None:
-    """`needs_work` as far as it goes without the judge: a reason, None, or the pairs (an older memory, a
-    new one) the judge must read."""
-    last = bank.last_event(COMPACTED_OP)
-    if last is None:
-        count = bank.count()
-        return f"never compacted ({count} memories)" if count >= 2 else None
-    created = {e.memory_key for e in bank.events(op="create", after=last.id) if not written_by_a_change(e)}
+def _needs_work_unjudged(banks: Sequence[MemoryStore], grow_by: int) -> dict[str, str | list | None]:
+    """`needs_work` of each bank as far as it goes without the judge: a reason, None, or the pairs (an
+    older memory, a new one) the judge must read; what each bank did since it was last compacted read
+    for all of them at once (`store.since_last`)."""
+    if not banks:
+        return {}
+    since = since_last(banks[0].engine, [bank.path for bank in banks], mark=COMPACTED_OP, op="create")
+    return {bank.path: _unjudged(bank, grow_by, since[bank.path]) for bank in banks}
+
+
+def _unjudged(bank: MemoryStore, grow_by: int, since: SinceLast) -> str | list | None:
+    if since.mark is None:
+        return f"never compacted ({since.memories} memories)" if since.memories >= 2 else None
+    created = {e.memory_key for e in since.events if not written_by_a_change(e)}
     vectors = bank.vectors_of(sorted(created))
     if len(vectors) >= grow_by:
         return f"grown by {len(vectors)} memories since its last compaction"

@@ -19,6 +19,7 @@ wrote, and restores the superseded rows as they were, embeddings and positions i
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -109,6 +110,16 @@ def history(bank: MemoryStore) -> list[ChangeRecord]:
     with bank.engine.connect() as conn:
         rows = conn.execute(select(changes).where(changes.c.namespace == bank.path).order_by(changes.c.id))
         return [_change(row) for row in rows]
+
+
+def banks_with_proposed(engine, paths: Sequence[str]) -> set[str]:
+    """Of the banks `paths`, those with a proposed change, in one query (a watcher's pass looks for safe
+    changes a killed pass left only there)."""
+    if not paths:
+        return set()
+    with engine.connect() as conn:
+        query = select(changes.c.namespace).distinct().where(changes.c.namespace.in_(list(paths)), changes.c.status == "proposed")
+        return set(conn.execute(query).scalars())
 
 
 def latest_proposal(bank: MemoryStore) -> ChangeRecord | None:

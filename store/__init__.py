@@ -18,7 +18,14 @@ from memupdate.store.errors import (
     PromotionConflict,
 )
 from memupdate.store.fork_diff import NamespaceChanges, changes_from
-from memupdate.store.inventory import memory_counts, namespace_exists, namespaces_labelled, nearest_namespaces
+from memupdate.store.inventory import (
+    SinceLast,
+    memory_counts,
+    namespace_exists,
+    namespaces_labelled,
+    nearest_namespaces,
+    since_last,
+)
 from memupdate.store.memory_store import MemoryStore, SampleStrategy, drop_fork
 from memupdate.store.models import MAX_CONTENT_CHARS, MEMORY_KINDS, Base, MemoryKind
 from memupdate.store.promotion import WHOLE_ROW, Promotion, drop_in, keep_only, promote_fork, undo_promotion
@@ -73,6 +80,7 @@ __all__ = [
     "PromotionConflict",
     "SEPARATOR",
     "SampleStrategy",
+    "SinceLast",
     "ScoredMemory",
     "WHOLE_ROW",
     "as_langgraph_store",
@@ -88,6 +96,7 @@ __all__ = [
     "namespaces_labelled",
     "nearest_namespaces",
     "promote_fork",
+    "since_last",
     "resolve_url",
     "server_info",
     "start_embedded_server",

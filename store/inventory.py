@@ -7,6 +7,8 @@ label in their path, with their size and first and last writes (how leftover for
     namespaces_labelled(engine, TRAJ_LABEL, under="locomo/conv-26")   # a label the caller defines
     # [NamespaceActivity(namespace="locomo/conv-26/traj/conv-26-qa3-1a2b3c4d", memories=168, events=3, ...)]
     namespace_exists(engine, "locomo/conv-62")   # False: no memories or events were ever there
+    since_last(engine, ["imported/memories/ana", ...], mark="compacted", op="create")   # many banks in 3 queries
+    # {"imported/memories/ana": SinceLast(mark=MemoryEventRecord(...), events=[...], memories=20), ...}
     nearest_namespaces(engine, "locomo/conv-62", fork_labels)  # ["locomo/conv-26", ...]: what a mistyped name meant
 
 They take an engine, not a store: `memupdate db status` counts without loading the embedding model.
@@ -15,13 +17,13 @@ They take an engine, not a store: `memupdate db status` counts without loading t
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from sqlalchemy import Engine, func, select
 
-from memupdate.store.records import SEPARATOR
+from memupdate.store.records import SEPARATOR, MemoryEventRecord
 from memupdate.store.statements import events, memories
 
 
@@ -101,3 +103,37 @@ def namespaces_labelled(engine: Engine, label: str, under: str | None = None) ->
 def _like_literal(text: str) -> str:
     """`text` matched as it is by LIKE (its `%`, `_` and `\\` escaped)."""
     return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+
+
+@dataclass(frozen=True)
+class SinceLast:
+    """A namespace's latest `mark` event (None: never marked), its `op` events after it (only when
+    marked), and how many memories it holds."""
+
+    mark: MemoryEventRecord | None
+    events: list[MemoryEventRecord]
+    memories: int
+
+
+def since_last(engine: Engine, paths: Sequence[str], *, mark: str, op: str) -> dict[str, SinceLast]:
+    """For each namespace of `paths`, what `SinceLast` holds, in three queries whatever their number (a
+    watcher's pass over many banks asks each what happened since it last compacted it)."""
+    paths = list(dict.fromkeys(paths))
+    if not paths:
+        return {}
+    with engine.connect() as conn:
+        last = (select(events.c.namespace, func.max(events.c.id).label("id"))
+                .where(events.c.namespace.in_(paths), events.c.op == mark).group_by(events.c.namespace).subquery())
+        marks = {row.namespace: _event(row) for row in conn.execute(select(events).join(last, events.c.id == last.c.id))}
+        after: dict[str, list[MemoryEventRecord]] = {path: [] for path in marks}
+        query = (select(events).join(last, events.c.namespace == last.c.namespace)
+                 .where(events.c.op == op, events.c.id > last.c.id).order_by(events.c.id))
+        for row in conn.execute(query):
+            after[row.namespace].append(_event(row))
+        counts = dict(conn.execute(select(memories.c.namespace, func.count()).where(memories.c.namespace.in_(paths))
+                                   .group_by(memories.c.namespace)).all())
+    return {path: SinceLast(marks.get(path), after.get(path, []), counts.get(path, 0)) for path in paths}
+
+
+def _event(row) -> MemoryEventRecord:
+    return MemoryEventRecord(row.id, row.op, row.memory_key, row.before, row.after, row.episode, row.created_at)
