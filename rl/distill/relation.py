@@ -140,6 +140,8 @@ def relation_banks(data: Path, config: RelationConfig, embed=None) -> list[Relat
                     row = json.loads(line)
                     rows[row["question_id"]] = row
     banks += longmemeval_banks(list(rows.values()), embed)
+    if (natural / "beam-ku-dev.jsonl").is_file():
+        banks += beam_relation_banks(natural, embed)
     rng = random.Random(config.seed)
     banks += locomo_banks(data / "locomo" / "locomo10-dev.json", config.locomo_units, rng, embed)
     banks += factconsolidation_banks(data / "memoryagentbench" / "factconsolidation-dev.jsonl", config.fc_units, rng, embed)
@@ -218,6 +220,25 @@ def longmemeval_banks(rows: Sequence[dict], embed) -> list[RelationBank]:
         probe = Probe(row["question"], str(row["answer"]), tuple(keys.values()), category=MULTI_HOP if "," in str(row["answer"]) else SINGLE_HOP)
         banks[group] = RelationBank(group, "", [probe], _meeting(said, embed, group, f"longmemeval-{row.get('question_type')}"), memories)
     return list(banks.values())
+
+
+def beam_relation_banks(natural: Path, embed) -> list[RelationBank]:
+    """A bank a BEAM conversation: its store (`rl.data.relations.beam_banks`: knowledge updates and
+    contradictions, each statement at its time); its knowledge-update questions read their answers (the
+    newer value), every statement their evidence."""
+    from memupdate.rl.data.relations import _jsonl, beam_banks
+
+    updates = _jsonl(natural / "beam-ku-dev.jsonl")
+    stores = beam_banks(updates, _jsonl(natural / "beam-contradiction-dev.jsonl"), embed)
+    banks = []
+    for store in stores:
+        said = {st.text: st.time for st in store.statements}
+        memories, keys = _statement_memories(said)
+        probes = [Probe(row["question"], str(row["answer"]), tuple(keys.values()))
+                  for row in updates if f"beam-{row['conversation_id']}" == store.group and row.get("answer")]
+        labels = {frozenset((store.statements[i].text, store.statements[j].text)): label for (i, j), label in store.labels.items()}
+        banks.append(RelationBank(store.group, "", probes, _meeting(said, embed, store.group, "beam", labels), memories))
+    return banks
 
 
 def locomo_banks(path: Path, units: int, rng: random.Random, embed) -> list[RelationBank]:
