@@ -119,6 +119,7 @@ def run(args: argparse.Namespace) -> dict:
     summary["load_end"] = [round(x, 2) for x in os.getloadavg()]
     if args.plot:
         plot(summary, args.plot)
+        summary["plot"] = args.plot
     return summary
 
 

@@ -326,6 +326,51 @@ SECTIONS = {
 }
 
 
+def factconsolidation_section(fc: dict[str, Any]) -> list[str]:
+    """`bench factconsolidation`: each size, judge and path, with the plot of seconds against facts."""
+    rows = []
+    for size in fc["sizes"]:
+        for r in size["runs"]:
+            stale = " / ".join(f"{r['stale'][k]['share']}" for k in ("all", "judged", "true"))
+            versus = r.get("changes_vs_before")
+            rows.append([f"{size['facts']:,}", r["judge"], r["path"], f"{r['compact_seconds']:.1f}", f"{r['review_seconds']:.1f}",
+                         f"{r['judged_in_compaction']:,} + {r['judged_in_review']:,}", stale,
+                         "" if not versus else f"{versus['both']:,} both, +{versus['only_now']:,} / −{versus['only_before']:,}",
+                         str(r["load"][0])])
+    lines = ["## Compaction at scale", "",
+             "`bench/factconsolidation.py`: FactConsolidation's 32k context repeated with renamed subjects to N facts, compacted "
+             "by the heuristic policy reading the local judge or the rule, on the path before the speed-ups (`before`: every "
+             "episode judges its own pairs, the review judges them again) and today's (`now`: each pair judged once, in one "
+             "batch, a pair sharing no rare word not judged, chains followed to their newest statement). Stale share: of the "
+             "stale facts the judge reads as updates, those superseded: over every pair that meets / the pairs worth judging / "
+             "the template's true updates.", "",
+             *table(["facts", "judge", "path", "compact s", "review s", "pairs judged (compact + review)",
+                     "stale superseded (all / judged / true)", "retired vs before", "load"], rows, left=3)]
+    if fc.get("plot"):
+        lines += ["", f"![compaction seconds against facts]({Path(fc['plot']).name})"]
+    return lines
+
+
+def watch_section(watch: dict[str, Any]) -> list[str]:
+    """`bench watch`: a first and a steady `watch --once` pass over N people x M memories, both paths."""
+    rows = [[f"{r['people']:,} × {r['memories']}", r["path"], f"{r['first']['seconds']:.1f}", str(r["first"]["load"]),
+             f"{r['steady']['seconds']:.1f}", str(r["steady"]["load"]),
+             "" if r.get("same_changes_as_before") is None else ("yes" if r["same_changes_as_before"] else "no")]
+            for r in watch["runs"]]
+    lines = ["## Many banks", "",
+             "`bench/watch.py`: `memupdate watch --once` over a LangGraph store of N people × M everyday memories (one "
+             "person in ten restating where they live), a first pass and a steady one after 10 people wrote a memory each; "
+             "`before` the pass bank by bank, `now` what the banks share paid once a pass.", "",
+             *table(["people × memories", "path", "first s", "load", "steady s", "load", "same changes"], rows, left=2)]
+    if watch.get("plot"):
+        lines += ["", f"![pass seconds against the store's size]({Path(watch['plot']).name})"]
+    return lines
+
+
+# Rendered only when the JSON holds them (run on their own: `memupdate bench factconsolidation`, `... watch`).
+AT_SCALE = {"factconsolidation": factconsolidation_section, "watch": watch_section}
+
+
 def render(summary: dict[str, Any], plot: str | None = None) -> str:
     """The Markdown page for one `bench all --out` summary; `plot` is the cost curve's path from the page.
 
@@ -357,6 +402,9 @@ def render(summary: dict[str, Any], plot: str | None = None) -> str:
             lines += section(result, plot) if name == "store" else section(result)
         else:
             lines.append(f"## {name.capitalize()}\n\n{name.capitalize()}: not run ({result or 'not in this JSON'}).")
+    for name, section in AT_SCALE.items():
+        if isinstance(summary.get(name), dict):
+            lines += ["", *section(summary[name])]
     return "\n".join(lines) + "\n"
 
 

@@ -170,6 +170,7 @@ def run(args: argparse.Namespace) -> dict:
             run_[p]["changes"] == twin[p]["changes"] for p in ("first", "steady"))
     if args.plot:
         plot(summary, args.plot)
+        summary["plot"] = args.plot
     return summary
 
 

@@ -4,7 +4,9 @@
     memupdate bench store --sizes 200,5000                    # one benchmark, smaller
     memupdate bench reward
     memupdate bench compactor                                 # memupdate watch: memories/s, the app's write latency
-    memupdate bench factconsolidation                         # 18,000 facts loaded and compacted by the rule
+    memupdate bench factconsolidation --plot fc-scale.png     # 2,000-18,000 facts compacted, judge and rule, before/now
+    memupdate bench watch --plot watch-scale.png              # watch --once over 100-1,000 people, before/now
+    memupdate bench dev_banks                                 # the dev banks: the same changes before/now
     memupdate bench judge                                     # the relation judge: ms a pair against the rule
 
 The benchmarks live in the top-level `bench/` folder, importable as `memupdate.bench`; each also runs
@@ -40,14 +42,19 @@ class Benchmark(StrEnum):
     student = "student"
     compactor = "compactor"
     factconsolidation = "factconsolidation"
+    watch = "watch"
+    dev_banks = "dev_banks"
     startup = "startup"
     judge = "judge"
     all = "all"
 
 
-# `compactor` (memupdate watch; about 7 min on a shared 2-core machine) and `factconsolidation` (18,000 facts
-# loaded and compacted; needs the FactConsolidation file) run only when named.
+# `compactor` (memupdate watch; about 7 min on a shared 2-core machine), `factconsolidation` (banks up to 18,000
+# facts, each compacted four ways; needs the FactConsolidation file; about an hour), `watch` (up to 1,000 people x
+# 20 memories, both paths; about 30 min) and `dev_banks` run only when named.
 ORDER = ["store", "tools", "reward", "rollouts", "student"]
+# Benchmarks that draw their time against size with --plot (the store draws its cost curve).
+PLOTTED = ("factconsolidation", "watch")
 
 
 def load_benchmark(name: str):
@@ -95,8 +102,9 @@ def bench_command(
 ) -> None:
     """Run the benchmarks and print their tables (ratios against baselines measured in the same run)."""
     names = ORDER if which is Benchmark.all else [which.value]
-    if plot and "store" not in names:
-        raise typer.BadParameter("--plot draws the store benchmark's cost curve: run `bench store` or `bench all`")
+    if plot and not {"store", *PLOTTED} & set(names):
+        raise typer.BadParameter("--plot draws the store benchmark's cost curve (or the time against size of "
+                                 "factconsolidation and watch): run one of them or `bench all`")
     from memupdate.cli.common import json_to_stdout, print_json
 
     with json_to_stdout(as_json):
@@ -126,6 +134,8 @@ def _run(names: list[str], json_out: Path | None, plot: Path | None, url: str | 
         argv = [*common, "--out", str(out)]
         if name == "store":
             argv += ["--sizes", sizes, "--queries", str(queries)] + (["--plot", str(plot)] if plot else [])
+        elif name in PLOTTED and plot:
+            argv += ["--plot", str(plot)]
         began = time.perf_counter()
         module.main(argv)
         result = json.loads(out.read_text()) if out.stat().st_size else {}
