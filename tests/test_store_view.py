@@ -127,3 +127,57 @@ def test_a_watch_pass_over_peoples_stores_loses_no_true_fact(store, embedder) ->
     assert report.updates_by_itself.total == len(CHANGED)
     with store.engine.connect() as conn:
         assert not conn.execute(text("SELECT 1 FROM pg_database WHERE datname LIKE 'mu_watch_%'")).first()
+
+
+def _data_folder(root):
+    """A development-data folder in the shared layout, written here: three Persona-Chat-like people and
+    one BEAM-like conversation whose deadline moved."""
+    import json
+
+    natural = root / "natural-updates"
+    natural.mkdir(parents=True)
+    rows = [{"persona_id": f"p{n}", "facts": facts, "n_cells": 1} for n, facts in enumerate(PEOPLE[:3])]
+    (natural / "persona-chat-valid.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    update = {"conversation_id": "100K/1", "question": "When is the first sprint deadline?", "answer": "April 5, 2024",
+              "old_statement": "Project Planning:Timeline: The first sprint deadline is April 1, 2024.",
+              "new_statement": "Information Update: The first sprint deadline has shifted to April 5, 2024."}
+    (natural / "beam-ku-dev.jsonl").write_text(json.dumps(update) + "\n")
+    return root
+
+
+def test_store_banks_read_each_source_as_peoples_stores(tmp_path, embedder) -> None:
+    from memupdate.rl.data.relations import beam_text, store_banks
+
+    assert beam_text("Information Update: Learning & Development:Knowledge Sharing: The deadline moved ->-> 1,27") == "The deadline moved"
+    parts = store_banks(_data_folder(tmp_path), embedder.embed)
+    banks = [b for part in parts.values() for b in part]
+    assert sorted(b.source for b in banks) == ["beam", "persona", "persona", "persona"]
+    [beam] = [b for b in banks if b.source == "beam"]
+    assert [s.text for s in beam.statements] == ["The first sprint deadline is April 1, 2024.", "The first sprint deadline has shifted to April 5, 2024."]
+    assert beam.labels == {(0, 1): "update"} and beam.statements[0].time < beam.statements[1].time
+    persona = [b for b in banks if b.source == "persona"]
+    assert all(not b.labels and b.met and len(b.statements) == 5 for b in persona)
+
+
+def test_eval_relations_store_view_reports_each_source(tmp_path) -> None:
+    import json
+
+    from typer.testing import CliRunner
+
+    from memupdate.cli import app
+
+    data, out = _data_folder(tmp_path / "data"), tmp_path / "view.json"
+    runner = CliRunner()
+    parts = ["train", "recipe", "eval"]
+    for part in parts:  # the hashed split puts these few people somewhere: every part is readable
+        result = runner.invoke(app, ["eval", "relations", "--store-view", str(data), "--part", part, "--judge", "rule", "--out", str(out)])
+        if result.exit_code == 0:
+            report = json.loads(out.read_text())
+            assert report[0]["judge"] == "rule" and report[0]["part"] == part and "AutoApply" in result.output
+            assert set(report[0]["sources"]) <= {"persona", "beam"} and all("true_retired" in v for v in report[0]["sources"].values())
+            break
+        assert "no bank of the" in result.output
+    else:
+        raise AssertionError("no part holds a bank")
+    bad = runner.invoke(app, ["eval", "relations", "--store-view", str(tmp_path / "none")])
+    assert bad.exit_code != 0 and "no data folder" in bad.output
