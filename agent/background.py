@@ -314,7 +314,8 @@ class BackgroundCompactor:
         if leftovers:
             self._apply_safe_leftovers(bank, done)
         if done.reason is not None:
-            self._drop_orphan_forks(bank)
+            if not self.batched:
+                self._drop_orphan_forks(bank)
             self._compact(bank, done)
             mark_compacted(bank, done)
         done.seconds = time.perf_counter() - started
@@ -326,8 +327,10 @@ class BackgroundCompactor:
         from memupdate.agent.compaction import DEFAULT_NEIGHBOURHOOD, compact
 
         policy, size = self.policy(), self.size or DEFAULT_NEIGHBOURHOOD
-        if self.batched and hasattr(policy, "has_work") and not policy.has_work(bank, size):
-            return  # the policy would edit nothing: no fork, no episode, no review
+        if self.batched:
+            if hasattr(policy, "has_work") and not policy.has_work(bank, size):
+                return  # the policy would edit nothing: no fork, no episode, no review
+            self._drop_orphan_forks(bank)  # it scans every fork of the database: only before a compaction
         change_id = next_change_id(bank)
         compacted = compact(self.policy(), bank, compaction_namespace(bank.namespace, change_id),
                                self.questions(bank) if self.questions else (), size=self.size or DEFAULT_NEIGHBOURHOOD, check_moved=False)

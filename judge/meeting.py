@@ -22,7 +22,9 @@ from memupdate.text.strategies import content_words
 MEET_FLOOR = 0.25
 MEET_K = 5
 # A pair that meets is judged only if it shares a rare word (`worth_judging`): one held by at most this share of
-# the bank's memories, or RARE_MIN of them (so a fact stated up to RARE_MIN times in a small bank is judged).
+# the bank's memories, or RARE_MIN of them (so a fact stated up to RARE_MIN times is judged), but never more
+# than half of them (in a person's small bank, their name: what the bank is about, not a subject), nor fewer
+# than the pair's own two.
 # Chosen on the training and recipe parts of the development data (`memupdate judge pairs`, a group a bank):
 # it keeps 25 of 26 labelled natural updates (the one sharing no word at all is lost to any word filter),
 # 692 of 696 FactConsolidation updates and both duplicates, and spares 54% of LoCoMo's event pairs; on
@@ -56,12 +58,13 @@ def candidate_pairs(vectors: np.ndarray, floor: float = MEET_FLOOR, k: int = MEE
 
 def worth_judging(texts: Sequence[str], pairs: Sequence[tuple[int, int]]) -> list[bool]:
     """Which `pairs` (indices into `texts`, one bank's memories) can be one fact told twice or changed:
-    those sharing a content word that at most max(RARE_MIN, RARE_SHARE x the bank) of its memories hold
-    (a subject's name, a thing; not the person every memory names, nor a relation half the bank states).
+    those sharing a content word that at most max(2, min(RARE_MIN, half the bank), RARE_SHARE x the bank)
+    of its memories hold (a subject's name, a thing; not the person every memory names, nor a relation
+    many subjects share).
     The others are never judged (see RARE_SHARE)."""
     words = [content_words(text) for text in texts]
     counts = Counter(word for bag in words for word in bag)
-    rare = max(RARE_MIN, RARE_SHARE * len(texts))
+    rare = max(2, min(RARE_MIN, len(texts) / 2), RARE_SHARE * len(texts))
     return [any(counts[word] <= rare for word in words[i] & words[j]) for i, j in pairs]
 
 
