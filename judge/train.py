@@ -26,7 +26,7 @@ from pathlib import Path
 from memupdate.judge.decision import TARGET_PRECISION, AutoApply, calibrate_auto_apply
 from memupdate.judge.local import CARD, MAX_TOKENS, encode_text, fresh_classifier, ordered
 from memupdate.judge.pairs import LabelledPair
-from memupdate.judge.store_view import StoreBank, judge_banks, rights
+from memupdate.judge.store_view import StoreBank, judge_banks, met_pairs, rights
 from memupdate.judge.verdict import RELATIONS
 
 
@@ -105,7 +105,8 @@ def calibrate_on_banks(out: str | Path, banks: Sequence[StoreBank], target: floa
 
     judge = LocalJudge(out)
     verdicts = judge_banks(judge, banks)
-    auto = calibrate_auto_apply(verdicts, rights(banks, verdicts), target) if banks else AutoApply.never()
+    sources = [bank.source for bank, _ in met_pairs(banks)]
+    auto = calibrate_auto_apply(verdicts, rights(banks, verdicts), target, sources) if banks else AutoApply.never()
     card = judge.card | {"auto_apply": auto.to_json(), "calibrated_on": {"banks": len(banks), "pairs": len(verdicts), "target_precision": target}}
     for name in (CARD, "relation-judge.json"):
         (Path(out) / name).write_text(json.dumps(card, indent=2))

@@ -8,8 +8,9 @@ Each bank (a person) is written into a LangGraph `PostgresStore` of its own data
 one namespace a person (`("memories", person)`, as LangMem keeps them), each statement at its stated
 time; then one pass of the background compactor runs over the store with the defaults (the heuristic
 policy, the configured judge, the safety rule), as `memupdate watch URL --prefix memories --once`
-does. Afterwards a true statement (any statement no labelled update retires) that is no longer held, as
-written or dated, is a true fact lost by itself; a labelled update whose older statement is gone and
+does. Afterwards a true statement (any statement no labelled update retires) whose item is no longer in the
+app's store (a dating rewrites an item in place; a supersession or a merge removes one) is a true fact
+lost by itself; a labelled update whose older statement is gone and
 whose newer is held is resolved by itself. The database is dropped after.
 """
 
@@ -69,7 +70,7 @@ def watch_banks(root: MemoryStore, banks: Sequence[StoreBank]) -> WatchReport:
             started = time.perf_counter()
             passes = BackgroundCompactor(root, url, prefix=(NAMESPACE,), into=into).run_once()
             seconds = time.perf_counter() - started
-            held = {bank.group: [item.value.get("content", "") for item in lg.search((NAMESPACE, bank.group), limit=10_000)]
+            held = {bank.group: {item.key: item.value.get("content", "") for item in lg.search((NAMESPACE, bank.group), limit=10_000)}
                     for bank in banks}
         return _report(banks, held, passes, seconds)
     finally:
@@ -95,20 +96,21 @@ def _write(lg, url: str, banks: Sequence[StoreBank]) -> None:
             cursor.executemany("UPDATE store SET created_at = %s, updated_at = %s WHERE key = %s", [(t, t, k) for t, k in stamps])
 
 
-def _report(banks: Sequence[StoreBank], held: dict[str, list[str]], passes, seconds: float) -> WatchReport:
-    def holds(texts: list[str], statement: str) -> bool:  # as written, or dated ("... last month (October 2026)")
-        return any(t == statement or t.startswith(statement + " (") for t in texts)
+def _report(banks: Sequence[StoreBank], held: dict[str, dict[str, str]], passes, seconds: float) -> WatchReport:
+    def holds(items: dict[str, str], group: str, n: int) -> bool:
+        # Its item is still in the app's store: as written, or dated in place ("yesterday" -> the day).
+        return f"{group}-{n}" in items
 
     true_total = lost = updates = resolved = 0
     lost_list = []
     for bank in banks:
-        texts = held.get(bank.group, [])
+        items = held.get(bank.group, {})
         older = {min(p, key=lambda i: bank.statements[i].time or "") for p, label in bank.labels.items() if label == "update"}
         for i, statement in enumerate(bank.statements):
             if i in older:
                 continue
             true_total += 1
-            if not holds(texts, statement.text):
+            if not holds(items, bank.group, i):
                 lost += 1
                 lost_list.append((bank.group, statement.text))
         for (i, j), label in bank.labels.items():
@@ -116,7 +118,7 @@ def _report(banks: Sequence[StoreBank], held: dict[str, list[str]], passes, seco
                 continue
             old, new = sorted((i, j), key=lambda k: bank.statements[k].time or "")
             updates += 1
-            resolved += not holds(texts, bank.statements[old].text) and holds(texts, bank.statements[new].text)
+            resolved += not holds(items, bank.group, old) and holds(items, bank.group, new)
     return WatchReport(
         people=len(banks), statements=sum(len(b.statements) for b in banks), true_statements=true_total,
         true_lost=Rate(lost, true_total), updates_by_itself=Rate(resolved, updates),
