@@ -32,6 +32,9 @@ MEET_K = 5
 # (docs/relations.md, "At scale").
 RARE_SHARE = 0.02
 RARE_MIN = 10
+# A bank this small has every pair that meets judged: a person's everyday changes share no word but the
+# person's name ("Ana lives in Paris" / "Ana moved to Berlin last month"), and judging them all costs little.
+FILTER_FROM = 200
 _CHUNK = 2048  # rows of the similarity matrix at a time: an 18,000-memory bank stays in memory
 
 
@@ -61,7 +64,9 @@ def worth_judging(texts: Sequence[str], pairs: Sequence[tuple[int, int]]) -> lis
     those sharing a content word that at most max(2, min(RARE_MIN, half the bank), RARE_SHARE x the bank)
     of its memories hold (a subject's name, a thing; not the person every memory names, nor a relation
     many subjects share).
-    The others are never judged (see RARE_SHARE)."""
+    The others are never judged (see RARE_SHARE); in a bank of fewer than FILTER_FROM memories, all are."""
+    if len(texts) < FILTER_FROM:
+        return [True] * len(pairs)
     words = [content_words(text) for text in texts]
     counts = Counter(word for bag in words for word in bag)
     rare = max(2, min(RARE_MIN, len(texts) / 2), RARE_SHARE * len(texts))
