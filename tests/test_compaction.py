@@ -67,7 +67,9 @@ def test_compaction_review_apply_and_undo_on_the_sample(store: MemoryStore, samp
     assert rows(bank) == start  # a review changes nothing
     review = json.loads(data.read_text())
     counts = review["counts"]
-    assert counts["memories_after"] < counts["memories_before"] == len(start) and counts["merge"] >= 3
+    assert counts["memories_after"] < counts["memories_before"] == len(start)
+    # The duplicates go: merged, or (where the judge reads a paraphrase of one as its update) superseded.
+    assert counts["merge"] >= 1 and counts["merge"] + counts["supersede"] >= 3
     assert review["qa"] is None or set(review["qa"]) >= {"before", "after"}
     for change in review["changes"]:
         assert change["reasons"] and change["tools"]

@@ -8,7 +8,7 @@ through LangMem's own manage_memory tool.
 from __future__ import annotations
 
 import pytest
-from langgraph_source import langgraph_store, remember
+from langgraph_source import backdate, langgraph_store, remember
 
 from memupdate.agent.compaction import compact
 from memupdate.agent.policies.heuristic import HeuristicPolicy
@@ -128,13 +128,11 @@ def test_an_ambiguous_supersession_or_a_merge_of_an_update_waits_for_review() ->
 def test_a_live_langmem_store_keeps_the_newest_statement(fresh_database, store: MemoryStore) -> None:
     """The two cases of the live trial (issue 34), written by LangMem's own tool as an app writes them:
     the watcher supersedes the older statement in the app's store; it never merges them into the older text."""
-    import time
-
     from memupdate.agent.background import BackgroundCompactor
 
     with langgraph_store(fresh_database) as (url, lg):
         first = remember(lg, "carol", ["Carol finished reading The Overstory", "Alice is vegetarian"])
-        time.sleep(0.05)  # written later, as the app would (times are compared to the microsecond)
+        backdate(url, first, days=1)  # written a day before (writes seconds apart are one batch, not ordered)
         second = remember(lg, "carol", ["Carol is reading The Overstory again", "Alice is no longer vegetarian"])
         (done,) = BackgroundCompactor(store, url, prefix=("memories",), into=store.namespace).run_once()
         assert done.applied and not done.queued, done

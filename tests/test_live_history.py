@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from langgraph_source import langgraph_store, langmem_tool, remember
+from langgraph_source import backdate, langgraph_store, langmem_tool, remember
 from typer.testing import CliRunner
 
 from memupdate.agent.background import BackgroundCompactor
@@ -130,7 +130,9 @@ def test_an_undone_supersession_restores_the_stale_item_with_its_first_times(fre
     """Undo put the stale item back stamped now, so a re-import read it as the newest statement and
     proposed retiring the current one. The restored item keeps the times the app first gave it."""
     with langgraph_store(fresh_database) as (url, lg):
-        blue, green = remember(lg, "alice", ["Alice's favourite colour is blue", "Alice's favourite colour is green"])
+        (blue,) = remember(lg, "alice", ["Alice's favourite colour is blue"])
+        backdate(url, [blue], days=1)  # a day before the green (one batch of writes is not ordered)
+        (green,) = remember(lg, "alice", ["Alice's favourite colour is green"])
         remember(lg, "alice", FACTS[2:])
         first = lg.get(("memories", "alice"), blue)
         compactor = BackgroundCompactor(store, url, prefix=("memories",), into=store.namespace)

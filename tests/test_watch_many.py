@@ -55,12 +55,14 @@ def test_a_pass_over_many_people_stops_resumes_and_skips_the_unmoved(fresh_datab
         banks = {person: store.scoped((*into, person)) for person in PEOPLE}
         assert all(_marks(bank) == 1 for bank in banks.values())
 
-        # The same changes as bank by bank: Dev's move supersedes where he lived (applied or queued alike).
-        done = {p.bank.rsplit("/", 1)[-1]: p for p in first + resumed}
+        # The same changes as bank by bank: each person's bank holds the same memories on both paths, and
+        # Dev's move supersedes where he lived. (The passes' own lists are not compared: a stop may come
+        # after a bank's change was applied and before its pass was reported.)
         before = {p.bank.rsplit("/", 1)[-1]: p for p in one_by_one}
-        assert {k: (len(p.applied), len(p.queued)) for k, p in done.items()} == \
-               {k: (len(p.applied), len(p.queued)) for k, p in before.items()}
-        assert len(done["dev"].applied) + len(done["dev"].queued) >= 1
+        assert len(before["dev"].applied) + len(before["dev"].queued) >= 1
+        for person in PEOPLE:
+            old_path = store.scoped((*store.namespace, "before", person))
+            assert sorted(m.content for m in banks[person].list()) == sorted(m.content for m in old_path.list()), person
 
         # Nothing new at the source: no bank is compacted, and no bank's source row is written again.
         def imported_at() -> dict[str, object]:
