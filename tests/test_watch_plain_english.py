@@ -11,6 +11,7 @@ from __future__ import annotations
 from langgraph_source import backdate, langgraph_store, remember
 
 from memupdate.agent.background import BackgroundCompactor
+from memupdate.bank import review_queue
 from memupdate.bank.change_log import history
 from memupdate.store import MemoryStore
 
@@ -70,4 +71,6 @@ def test_watch_once_keeps_a_plain_english_store_true(fresh_database, store: Memo
             elif any(o == old and n.startswith(new) for o, n in pending):
                 waiting += 1
         assert resolved >= 1 and resolved + waiting >= 3, f"{resolved} changed facts resolved by themselves, {waiting} waiting, of {len(CHANGED)}"
+        queue = review_queue.pending(store.engine, "/".join(store.namespace))
+        assert len(queue) >= 2 and [q.confidence for q in queue] == sorted((q.confidence for q in queue), reverse=True)  # surest first
         assert len(now) == len(BEFORE) + len(AFTER) - resolved  # the store's other facts are untouched
