@@ -116,7 +116,8 @@ def read_verdicts(pairs: Sequence[Pair], probabilities, labels: Sequence[str]) -
     """The verdicts of `pairs` from the model's `probabilities` (a row per pair not `told_twice`, in
     order; columns `labels`): the likeliest relation, or the rule's update where the rule reads one and
     the model does not read two events (the model still tells two events apart: "visited Rome in 2019" /
-    "... in 2022"); the current statement, the later stated. What `LocalJudge.judge` returns, and what the learning code reads."""
+    "... in 2022"); the current statement, the later stated. What `LocalJudge.judge` returns, and what
+    the learning code reads."""
     rule = RuleJudge()
     rows = iter(probabilities)
     verdicts = []
