@@ -70,7 +70,7 @@ def watch_banks(root: MemoryStore, banks: Sequence[StoreBank]) -> WatchReport:
             started = time.perf_counter()
             passes = BackgroundCompactor(root, url, prefix=(NAMESPACE,), into=into).run_once()
             seconds = time.perf_counter() - started
-            held = {bank.group: {item.key: item.value.get("content", "") for item in lg.search((NAMESPACE, bank.group), limit=10_000)}
+            held = {bank.group: {item.key: item.value.get("content", "") for item in lg.search(_person(bank), limit=10_000)}
                     for bank in banks}
         return _report(banks, held, passes, seconds)
     finally:
@@ -87,8 +87,8 @@ def _write(lg, url: str, banks: Sequence[StoreBank]) -> None:
     stamps = []
     for bank in banks:
         for n, statement in enumerate(bank.statements):
-            key = f"{bank.group}-{n}"
-            lg.put((NAMESPACE, bank.group), key, {"content": statement.text})
+            key = f"{_person(bank)[1]}-{n}"
+            lg.put(_person(bank), key, {"content": statement.text})
             if statement.time:
                 stamps.append((statement.time if "T" in statement.time else f"{statement.time}T12:00:00+00:00", key))
     with psycopg.connect(url) as conn:
@@ -96,10 +96,15 @@ def _write(lg, url: str, banks: Sequence[StoreBank]) -> None:
             cursor.executemany("UPDATE store SET created_at = %s, updated_at = %s WHERE key = %s", [(t, t, k) for t, k in stamps])
 
 
+def _person(bank: StoreBank) -> tuple[str, str]:
+    """A person's namespace: a label holds no "/" (BEAM's "beam-100K/4")."""
+    return (NAMESPACE, bank.group.replace("/", "_"))
+
+
 def _report(banks: Sequence[StoreBank], held: dict[str, dict[str, str]], passes, seconds: float) -> WatchReport:
     def holds(items: dict[str, str], group: str, n: int) -> bool:
         # Its item is still in the app's store: as written, or dated in place ("yesterday" -> the day).
-        return f"{group}-{n}" in items
+        return f"{group.replace('/', '_')}-{n}" in items
 
     true_total = lost = updates = resolved = 0
     lost_list = []

@@ -226,7 +226,7 @@ def beam_relation_banks(natural: Path, embed) -> list[RelationBank]:
     """A bank a BEAM conversation: its store (`rl.data.relations.beam_banks`: knowledge updates and
     contradictions, each statement at its time); its knowledge-update questions read their answers (the
     newer value), every statement their evidence."""
-    from memupdate.rl.data.relations import _jsonl, beam_banks
+    from memupdate.rl.data.relations import _jsonl, beam_banks, split_of
 
     updates = _jsonl(natural / "beam-ku-dev.jsonl")
     stores = beam_banks(updates, _jsonl(natural / "beam-contradiction-dev.jsonl"), embed)
@@ -237,7 +237,9 @@ def beam_relation_banks(natural: Path, embed) -> list[RelationBank]:
         probes = [Probe(row["question"], str(row["answer"]), tuple(keys.values()))
                   for row in updates if f"beam-{row['conversation_id']}" == store.group and row.get("answer")]
         labels = {frozenset((store.statements[i].text, store.statements[j].text)): label for (i, j), label in store.labels.items()}
-        banks.append(RelationBank(store.group, "", probes, _meeting(said, embed, store.group, "beam", labels), memories))
+        # A namespace label holds no "/" ("beam-100K/4"): the bank is named without it, its part kept by the source's name.
+        group = store.group.replace("/", "_")
+        banks.append(RelationBank(group, split_of(store.group), probes, _meeting(said, embed, group, "beam", labels), memories))
     return banks
 
 
