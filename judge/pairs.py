@@ -108,6 +108,9 @@ class Rate:
     def interval(self) -> tuple[float, float]:
         return wilson(self.hits, self.total)
 
+    def to_json(self) -> dict:
+        return {"value": self.value, "interval": list(self.interval), "hits": self.hits, "total": self.total}
+
     def __str__(self) -> str:
         if not self.total:
             return "n/a (0 pairs)"
@@ -135,13 +138,10 @@ class JudgeReport:
     minus_first: dict | None = None  # this judge minus the first of a comparison: accuracy and update F1, each (mean, low, high)
 
     def to_json(self) -> dict:
-        def rate(r: Rate) -> dict:
-            return {"value": r.value, "interval": list(r.interval), "hits": r.hits, "total": r.total}
-
         return {
-            "judge": self.judge, "pairs": self.pairs, "accuracy": rate(self.accuracy), "harmed": rate(self.harmed),
+            "judge": self.judge, "pairs": self.pairs, "accuracy": self.accuracy.to_json(), "harmed": self.harmed.to_json(),
             "wrong_direction": self.wrong_direction,
-            "per_relation": {k: {"precision": rate(v.precision), "recall": rate(v.recall)} for k, v in self.per_relation.items()},
+            "per_relation": {k: {"precision": v.precision.to_json(), "recall": v.recall.to_json()} for k, v in self.per_relation.items()},
         }
 
 

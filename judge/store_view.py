@@ -43,6 +43,11 @@ class StoreBank:
     def label(self, pair: tuple[int, int]) -> str:
         return self.labels.get(pair, UNLABELLED)
 
+    @property
+    def stale(self) -> set[int]:
+        """The statements a labelled update retires (the earlier stated of each): not true now."""
+        return {min(p, key=lambda i: self.statements[i].time or "") for p, label in self.labels.items() if label == "update"}
+
 
 @dataclass
 class StoreViewReport:
@@ -82,14 +87,11 @@ class StoreViewReport:
         return Rate(self.updates_applied + self.updates_asked, self.updates)
 
     def to_json(self) -> dict:
-        def rate(r: Rate) -> dict:
-            return {"value": r.value, "interval": list(r.interval), "hits": r.hits, "total": r.total}
-
         return {
             "source": self.source, "banks": self.banks, "statements": self.statements, "pairs": self.pairs,
-            "applied": self.applied, "asked": self.asked, "precision": rate(self.precision),
-            "true_retired": rate(self.retired_share), "updates": self.updates, "updates_met": self.updates_met,
-            "updates_by_itself": rate(self.resolved_by_itself), "updates_resolved_or_asked": rate(self.resolved_or_asked),
+            "applied": self.applied, "asked": self.asked, "precision": self.precision.to_json(),
+            "true_retired": self.retired_share.to_json(), "updates": self.updates, "updates_met": self.updates_met,
+            "updates_by_itself": self.resolved_by_itself.to_json(), "updates_resolved_or_asked": self.resolved_or_asked.to_json(),
             "duplicates": self.duplicates, "duplicates_merged_by_itself": self.duplicates_applied, "wrong": self.wrong[:20],
         }
 
@@ -128,7 +130,7 @@ def store_view(judge: RelationJudge, banks: Sequence[StoreBank], *, auto_apply: 
         report = reports.setdefault(bank.source, StoreViewReport(bank.source))
         report.banks += 1
         report.statements += len(bank.statements)
-        stale[bank.group] = {min(p, key=lambda i: bank.statements[i].time or "") for p, label in bank.labels.items() if label == "update"}
+        stale[bank.group] = bank.stale
         report.true_statements += len(bank.statements) - len(stale[bank.group])
         met = set(bank.met)
         report.updates += sum(label == "update" for label in bank.labels.values())

@@ -40,11 +40,8 @@ class PairBankReport:
     harmed: list[tuple[str, str]] = field(default_factory=list)
 
     def to_json(self) -> dict:
-        def rate(r: Rate) -> dict:
-            return {"value": r.value, "interval": list(r.interval), "hits": r.hits, "total": r.total}
-
-        return {"judge": self.judge, "banks": self.banks, "updates_resolved": rate(self.updates_resolved),
-                "compatible_harmed": rate(self.compatible_harmed), "duplicates_merged": rate(self.duplicates_merged),
+        return {"judge": self.judge, "banks": self.banks, "updates_resolved": self.updates_resolved.to_json(),
+                "compatible_harmed": self.compatible_harmed.to_json(), "duplicates_merged": self.duplicates_merged.to_json(),
                 "lost": self.lost, "missed": self.missed, "harmed": self.harmed}
 
 

@@ -43,11 +43,8 @@ class WatchReport:
     lost: list[tuple[str, str]] = field(default_factory=list)  # (person, statement)
 
     def to_json(self) -> dict:
-        def rate(r: Rate) -> dict:
-            return {"value": r.value, "interval": list(r.interval), "hits": r.hits, "total": r.total}
-
         return {"people": self.people, "statements": self.statements, "true_statements": self.true_statements,
-                "true_lost": rate(self.true_lost), "updates_by_itself": rate(self.updates_by_itself),
+                "true_lost": self.true_lost.to_json(), "updates_by_itself": self.updates_by_itself.to_json(),
                 "applied": self.applied, "waiting": self.waiting, "seconds": round(self.seconds, 1), "lost": self.lost[:50]}
 
 
@@ -87,7 +84,7 @@ def _write(lg, url: str, banks: Sequence[StoreBank]) -> None:
     stamps = []
     for bank in banks:
         for n, statement in enumerate(bank.statements):
-            key = f"{_person(bank)[1]}-{n}"
+            key = _key(bank, n)
             lg.put(_person(bank), key, {"content": statement.text})
             if statement.time:
                 stamps.append((statement.time if "T" in statement.time else f"{statement.time}T12:00:00+00:00", key))
@@ -101,21 +98,25 @@ def _person(bank: StoreBank) -> tuple[str, str]:
     return (NAMESPACE, bank.group.replace("/", "_"))
 
 
+def _key(bank: StoreBank, n: int) -> str:
+    return f"{_person(bank)[1]}-{n}"
+
+
 def _report(banks: Sequence[StoreBank], held: dict[str, dict[str, str]], passes, seconds: float) -> WatchReport:
-    def holds(items: dict[str, str], group: str, n: int) -> bool:
+    def holds(items: dict[str, str], bank: StoreBank, n: int) -> bool:
         # Its item is still in the app's store: as written, or dated in place ("yesterday" -> the day).
-        return f"{group.replace('/', '_')}-{n}" in items
+        return _key(bank, n) in items
 
     true_total = lost = updates = resolved = 0
     lost_list = []
     for bank in banks:
         items = held.get(bank.group, {})
-        older = {min(p, key=lambda i: bank.statements[i].time or "") for p, label in bank.labels.items() if label == "update"}
+        older = bank.stale
         for i, statement in enumerate(bank.statements):
             if i in older:
                 continue
             true_total += 1
-            if not holds(items, bank.group, i):
+            if not holds(items, bank, i):
                 lost += 1
                 lost_list.append((bank.group, statement.text))
         for (i, j), label in bank.labels.items():
@@ -123,7 +124,7 @@ def _report(banks: Sequence[StoreBank], held: dict[str, dict[str, str]], passes,
                 continue
             old, new = sorted((i, j), key=lambda k: bank.statements[k].time or "")
             updates += 1
-            resolved += not holds(items, bank.group, old) and holds(items, bank.group, new)
+            resolved += not holds(items, bank, old) and holds(items, bank, new)
     return WatchReport(
         people=len(banks), statements=sum(len(b.statements) for b in banks), true_statements=true_total,
         true_lost=Rate(lost, true_total), updates_by_itself=Rate(resolved, updates),
