@@ -260,3 +260,30 @@ def write_json(path: str | None, summary: dict[str, Any]) -> None:
     if path:
         Path(path).write_text(json.dumps(summary, indent=2, default=str) + "\n")
         console.print(f"wrote {path}")
+
+
+def plot_seconds(lines: dict[tuple[str, str], list[tuple[int, float]]], label: Callable[[str, str], str],
+                 targets: Sequence[tuple[float, str, str]], out: str, *, xlabel: str, ylabel: str, title: str,
+                 log: bool = False, legend_size: int = 8) -> None:
+    """Seconds against size as a PNG: one line per (kind, path) of `lines` (the path "now" solid, any other
+    dotted), each target (seconds, label, line style) a grey horizontal line."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    for (kind, path), points in sorted(lines.items()):
+        xs, ys = zip(*sorted(points), strict=True)
+        ax.plot(xs, ys, marker="o", linestyle="-" if path == "now" else ":", label=label(kind, path))
+    for seconds, name, style in targets:
+        ax.axhline(seconds, color="grey", linestyle=style, linewidth=0.8, label=name)
+    if log:
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+    ax.set(xlabel=xlabel, ylabel=ylabel, title=title)
+    ax.legend(fontsize=legend_size)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    console.print(f"wrote {out}")

@@ -41,6 +41,7 @@ from memupdate.bench.common import (
     console,
     load_embedder,
     open_engine,
+    plot_seconds,
     print_table,
     server_line,
 )
@@ -224,28 +225,12 @@ def stale_superseded(judge, bank, fork) -> dict:
 
 def plot(summary: dict, out: str) -> None:
     """Compaction seconds against facts, one line per judge and path, the target dashed."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6.4, 4.2))
     lines: dict[tuple[str, str], list[tuple[int, float]]] = {}
     for size in summary["sizes"]:
         for run_ in size["runs"]:
             lines.setdefault((run_["judge"], run_["path"]), []).append((size["facts"], run_["compact_seconds"]))
-    for (judge, path), points in sorted(lines.items()):
-        xs, ys = zip(*sorted(points), strict=True)
-        ax.plot(xs, ys, marker="o", linestyle="-" if path == "now" else ":", label=f"{judge} judge, {path}")
-    ax.axhline(TARGET_SECONDS, color="grey", linestyle="--", linewidth=0.8, label=f"target {TARGET_SECONDS} s")
-    ax.set_xlabel("facts in the bank")
-    ax.set_ylabel("compaction seconds (2 cores)")
-    ax.set_title("FactConsolidation: compacting a bank")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    console.print(f"wrote {out}")
+    plot_seconds(lines, lambda judge, path: f"{judge} judge, {path}", [(TARGET_SECONDS, f"target {TARGET_SECONDS} s", "--")], out,
+                 xlabel="facts in the bank", ylabel="compaction seconds (2 cores)", title="FactConsolidation: compacting a bank")
 
 
 def report(summary: dict) -> None:

@@ -29,6 +29,7 @@ from memupdate.bench.common import (
     console,
     load_embedder,
     open_engine,
+    plot_seconds,
     print_table,
     server_line,
 )
@@ -176,31 +177,15 @@ def run(args: argparse.Namespace) -> dict:
 
 def plot(summary: dict, out: str) -> None:
     """Pass seconds against people x memories, one line per pass and path, the targets dashed."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6.4, 4.2))
     lines: dict[tuple[str, str], list[tuple[int, float]]] = {}
     for r in summary["runs"]:
         for which in ("first", "steady"):
             lines.setdefault((which, r["path"]), []).append((r["people"] * r["memories"], r[which]["seconds"]))
-    for (which, path), points in sorted(lines.items()):
-        xs, ys = zip(*sorted(points), strict=True)
-        ax.plot(xs, ys, marker="o", linestyle="-" if path == "now" else ":", label=f"{which} pass, {path}")
-    ax.axhline(TARGET_FIRST_SECONDS, color="grey", linestyle="--", linewidth=0.8, label=f"first-pass target {TARGET_FIRST_SECONDS} s")
-    ax.axhline(TARGET_STEADY_SECONDS, color="grey", linestyle="-.", linewidth=0.8, label=f"steady target {TARGET_STEADY_SECONDS} s")
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlabel("memories in the store (people x memories each)")
-    ax.set_ylabel("seconds for one `watch --once` pass")
-    ax.set_title("memupdate watch over a LangGraph store of many people")
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    console.print(f"wrote {out}")
+    targets = [(TARGET_FIRST_SECONDS, f"first-pass target {TARGET_FIRST_SECONDS} s", "--"),
+               (TARGET_STEADY_SECONDS, f"steady target {TARGET_STEADY_SECONDS} s", "-.")]
+    plot_seconds(lines, lambda which, path: f"{which} pass, {path}", targets, out, log=True, legend_size=7,
+                 xlabel="memories in the store (people x memories each)", ylabel="seconds for one `watch --once` pass",
+                 title="memupdate watch over a LangGraph store of many people")
 
 
 def report(summary: dict) -> None:
