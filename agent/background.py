@@ -388,7 +388,8 @@ class BackgroundCompactor:
             from memupdate.agent.policies import make_policy
 
             name, model, base_url, api_key = self._policy_spec
-            self._policy = make_policy(name, self.root, model=model, base_url=base_url, api_key=api_key)
+            # Reviewed: what the judge asks about is proposed and waits in the queue (the safety rule holds it).
+            self._policy = make_policy(name, self.root, model=model, base_url=base_url, api_key=api_key, reviewed=True)
             if self._policy is None:
                 raise MemupdateError(f"policy {name!r} makes no edits: choose heuristic, openai or hf")
         return self._policy

@@ -8,9 +8,11 @@ import pytest
 
 from memupdate.agent.graph import run_episode
 from memupdate.agent.policies.heuristic import HeuristicPolicy
+from memupdate.judge import Verdict, later
+from memupdate.judge.decision import AutoApply
 from memupdate.rl.data.ingest import ingest_conversation
 from memupdate.rl.data.locomo import load_sample
-from memupdate.store import MemoryStore
+from memupdate.store import MemoryStore, NewMemory
 from memupdate.text.dates import anchored
 
 
@@ -83,3 +85,26 @@ def test_stepwise_teacher_edits_only_what_its_search_showed(base: MemoryStore) -
     for call in edits:
         for key in [*call["args"].get("memory_ids", []), call["args"].get("memory_id")]:
             assert key is None or f"[{key}]" in shown
+
+
+class _Sure:
+    """A judge that reads every pair as an update of the first by the second at `confidence`."""
+
+    name = "scripted"
+
+    def __init__(self, confidence: float):
+        self.confidence, self.auto_apply = confidence, AutoApply(update=0.9, rule_update=0.9, duplicate=0.9)
+
+    def judge(self, pairs):
+        return [Verdict("update", self.confidence, later(*pair)) for pair in pairs]
+
+
+@pytest.mark.parametrize(("confidence", "asks", "supersedes"), [(0.95, False, True), (0.8, False, False), (0.8, True, True)])
+def test_unreviewed_plans_act_only_where_the_judge_would_by_itself(store: MemoryStore, confidence: float, asks: bool, supersedes: bool) -> None:
+    bank = store.scoped((*store.namespace, "ana"))
+    old, new = bank.create_many([NewMemory("Ana lives in Paris.", metadata={"date": "2024-01-01"}),
+                                 NewMemory("Ana moved to Berlin last month.", metadata={"date": "2024-06-01"})])
+    plan = HeuristicPolicy(store=bank, judge=_Sure(confidence), asks=asks).plan(bank, None)
+    superseded = [args for name, args in plan if name == "delete_memory"]
+    # Below the judge's threshold its decision asks a person: only a reviewed plan (the watcher's) proposes it.
+    assert superseded == ([{"reason": superseded[0]["reason"], "memory_id": old.key, "superseded_by": new.key}] if supersedes else [])

@@ -39,6 +39,7 @@ class PolicyOptions:
     max_operations: int | None = None
     max_new_tokens: int = 512
     max_prose_tokens: int | None = None
+    reviewed: bool = False  # a person reviews what it proposes (watch's queue, `compact`'s page): see HeuristicPolicy.asks
 
 
 @dataclass(frozen=True)
@@ -61,7 +62,7 @@ def _heuristic(store: MemoryStore, options: PolicyOptions, **settings: Any) -> B
     from memupdate.settings import get_settings
 
     operations = options.max_operations or get_settings().max_operations
-    return HeuristicPolicy(store=store, seed=options.seed, max_operations=operations, **settings)
+    return HeuristicPolicy(store=store, seed=options.seed, max_operations=operations, asks=options.reviewed, **settings)
 
 
 def _openai(store: MemoryStore, options: PolicyOptions, **settings: Any) -> BaseChatModel:
@@ -128,6 +129,7 @@ def make_policy(
     max_operations: int | None = None,
     max_new_tokens: int = 512,
     max_prose_tokens: int | None = None,
+    reviewed: bool = False,
     option: str = "--policy",
     **settings: Any,
 ) -> BaseChatModel | None:
@@ -136,7 +138,7 @@ def make_policy(
     kind = policy_kind(name, option)
     if kind.model and not model:
         raise MemupdateError(f"the {name} policy needs --model: {kind.model}")
-    options = PolicyOptions(model, base_url, api_key, seed, temperature, max_operations, max_new_tokens, max_prose_tokens)
+    options = PolicyOptions(model, base_url, api_key, seed, temperature, max_operations, max_new_tokens, max_prose_tokens, reviewed)
     return kind.build(store, options, **settings)
 
 

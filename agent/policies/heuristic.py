@@ -21,7 +21,9 @@ default. The rules:
    judge reads them as an update; the fuller wording is kept, with every date;
 5. split memories that pack several unrelated facts (`split_packed`, off by default: see the field).
 With a target question, only memories retrieval could bring to it are edited (each edit costs
-memory efficiency); without one, the budget goes first to memories with relative time.
+memory efficiency); without one, the budget goes first to memories with relative time. Rules 2 and 4
+act on a judge's reading only where its decision applies the change by itself (`judge.decision`),
+unless a person reviews what the plan proposes (`asks`: the watcher's queue, `compact`'s page).
 """
 
 from __future__ import annotations
@@ -118,6 +120,11 @@ class HeuristicPolicy(PlanningPolicy):
     # superseded by the live end of its chain of updates (False: a memory already superseded supersedes
     # nothing, so a superseded middle statement left the oldest current).
     follow_chains: bool = True
+    # Whether the plan also acts on readings the judge's decision (`judge.decision.AutoApply.act`) would ask
+    # a person about. False (nobody reviews: `compact --apply`, the evaluations, the learning's rollouts):
+    # it supersedes and merges only where the decision applies the change by itself. True (a person
+    # reviews: watch's queue, `compact`'s review page): it proposes those too, for the safety rule to hold.
+    asks: bool = False
 
     # Why each planned call is made (the rule behind it), for a compaction's review: `reason_for`.
     _reasons: dict[str, str] = PrivateAttr(default_factory=dict)
@@ -327,7 +334,7 @@ class HeuristicPolicy(PlanningPolicy):
         for i, a in enumerate(dated):
             for b in dated[i + 1 :]:
                 verdict = verdicts.get(frozenset((a.key, b.key)))
-                if verdict is None or verdict.relation != "update" or (later := is_newer(b, a)) is None:
+                if verdict is None or verdict.relation != "update" or not self._acts_on(verdict) or (later := is_newer(b, a)) is None:
                     continue
                 older, newer = (a, b) if later else (b, a)
                 updates.append((-verdict.confidence, stated_at(newer), older, newer))
@@ -346,6 +353,10 @@ class HeuristicPolicy(PlanningPolicy):
             calls.append(("delete_memory", {"reason": reason, "memory_id": older.key, "superseded_by": newer.key}))
         touched |= set(successor)
         return calls
+
+    def _acts_on(self, verdict: Verdict) -> bool:
+        """Whether the plan acts on `verdict` (an update or a duplicate): see `asks`."""
+        return self.asks or self._the_judge().auto_apply.act(verdict) == "apply"
 
     def _anchors(self, memories: Sequence[MemoryRecord], touched: set[str]) -> list[ToolCall]:
         calls = []
@@ -374,7 +385,7 @@ class HeuristicPolicy(PlanningPolicy):
                 if verdict is not None and verdict.relation == "update":
                     continue  # one fact's two values: merging would keep the older beside (or over) the newer
                 # Two events told on two days are two events, however alike their words.
-                judged = (verdict is not None and verdict.relation == "duplicate"
+                judged = (verdict is not None and verdict.relation == "duplicate" and self._acts_on(verdict)
                           and not (a.kind == b.kind == "episodic" and memory_day(a) != memory_day(b)))
                 if told_twice or judged:
                     # keep_fullest: the tool keeps `keep`'s words, dated (the longer one; `a` on a tie).

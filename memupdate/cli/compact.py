@@ -112,7 +112,7 @@ def compact_command(
         discard_change(bank, pending.id)
         err_console.print(f"the pending compaction (change {pending.id}) was discarded for this one", highlight=False)
     options = {"model": model, "base_url": base_url, "api_key": api_key, "seed": seed, "max_new_tokens": max_new_tokens,
-               "max_prose_tokens": max_prose_tokens}
+               "max_prose_tokens": max_prose_tokens, "reviewed": not apply}  # --apply at once: nobody reviews (HeuristicPolicy.asks)
     with json_to_stdout(as_json):
         proposal, report = _compact(root, bank, policy, options, size, (probe, reader), review, out)
         if apply:
