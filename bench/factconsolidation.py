@@ -14,11 +14,12 @@ follow_chains=False)`, every episode judging its own pairs, the review judging t
 no chain rounds), in one process on the same bank:
 1. compact: `compact_bank` with the heuristic policy, every neighbourhood an episode;
 2. review: `build_review` of that fork (what `memupdate compact` adds to write its page);
-3. stale: of the stale facts the judge reads as updates (the older of each pair that meets in the whole
-   bank and reads as an update, every such pair judged, filter or not), the share superseded;
+3. stale: of the stale facts the judge supersedes by itself (the older of each pair that meets in the
+   whole bank and reads as an update its decision applies, every such pair judged, filter or not: an
+   unreviewed compaction acts on no other reading, `HeuristicPolicy.asks`), the share superseded;
 4. changes: the memories each path supersedes or merges, against the path before's (the same judge).
 Targets: 18,000 facts compacted with the local judge in at most 120 s on 2 cores; at least 95% of the
-stale facts the judge reads as updates superseded at every size. `--plot` draws seconds against facts.
+stale facts whose update the judge applies by itself end superseded, at every size. `--plot` draws seconds against facts.
 
     python -m memupdate.bench.factconsolidation [--file FILE] [--facts 2000,6000,18000] [--judges local,rule]
         [--paths now,before] [--plot fc-scale.png] [--out PATH]
@@ -189,8 +190,8 @@ def compare_changes(mine: dict[str, str], before: dict[str, str]) -> dict:
 
 
 def stale_superseded(judge, bank, fork) -> dict:
-    """Of the stale facts `judge` reads as updates (the older of each pair that meets in the whole bank
-    and reads as an update; every such pair judged), how many the compaction superseded: `all`; among
+    """Of the stale facts `judge` supersedes by itself (the older of each pair that meets in the whole bank
+    and reads as an update its decision applies; every such pair judged), how many the compaction superseded: `all`; among
     the pairs worth judging (`judge.meeting.worth_judging`: those a compaction now judges), `judged`; and
     among the pairs the rule, exact on FactConsolidation's template, reads as updates too (true updates
     of one subject: the judge also reads copies about other subjects as updates), `true`."""
@@ -207,7 +208,7 @@ def stale_superseded(judge, bank, fork) -> dict:
     rule = judge_memories(RuleJudge(), pairs)
     stale: dict[str, set[str]] = {"all": set(), "judged": set(), "true": set()}
     for (a, b), verdict, ok, ruled in zip(pairs, judge_memories(judge, pairs), worth, rule, strict=True):
-        if verdict.relation == "update" and (newer := is_newer(b, a)) is not None:
+        if verdict.relation == "update" and judge.auto_apply.act(verdict) == "apply" and (newer := is_newer(b, a)) is not None:
             older = a.key if newer else b.key
             stale["all"].add(older)
             if ok:
@@ -252,7 +253,7 @@ def report(summary: dict) -> None:
          f"{', '.join(map(str, summary['load_end']))}",
          "before: every episode judges its own pairs and the review judges them again, no filter, no chain rounds; "
          "now: judged once in one batch, pairs sharing no rare word spared, chains followed to their newest statement.",
-         "stale superseded: of the stale facts the judge reads as updates, those superseded: all (every pair that meets "
+         "stale superseded: of the stale facts the judge supersedes by itself (an update its decision applies), those superseded: all (every pair that meets "
          "judged), judged (pairs sharing a rare word, what a compaction now judges), true (the rule, exact on the "
          "template, reads an update too: the judge also reads facts about other subjects as updates).",
          "retired vs before: memories both paths retire, and those only now / only before retires (same judge).",
