@@ -22,8 +22,9 @@ from memupdate.agent.policies.heuristic import HeuristicPolicy
 from memupdate.cli import app
 from memupdate.errors import MemupdateError
 from memupdate.rl.data.ingest import ingest_conversation
-from memupdate.rl.distill.learn import STAGES, TRAJECTORIES, LearnConfig, learn
+from memupdate.rl.distill.learn import TRAJECTORIES, LearnConfig, RunInputs, learn
 from memupdate.rl.distill.rollouts import PolicyGroup, TrajectoryLog, call_summary, collect, policy_group
+from memupdate.rl.distill.run_folder import STAGES
 from memupdate.rl.distill.targeted import TargetedTask
 from memupdate.scoring.reward import RewardConfig
 from memupdate.store import MemoryStore
@@ -113,7 +114,7 @@ def fixed_sample(store: MemoryStore, sample):
 def test_tiny_student_end_to_end(store: MemoryStore, fixed_sample, database_url, tmp_path) -> None:
     sample, held_out = fixed_sample
     out = tmp_path / "student"
-    metrics = learn(store, [sample], [held_out], SMALL, out)
+    metrics = learn(store, SMALL, out, RunInputs([sample], [held_out]))
     stages = json.loads((out / STAGES).read_text())
     assert list(stages) == ["teacher-groups", "eval-teacher", "eval-no-edits", "eval-zero-shot", "sft", "eval-sft"]
     sft = stages["sft"]["result"]
@@ -146,7 +147,7 @@ def test_tiny_student_end_to_end(store: MemoryStore, fixed_sample, database_url,
 
     # Rerunning the same command resumes: nothing is rolled out or trained again.
     lines = (out / TRAJECTORIES).read_text()
-    again = learn(store, [sample], [held_out], SMALL, out)
+    again = learn(store, SMALL, out, RunInputs([sample], [held_out]))
     assert again["evaluations"] == metrics["evaluations"] and (out / TRAJECTORIES).read_text() == lines
 
 
@@ -159,25 +160,25 @@ def load_sample_path():
 def test_bad_input_gives_clear_errors(store: MemoryStore, fixed_sample, tmp_path, tiny_model_without_chat_template) -> None:
     sample, held_out = fixed_sample
     with pytest.raises(MemupdateError, match="--teacher 'gpt' is not a policy: choose one of heuristic, openai, hf, none"):
-        learn(store, [sample], [held_out], replace(SMALL, teacher="gpt"), tmp_path / "a")
+        learn(store, replace(SMALL, teacher="gpt"), tmp_path / "a", RunInputs([sample], [held_out]))
     with pytest.raises(MemupdateError, match="the openai policy needs --model"):
-        learn(store, [sample], [held_out], replace(SMALL, teacher="openai"), tmp_path / "a2")
+        learn(store, replace(SMALL, teacher="openai"), tmp_path / "a2", RunInputs([sample], [held_out]))
     with pytest.raises(MemupdateError, match="no config.json"):
-        learn(store, [sample], [held_out], replace(SMALL, student=str(tmp_path)), tmp_path / "b")
+        learn(store, replace(SMALL, student=str(tmp_path)), tmp_path / "b", RunInputs([sample], [held_out]))
     # A student whose tokenizer has no chat template is refused before any rollout.
     with pytest.raises(MemupdateError, match="no chat template.*chat_template.jinja"):
-        learn(store, [sample], [held_out], replace(SMALL, student=str(tiny_model_without_chat_template)), tmp_path / "c")
+        learn(store, replace(SMALL, student=str(tiny_model_without_chat_template)), tmp_path / "c", RunInputs([sample], [held_out]))
     assert not (tmp_path / "c" / TRAJECTORIES).exists()
     with pytest.raises(MemupdateError, match="--top-layers 2: the tiny student has 1 layers"):
-        learn(store, [sample], [held_out], replace(SMALL, top_layers=2), tmp_path / "t")
+        learn(store, replace(SMALL, top_layers=2), tmp_path / "t", RunInputs([sample], [held_out]))
     with pytest.raises(MemupdateError, match="--group-size 1"):
-        learn(store, [sample], [held_out], replace(SMALL, group_size=1), tmp_path / "g")
+        learn(store, replace(SMALL, group_size=1), tmp_path / "g", RunInputs([sample], [held_out]))
     with pytest.raises(MemupdateError, match="--no-grpo trains RL iterations on DAgger's corrections alone: keep --dagger"):
-        learn(store, [sample], [held_out], replace(SMALL, grpo=False, dagger=False), tmp_path / "n")
+        learn(store, replace(SMALL, grpo=False, dagger=False), tmp_path / "n", RunInputs([sample], [held_out]))
     # A teacher that makes no edits: every group has equal rewards; the trajectories stay on disk, and no
     # evaluation is spent before the error.
     with pytest.raises(MemupdateError, match="nothing to imitate.*--explore.*kept in"):
-        learn(store, [sample], [held_out], replace(SMALL, teacher="none"), tmp_path / "d")
+        learn(store, replace(SMALL, teacher="none"), tmp_path / "d", RunInputs([sample], [held_out]))
     assert len((tmp_path / "d" / TRAJECTORIES).read_text().splitlines()) == 4
     assert list(json.loads((tmp_path / "d" / STAGES).read_text())) == ["teacher-groups"]
 
@@ -186,7 +187,7 @@ def test_unreachable_teacher_keeps_the_jsonl(store: MemoryStore, fixed_sample, t
     sample, held_out = fixed_sample
     config = replace(SMALL, teacher="openai", teacher_model="some-model", base_url="http://127.0.0.1:9/v1", train_questions=1)
     with pytest.raises(MemupdateError, match=r"policy openai:some-model failed on .*Connection.*rerun the same command"):
-        learn(store, [sample], [held_out], config, tmp_path / "out")
+        learn(store, config, tmp_path / "out", RunInputs([sample], [held_out]))
     assert (tmp_path / "out" / TRAJECTORIES).exists()
     shutil.rmtree(tmp_path / "out")
 

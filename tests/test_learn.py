@@ -24,9 +24,9 @@ from memupdate.rl.data.factconsolidation import FactBank
 from memupdate.rl.distill.compaction import CompactionTask, Neighbourhood
 from memupdate.rl.distill.dagger import relabelled, until_first_slip
 from memupdate.rl.distill.learn import (
-    STAGES,
     IterationRecipe,
     LearnConfig,
+    RunInputs,
     held_out_trajectories,
     improves,
     kept_out,
@@ -35,6 +35,7 @@ from memupdate.rl.distill.learn import (
     replay,
     teacher,
 )
+from memupdate.rl.distill.run_folder import STAGES
 from memupdate.rl.distill.task import Rollout
 from memupdate.rl.distill.tiny_student import build_tiny_checkpoint
 from memupdate.scoring.reward import RewardConfig
@@ -76,7 +77,7 @@ def test_every_stage_runs_writes_metrics_and_resumes(store: MemoryStore, sample,
         config = replace(config, train_questions=2, label_units=4, rl_label_units=1, explore=0.0, dagger_states="first", dagger_replay=1.0)
     out = tmp_path / "run"
     try:
-        metrics = learn(store, [sample], [held_out], config, out)
+        metrics = learn(store, config, out, RunInputs([sample], [held_out]))
     finally:
         for ns in store.list_namespaces(prefix=("locomo", held_out.sample_id)):
             store.scoped(ns).drop()
@@ -128,7 +129,7 @@ def test_every_stage_runs_writes_metrics_and_resumes(store: MemoryStore, sample,
 
     # The same call again: every stage is read back, nothing reruns.
     lines = (out / "trajectories.jsonl").read_text()
-    again = learn(store, [sample], [held_out], config, out)
+    again = learn(store, config, out, RunInputs([sample], [held_out]))
     assert again["evaluations"] == metrics["evaluations"] and (out / "trajectories.jsonl").read_text() == lines
 
     # An iteration that kept its start's weights (no epoch lowered the held-out loss) is not evaluated
@@ -137,7 +138,7 @@ def test_every_stage_runs_writes_metrics_and_resumes(store: MemoryStore, sample,
     del stages["eval-rl-1"]
     (out / STAGES).write_text(json.dumps(stages))
     evaluations = (out / "eval.jsonl").read_text()
-    learn(store, [sample], [held_out], config, out)
+    learn(store, config, out, RunInputs([sample], [held_out]))
     resumed = json.loads((out / STAGES).read_text())
     assert resumed["eval-rl-1"]["result"] == stages["eval-sft"]["result"] | {"same_weights_as": "sft"}
     assert (out / "eval.jsonl").read_text() == evaluations
@@ -163,7 +164,7 @@ def test_the_compaction_teacher_dates_one_memory_a_turn(store: MemoryStore) -> N
 
 def test_a_conversation_both_trained_on_and_held_out_is_refused(store: MemoryStore, sample, tmp_path) -> None:
     with pytest.raises(MemupdateError, match="both trained on and held out"):
-        learn(store, [sample], [sample], SMALL, tmp_path / "run")
+        learn(store, SMALL, tmp_path / "run", RunInputs([sample], [sample]))
 
 
 def test_an_evaluation_is_reproducible(store: MemoryStore, sample, tiny_student) -> None:
@@ -221,7 +222,7 @@ def test_the_teachers_plan_is_as_long_as_teacher_operations(store: MemoryStore, 
 def test_an_unknown_evaluation_budget_is_refused(store: MemoryStore, sample, tmp_path) -> None:
     held_out = replace(sample, sample_id=sample.sample_id + "-heldout")
     with pytest.raises(MemupdateError, match="--eval-budgets 'weekly': give training or users"):
-        learn(store, [sample], [held_out], replace(SMALL, eval_budgets="weekly"), tmp_path / "run")
+        learn(store, replace(SMALL, eval_budgets="weekly"), tmp_path / "run", RunInputs([sample], [held_out]))
 
 
 @pytest.mark.parametrize(
@@ -278,7 +279,7 @@ def test_the_held_out_loss_keeps_out_label_units_and_reads_each_bank_kind(sample
 
 
 # The options that are the run's inputs, not settings of LearnConfig.
-RUN_INPUTS = {"locomo", "factconsolidation", "train_conversations", "eval_conversations", "out", "url"}
+RUN_INPUTS = {"locomo", "factconsolidation", "train_conversations", "eval_conversations", "data", "out", "url", "ship"}
 
 
 def learn_options() -> dict:
@@ -291,21 +292,22 @@ def learn_options() -> dict:
 
 
 def test_every_rl_learn_option_defaults_to_learn_configs_default() -> None:
-    """`rl learn`'s options are generated from LearnConfig (as HfArgumentParser does from a dataclass): each
-    one that is a field defaults to the field's default, as the command line parses it."""
+    """`rl learn`'s options are generated from LearnConfig and its relation section (as HfArgumentParser does
+    from a dataclass): each one that is a field defaults to the field's default, as the command line parses it."""
     from dataclasses import fields
 
-    from memupdate.rl.distill.config import options
+    from memupdate.rl.distill.config import RelationConfig, options
 
     params, defaults = learn_options(), LearnConfig()
     settings = set(params) - RUN_INPUTS
-    assert settings == {f.name for f in options()} and len(settings) >= 40
-    assert settings < {f.name for f in fields(LearnConfig)}
+    section = {f.name for f in options(RelationConfig)}
+    assert settings == {f.name for f in options()} | section and len(settings) >= 50
+    assert settings - section < {f.name for f in fields(LearnConfig)} and section == {f.name for f in fields(RelationConfig)}
     for name in settings:
         default = params[name].default
         if name in ("sweep", "rl_sweep"):  # given as text on the command line
             default = tuple(float(v) for v in default.split(","))
-        assert default == getattr(defaults, name), name
+        assert default == getattr(defaults.relation if name in section else defaults, name), name
         assert params[name].help, name
     assert params["dagger"].opts == ["--dagger"] and params["dagger"].secondary_opts == ["--no-dagger"]
     assert "reward" not in params and "stepwise" not in params  # fields made without `option` are no option
@@ -322,7 +324,7 @@ def test_rl_learn_builds_its_config_from_the_options_given(monkeypatch, tmp_path
     monkeypatch.setattr(command, "load_conversations", lambda locomo, ids: [])
     monkeypatch.setattr(command, "open_store", lambda url: None)
     monkeypatch.setattr(command, "_print_summary", lambda metrics, out: None)
-    monkeypatch.setattr(pipeline, "learn", lambda store, train, held_out, config, out, progress: given.update(config=config))
+    monkeypatch.setattr(pipeline, "learn", lambda store, config, out, inputs, progress: given.update(config=config, inputs=inputs))
     result = CliRunner().invoke(app, [
         "rl", "learn", "--train-conversations", "conv-26", "--eval-conversations", "conv-47", "--out", str(tmp_path),
         "--no-dagger", "--rl-sweep", "1e-4,3e-4", "--max-turns", "7", "--teacher-model", "m", "--rl-learning-rate", "2e-5",

@@ -19,22 +19,24 @@ import pickle
 import subprocess
 import sys
 import uuid
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
 
 from memupdate.judge.endpoint import prompt_for
 from memupdate.judge.pairs import LabelledPair
+from memupdate.rl.data.relation_rewards import RewardRow, read_rewards
 from memupdate.rl.data.relation_rows import (
     RELATION,
     is_relation_row,
     preprocess_relation,
-    read_table,
     relation_row,
     relation_splits,
-    run_config,
 )
-from memupdate.rl.distill.relation import RelationBank, RelationConfig, RelationUnit, relation_banks
+from memupdate.rl.data.relation_units import RelationBank, RelationUnit
+from memupdate.rl.distill.config import LearnConfig, RelationConfig
+from memupdate.rl.distill.relation import banks_of, run_config
 from memupdate.rl.verl.relation_score import score_verdict
 from memupdate.scoring.reward import RewardConfig
 
@@ -54,10 +56,9 @@ def verdict(relation: str, current: str | None = None) -> str:
     return json.dumps({"relation": relation, "current": current, "confidence": 0.9})
 
 
-def table_row(pair: LabelledPair, part: str, keep: float, update: float, duplicate: float) -> dict:
+def table_row(pair: LabelledPair, part: str, keep: float, update: float, duplicate: float) -> RewardRow:
     unit = RelationUnit(pair.group, part, pair)
-    return {"key": unit.key, "group": pair.group, "part": part, "label": pair.label, "source": pair.source,
-            "keep": keep, "touched": 1, "update": update, "duplicate": duplicate}
+    return RewardRow(unit.key, pair.group, part, pair.label, pair.source, keep, 1, update, duplicate)
 
 
 TABLE = [
@@ -73,7 +74,7 @@ BANKS = [
 ]
 
 
-def extra_info(row: dict) -> dict:
+def extra_info(row: RewardRow) -> dict:
     return relation_row(row, OLD, "train")["extra_info"]
 
 
@@ -146,13 +147,13 @@ def test_rows_are_the_informative_units_training_and_recipe(tmp_path) -> None:
     import pyarrow.parquet as pq
 
     splits, unmatched, uninformative = relation_splits(TABLE, BANKS)
-    assert [r["extra_info"]["key"] for r in splits["train"]] == [TABLE[0]["key"], TABLE[1]["key"]]
-    assert [r["extra_info"]["key"] for r in splits["test"]] == [TABLE[3]["key"]]
+    assert [r["extra_info"]["key"] for r in splits["train"]] == [TABLE[0].key, TABLE[1].key]
+    assert [r["extra_info"]["key"] for r in splits["test"]] == [TABLE[3].key]
     assert (unmatched, uninformative) == (0, 2)
 
     stranger = table_row(LabelledPair("Zed is tall.", "Zed is short.", "", group="jenverse-zed"), "train", 0, 0.1, 0)
     path = tmp_path / "rewards.jsonl"
-    path.write_text("".join(json.dumps(r) + "\n" for r in [*TABLE, stranger]))
+    path.write_text("".join(json.dumps(r.to_json()) + "\n" for r in [*TABLE, stranger]))
     export = preprocess_relation(path, BANKS, tmp_path / "out")
     assert export.counts == {"train": 2, "test": 1} and export.unmatched == 1 and export.uninformative == 2
     train = pq.read_table(tmp_path / "out" / "train.parquet").to_pylist()
@@ -165,21 +166,27 @@ def test_a_table_that_matches_no_pair_or_is_broken_names_the_fix(tmp_path) -> No
     from memupdate.errors import MemupdateError
 
     path = tmp_path / "rewards.jsonl"
-    path.write_text(json.dumps(TABLE[0]) + "\n")
+    path.write_text(json.dumps(TABLE[0].to_json()) + "\n")
     with pytest.raises(MemupdateError, match="metrics.json holds the run's seed"):
         preprocess_relation(path, BANKS[1:], tmp_path / "out")
-    path.write_text(json.dumps(TABLE[0]) + "\n{\"key\": \n")
+    path.write_text(json.dumps(TABLE[0].to_json()) + "\n{\"key\": \n")
     with pytest.raises(MemupdateError, match=r"rewards.jsonl:2 is not JSON"):
-        read_table(path)
+        read_rewards(path)
+    path.write_text(json.dumps({"key": "k", "group": "g", "part": "train", "keep": 0.0}) + "\n")
+    with pytest.raises(MemupdateError, match=r"rewards.jsonl:1 lacks \['label', 'source', 'touched', 'update', 'duplicate'\]"):
+        read_rewards(path)
     with pytest.raises(MemupdateError, match="run `memupdate judge learn"):
-        read_table(tmp_path / "none.jsonl")
+        read_rewards(tmp_path / "none.jsonl")
 
 
 def test_the_runs_config_decides_the_banks(tmp_path) -> None:
-    path = tmp_path / "rewards.jsonl"
-    assert run_config(path) == RelationConfig()
-    (tmp_path / "metrics.json").write_text(json.dumps({"config": {"seed": 7, "locomo_units": 12, "gone": 1}}))
-    assert run_config(path) == RelationConfig(seed=7, locomo_units=12)
+    assert run_config(tmp_path) == LearnConfig(task="relation")
+    run = LearnConfig(task="relation", seed=7, relation=RelationConfig(locomo_units=12, steps=5))
+    (tmp_path / "metrics.json").write_text(json.dumps({"config": asdict(run)}))
+    assert run_config(tmp_path) == run
+    # A run written before the one learning pipeline kept its settings flat, GRPO's rate as `learning_rate`.
+    (tmp_path / "metrics.json").write_text(json.dumps({"config": {"seed": 7, "locomo_units": 12, "learning_rate": 1e-4, "gone": 1}}))
+    assert run_config(tmp_path) == LearnConfig(task="relation", seed=7, relation=RelationConfig(locomo_units=12, grpo_learning_rate=1e-4))
 
 
 # -- verl: the config, the single-turn loop, the reward worker, GRPO -----------------------------------
@@ -259,7 +266,7 @@ async def test_agent_loop_worker_turns_relation_parquet_into_rm_scores_and_grpo_
     from verl_support import ScriptedServer
 
     path = tmp_path / "rewards.jsonl"
-    path.write_text("".join(json.dumps(r) + "\n" for r in TABLE))
+    path.write_text("".join(json.dumps(r.to_json()) + "\n" for r in TABLE))
     preprocess_relation(path, BANKS, tmp_path)
     config = relation_config(tiny_model, tmp_path)
     server = ScriptedServer(None, by_question={text: [[reply] for reply in replies] for text, replies in REPLIES.items()})
@@ -333,7 +340,7 @@ def written_relation_dataset(tmp_path, embedder):
 
     data = tmp_path / "data"
     jenverse_file(data)
-    banks = relation_banks(data, RelationConfig(), embedder.embed)
+    banks = banks_of(data, LearnConfig(task="relation"), embedder.embed)
     assert {b.part for b in banks} == {"train", "recipe"}
     rows = []
     for bank in banks:
@@ -341,7 +348,7 @@ def written_relation_dataset(tmp_path, embedder):
             rows.append(table_row(pair, bank.part, 0.0, 0.1 if i % 2 == 0 else 0.0, -0.05 if i % 2 == 0 else 0.0))
     run = tmp_path / "run"
     run.mkdir()
-    (run / "rewards.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (run / "rewards.jsonl").write_text("".join(json.dumps(r.to_json()) + "\n" for r in rows))
     out = tmp_path / "relation"
     runner = CliRunner()
     result = runner.invoke(app, ["data", "preprocess", "--task", "relation", "--rewards", str(run / "rewards.jsonl"),
@@ -360,9 +367,9 @@ def test_preprocess_relation_command_then_dry_run_needs_no_database(written_rela
     banks, rows, out, printed, dry = written_relation_dataset
     train = pq.read_table(out / "train.parquet").to_pylist()
     test = pq.read_table(out / "test.parquet").to_pylist()
-    informative_train = [r for r in rows if r["part"] == "train" and r["update"]]  # the odd ones: update 0.1, merge -0.05
-    assert [r["extra_info"]["key"] for r in train] == [r["key"] for r in informative_train]
-    assert [r["extra_info"]["key"] for r in test] == [r["key"] for r in rows if r["part"] == "recipe" and r["update"]]
+    informative_train = [r for r in rows if r.part == "train" and r.update]  # the odd ones: update 0.1, merge -0.05
+    assert [r["extra_info"]["key"] for r in train] == [r.key for r in informative_train]
+    assert [r["extra_info"]["key"] for r in test] == [r.key for r in rows if r.part == "recipe" and r.update]
     assert {r["data_source"] for r in train + test} == {"relation/jenverse"}
     said = " ".join(printed.split())
     assert f"wrote {out}/train.parquet ({len(train)} rows) and {out}/test.parquet ({len(test)} rows)" in said

@@ -130,6 +130,7 @@ URL_OPTION = typer.Option(
 )
 SEED_OPTION = typer.Option(0, "--seed", help="Seed of the policy's choices (heuristic: which memories it samples; hf: sampling).")
 LOCOMO_OPTION = typer.Option(None, "--locomo", help="LoCoMo's locomo10.json (default: $MEMUPDATE_LOCOMO_FILE).")
+DEV_DATA = Path("../shared/data")  # the development data folder's default (locomo/, memoryagentbench/, natural-updates/)
 CONVERSATIONS_OPTION = typer.Option(None, "--conversations", help="Comma-separated ids, e.g. conv-26,conv-30.")
 POLICY_OPTION = typer.Option("heuristic", "--policy", help=policy_help())
 EDITING_POLICY_OPTION = typer.Option("heuristic", "--policy", help=policy_help(editing=True))

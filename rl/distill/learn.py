@@ -1,15 +1,22 @@
-"""The learning pipeline: a student learns to edit memory, zero-shot -> distillation (SFT) -> RL iterations.
+"""The learning pipeline: one entry, `learn`, for every task a run can learn (`TASKS`), each in one
+resumable run folder (`run_folder.RunFolder`: `stages.json`, then `metrics.json` and `learning_curve.png`).
 
-    from memupdate.rl.distill.learn import LearnConfig, learn
-    metrics = learn(store, train_conversations, eval_conversations, LearnConfig(student="smollm2"), out="runs/smollm2")
+    from memupdate.rl.distill.learn import LearnConfig, RunInputs, learn
+    metrics = learn(store, LearnConfig(student="smollm2"), "runs/smollm2", RunInputs(train_conversations, eval_conversations))
+    metrics = learn(store, LearnConfig(task="relation"), "runs/relation", RunInputs(data=Path("../shared/data")))
     # CLI: memupdate rl learn --student smollm2 --locomo FILE --train-conversations a,b,c --eval-conversations d,e \
     #          --out runs/smollm2          (--iterations 0: distillation alone)
+    #      memupdate rl learn --task relation --data ../shared/data --out runs/relation   (`memupdate judge learn`)
 
-What is learnt is a `task.Task`, one entry of `TASKS`: `compaction` (what users run: a unit is one
-neighbourhood of a bank, edited blind, scored on every question of the bank; a held-out bank is compacted
-whole as `memupdate compact` does) or `targeted` (one visible question per unit, verl's setting).
-Stages, each recorded in `out/stages.json` when it finishes, so a rerun of the same command resumes
-(rollouts inside a stage are logged one by one and not redone either):
+A task is one entry of `TASKS`. A chat task (`task.Task`) is learnt by a chat student through the stages
+below (`StudentStages`): `compaction` (what users run: a unit is one neighbourhood of a bank, edited
+blind, scored on every question of the bank; a held-out bank is compacted whole as `memupdate compact`
+does) or `targeted` (one visible question per unit, verl's setting). `relation`, the relation judge (a
+classifier, no chat student), brings its own stages (`relation.relation_stages`: SFT, the reward table,
+GRPO, calibration) to the same kind of run folder.
+
+The student's stages, each recorded in `out/stages.json` when it finishes, so a rerun of the same command
+resumes (rollouts inside a stage are logged one by one and not redone either):
 1. `teacher-groups`: `group_size` rollouts of the teacher (by default the heuristic in its `stepwise`
    form, whose every handle is in the transcript before it) per training unit; `teacher-labels`: the
    rule's rollout on each of `label_units`, imitated whatever its reward.
@@ -28,11 +35,7 @@ a plain Hugging Face folder that `--policy hf --model DIR` and verl load.
 
 from __future__ import annotations
 
-import ctypes
-import gc
-import json
 import shutil
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -51,6 +54,7 @@ from memupdate.rl.distill.compaction import CompactionTask
 from memupdate.rl.distill.config import LearnConfig
 from memupdate.rl.distill.dagger import labelled, labelled_turns, relabelled, until_first_slip
 from memupdate.rl.distill.finetune import finetune
+from memupdate.rl.distill.relation import relation_stages
 from memupdate.rl.distill.render import as_student_saw
 from memupdate.rl.distill.report import collect_metrics, plot_learning_curve
 from memupdate.rl.distill.rollouts import (
@@ -61,25 +65,24 @@ from memupdate.rl.distill.rollouts import (
     policy_group,
     summarize,
 )
+from memupdate.rl.distill.run_folder import RunFolder, release_memory
 from memupdate.rl.distill.targeted import TargetedTask
-from memupdate.rl.distill.task import Rollout, Task, Unit, spread
+from memupdate.rl.distill.task import Rollout, RunInputs, Task, Unit, spread
 from memupdate.scoring.summaries import mean
 from memupdate.store import MemoryStore
 
-__all__ = ["LearnConfig", "learn", "spread"]
-STAGES = "stages.json"
+__all__ = ["LearnConfig", "RunInputs", "learn", "spread"]
 TRAJECTORIES = "trajectories.jsonl"
 EVALUATIONS = "eval.jsonl"
 
 
 @dataclass
-class Run:
-    """What every stage reads: the store, the task, the logs and the record of finished stages."""
+class Run(RunFolder):
+    """What every student stage reads: the run folder (its finished stages), the store, the task, the logs."""
 
     store: MemoryStore
     config: LearnConfig
     task: Task
-    out: Path
     progress: Progress | None
     log: TrajectoryLog
     eval_log: TrajectoryLog
@@ -87,21 +90,10 @@ class Run:
     evals: list[Unit]
     label_units: list[Unit]  # imitated whatever their reward (`Task.label_units`)
     kept_out: set[str]  # the held-out loss's units
-    done: dict[str, Any]
     recipe: IterationRecipe  # what an RL iteration trains on and what keeps it
     teacher_records: list[Rollout] = field(default_factory=list)
     label_records: list[Rollout] = field(default_factory=list)  # the rule's trajectory on each label unit
     settings: dict[str, Any] = field(default_factory=dict)  # how the student sees its prompts (`prompt_settings`)
-
-    def stage(self, name: str, fn: Callable[[], Any]) -> Any:
-        """`fn()`'s result, recorded in `stages.json` when it finishes; a finished stage is read back."""
-        if name not in self.done:
-            started = time.perf_counter()
-            result = fn()
-            self.done[name] = {"result": result, "seconds": round(time.perf_counter() - started, 1), "load": _load()}
-            (self.out / STAGES).write_text(json.dumps(self.done, indent=1))
-            release_memory()
-        return self.done[name]["result"]
 
     def trains_on(self, group: str) -> bool:
         """Whether training reads the unit `group` (it is not kept out for the held-out loss and the gate)."""
@@ -111,75 +103,79 @@ class Run:
         return collect(self.store, self.task, group, units, members, prefix, self.log, self.config.seed, self.progress, label)
 
 
-def learn(
-    store: MemoryStore,
-    train: Sequence[Conversation],
-    held_out: Sequence[Conversation],
-    config: LearnConfig,
-    out: str | Path,
-    progress: Progress | None = None,
-    task: Task | None = None,
-) -> dict[str, Any]:
-    """Run (or resume) every stage into `out`; returns the metrics also written to `out/metrics.json`.
-    `task` defaults to the config's (`make_task`)."""
-    from memupdate.llm.chat import prompt_settings
+# The stages that learn a task: run (or resumed) in the run folder, they return the metrics they report.
+Stages = Callable[[MemoryStore, LearnConfig, RunFolder, RunInputs, Progress | None], dict[str, Any]]
 
-    task = task or make_task(config, store)
-    run = open_run(store, check_config(config, train, held_out), task, Path(out), train, held_out, progress)
 
-    # 1-2. The teacher's groups; the student's start; the reference points on the held-out units.
-    keys = run.stage("teacher-groups", lambda: teacher_groups(run))
-    run.teacher_records = teacher_records = [run.log.records[k] for k in keys]
-    check_teacher_signal(run, teacher_records)
-    if run.label_units:
-        run.label_records = [run.log.records[k] for k in run.stage("teacher-labels", lambda: teacher_labels(run))]
-    start = student_start(run, teacher_records)
-    run.settings = prompt_settings(start)
-    run.stage("eval-teacher", lambda: evaluate(run, "teacher", teacher(run, 0.0, 0.0)))
-    as_users_run = task.as_users_run()  # the reference users have (compaction: `memupdate compact --policy heuristic`)
-    if as_users_run is not None:
-        run.stage("eval-heuristic", lambda: evaluate(run, "heuristic", policy_group("heuristic", store), as_users_run))
-    run.stage("eval-no-edits", lambda: evaluate(run, "no-edits", policy_group("none", store)))
-    run.stage("eval-zero-shot", lambda: evaluate(run, "zero-shot", student(run, start, 0.0)))
+def learn(store: MemoryStore, config: LearnConfig, out: str | Path, inputs: RunInputs, progress: Progress | None = None) -> dict[str, Any]:
+    """Run (or resume) the config's task into `out` (`TASKS`); returns the metrics also written to
+    `out/metrics.json`."""
+    if config.task not in TASKS:
+        raise MemupdateError(f"--task {config.task!r}: choose {', '.join(TASKS)}")
+    return TASKS[config.task](store, config, RunFolder.open(out), inputs, progress)
 
-    # 3. Distillation: imitate the teacher's better trajectories.
-    run.stage("sft", lambda: sft(run, start, teacher_records))
-    run.stage("eval-sft", lambda: evaluate(run, "sft", student(run, run.out / "sft", 0.0)))
 
-    # 4. RL iterations: the student's own groups, joined by the teacher's, advantage-weighted. At most
-    # `iterations`: one that does not beat its start (`improves`) keeps its start's weights and ends them.
-    current = run.out / "sft"
-    for k in range(1, config.iterations + 1):
-        target = run.out / f"rl-{k}"
-        result = run.stage(f"rl-{k}", lambda k=k, current=current, target=target: rl_iteration(run, k, current, target, teacher_records))
-        if result["training"].get("kept_epoch") == 0:  # its start's weights saved: the evaluation is its start's
-            run.stage(f"eval-rl-{k}", lambda current=current: run.done[f"eval-{current.name}"]["result"] | {"same_weights_as": current.name})
-        else:
-            run.stage(f"eval-rl-{k}", lambda k=k, target=target: evaluate(run, f"rl-{k}", student(run, target, 0.0)))
-        if not improves(result):
-            break
-        current = target
+@dataclass(frozen=True)
+class StudentStages:
+    """The stages a chat student learns a chat task by (`task`: the task's class, made from the config):
+    see the module docstring."""
 
-    metrics = collect_metrics(run.done, config, task, train, held_out, current) | {"held_out_skipped": task.held_out_skipped()}
-    (run.out / "metrics.json").write_text(json.dumps(metrics, indent=2))
-    plot_learning_curve(metrics, run.out / "learning_curve.png")
-    return metrics
+    task: type[Task]
+
+    def __call__(self, store: MemoryStore, config: LearnConfig, folder: RunFolder, inputs: RunInputs, progress: Progress | None = None) -> dict[str, Any]:
+        from memupdate.llm.chat import prompt_settings
+
+        task = self.task.from_config(config, store)
+        train, held_out = inputs.train, inputs.held_out
+        run = open_run(store, check_config(config, train, held_out), task, folder, train, held_out, progress)
+
+        # 1-2. The teacher's groups; the student's start; the reference points on the held-out units.
+        keys = run.stage("teacher-groups", lambda: teacher_groups(run))
+        run.teacher_records = teacher_records = [run.log.records[k] for k in keys]
+        check_teacher_signal(run, teacher_records)
+        if run.label_units:
+            run.label_records = [run.log.records[k] for k in run.stage("teacher-labels", lambda: teacher_labels(run))]
+        start = student_start(run, teacher_records)
+        run.settings = prompt_settings(start)
+        run.stage("eval-teacher", lambda: evaluate(run, "teacher", teacher(run, 0.0, 0.0)))
+        as_users_run = task.as_users_run()  # the reference users have (compaction: `memupdate compact --policy heuristic`)
+        if as_users_run is not None:
+            run.stage("eval-heuristic", lambda: evaluate(run, "heuristic", policy_group("heuristic", store), as_users_run))
+        run.stage("eval-no-edits", lambda: evaluate(run, "no-edits", policy_group("none", store)))
+        run.stage("eval-zero-shot", lambda: evaluate(run, "zero-shot", student(run, start, 0.0)))
+
+        # 3. Distillation: imitate the teacher's better trajectories.
+        run.stage("sft", lambda: sft(run, start, teacher_records))
+        run.stage("eval-sft", lambda: evaluate(run, "sft", student(run, run.out / "sft", 0.0)))
+
+        # 4. RL iterations: the student's own groups, joined by the teacher's, advantage-weighted. At most
+        # `iterations`: one that does not beat its start (`improves`) keeps its start's weights and ends them.
+        current = run.out / "sft"
+        for k in range(1, config.iterations + 1):
+            target = run.out / f"rl-{k}"
+            result = run.stage(f"rl-{k}", lambda k=k, current=current, target=target: rl_iteration(run, k, current, target, teacher_records))
+            if result["training"].get("kept_epoch") == 0:  # its start's weights saved: the evaluation is its start's
+                run.stage(f"eval-rl-{k}", lambda current=current: run.done[f"eval-{current.name}"]["result"] | {"same_weights_as": current.name})
+            else:
+                run.stage(f"eval-rl-{k}", lambda k=k, target=target: evaluate(run, f"rl-{k}", student(run, target, 0.0)))
+            if not improves(result):
+                break
+            current = target
+
+        metrics = collect_metrics(run.done, config, task, train, held_out, current) | {"held_out_skipped": task.held_out_skipped()}
+        return run.report(metrics, plot_learning_curve)
+
+
+# What a run can learn: a task's name (`--task`) -> the stages that learn it. Add a task here: a chat task
+# (`task.Task`) with the student's stages, or a task that brings its own (`Stages`).
+TASKS: dict[str, Stages] = {
+    "compaction": StudentStages(CompactionTask),
+    "targeted": StudentStages(TargetedTask),
+    "relation": relation_stages,
+}
 
 
 # -- set-up ---------------------------------------------------------------------------------------------
-
-
-# What a run can learn: a task's name (`--task`) -> its class (`task.Task`). Add a task here.
-TASKS: dict[str, type[Task]] = {"compaction": CompactionTask, "targeted": TargetedTask}
-
-
-def make_task(config: LearnConfig, store: MemoryStore) -> Task:
-    """The config's task with its budgets and reward."""
-    if config.task == "relation":  # its policy is the relation judge, a classifier, not a chat student
-        raise MemupdateError("--task relation trains the relation judge: run `memupdate judge learn --data ../shared/data --out runs/relation`")
-    if config.task not in TASKS:
-        raise MemupdateError(f"--task {config.task!r}: choose {' or '.join(TASKS)} (or relation: `memupdate judge learn`)")
-    return TASKS[config.task].from_config(config, store)
 
 
 def check_config(config: LearnConfig, train: Sequence[Conversation], held_out: Sequence[Conversation]) -> LearnConfig:
@@ -216,24 +212,23 @@ def check_config(config: LearnConfig, train: Sequence[Conversation], held_out: S
 
 
 def open_run(
-    store: MemoryStore, config: LearnConfig, task: Task, out: Path, train: Sequence[Conversation], held_out: Sequence[Conversation],
+    store: MemoryStore, config: LearnConfig, task: Task, folder: RunFolder, train: Sequence[Conversation], held_out: Sequence[Conversation],
     progress: Progress | None,
 ) -> Run:
-    """The run folder, its logs and its finished stages; the training and evaluation units."""
+    """The run on `folder`: its logs; the training and evaluation units."""
     if config.threads:
         import torch
 
         torch.set_num_threads(config.threads)
-    out.mkdir(parents=True, exist_ok=True)
     units = task.training_units(train, config.train_questions)
     if not units:
         raise MemupdateError("no training questions: check --train-conversations and --train-questions")
     labels = task.label_units(train, config.label_units, units) if config.label_units else []
-    done = json.loads((out / STAGES).read_text()) if (out / STAGES).is_file() else {}
     kept = kept_out(units) | kept_out(labels, at_least=0)
     return Run(
-        store, config, task, out, progress, TrajectoryLog(out / TRAJECTORIES), TrajectoryLog(out / EVALUATIONS), units,
-        task.evaluation_units(held_out, config.eval_questions), labels, kept, done, IterationRecipe.from_config(config, kept),
+        folder.out, folder.done, store, config, task, progress, TrajectoryLog(folder.out / TRAJECTORIES),
+        TrajectoryLog(folder.out / EVALUATIONS), units, task.evaluation_units(held_out, config.eval_questions), labels, kept,
+        IterationRecipe.from_config(config, kept),
     )
 
 
@@ -586,16 +581,6 @@ def bank_kind(unit: Unit) -> str:
     return "factconsolidation" if isinstance(getattr(unit, "conversation", None), FactBank) else "locomo"
 
 
-def release_memory() -> None:
-    """Hand the heap a finished stage freed back to the system (glibc keeps it otherwise): a training
-    stage's peak and the next evaluation's added up past 24 GB in one process."""
-    gc.collect()
-    try:
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):  # not glibc: nothing to trim
-        pass
-
-
 def _seen(record: Rollout, settings: dict[str, Any]) -> list[dict[str, str]]:
     return as_student_saw(record.messages, settings)
 
@@ -603,9 +588,3 @@ def _seen(record: Rollout, settings: dict[str, Any]) -> list[dict[str, str]]:
 def _tokens(record: Rollout) -> float:
     """Characters / 4 of what the policy wrote (a token estimate that needs no tokenizer)."""
     return sum(len(m["content"]) for m in record.messages if m["role"] == "assistant") / 4
-
-
-def _load() -> float:
-    import os
-
-    return round(os.getloadavg()[0], 2)

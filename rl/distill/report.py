@@ -1,9 +1,11 @@
-"""What a learning run reports: `metrics.json` (each held-out evaluation with its 95% interval, each stage's
-facts and time) and `learning_curve.png`, read from the finished stages (`stages.json`).
+"""What a learning run reports: `metrics.json` (a chat student's: each held-out evaluation with its 95%
+interval; every run's: each stage's facts and time) and `learning_curve.png`, read from the finished stages
+(`stages.json`) and written by `RunFolder.report`.
 
     from memupdate.rl.distill.report import collect_metrics, plot_learning_curve
     metrics = collect_metrics(done, config, task, train, held_out, final=Path("runs/x/sft"))
-    plot_learning_curve(metrics, Path("runs/x/learning_curve.png"))
+    plot_learning_curve(metrics, Path("runs/x/learning_curve.png"))    # a chat student's stages
+    plot_grpo_curve(metrics, Path("runs/relation/learning_curve.png"))  # the relation task's GRPO steps
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ def collect_metrics(
         last, sft = task.paired_values(evals[rl[-1]]), task.paired_values(evals["sft"])
         table["rl_minus_sft"] = interval([a - b for a, b in zip(last, sft, strict=True)])
     return {
-        "config": _plain(config),
+        "config": plain_config(config),
         "train_conversations": [c.sample_id for c in train],
         "held_out_conversations": [c.sample_id for c in held_out],
         "task": config.task,
@@ -52,8 +54,13 @@ def collect_metrics(
         "score": task.score,
         "final_checkpoint": str(final),
         "evaluations": table,
-        "stages": {name: {"seconds": s["seconds"], "load": s["load"], **_stage_facts(s["result"])} for name, s in done.items()},
+        "stages": {name: times | _stage_facts(done[name]["result"]) for name, times in stage_times(done).items()},
     }
+
+
+def stage_times(done: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Each finished stage's seconds and the load beside them (None where a stage record kept none)."""
+    return {name: {"seconds": stage["seconds"], "load": stage.get("load")} for name, stage in done.items()}
 
 
 def _stage_facts(result: Any) -> dict[str, Any]:
@@ -139,7 +146,29 @@ def plot_learning_curve(metrics: dict[str, Any], path: Path) -> None:
     plt.close(fig)
 
 
-def _plain(config: LearnConfig) -> dict[str, Any]:
-    # Never write a key to disk.
+def plot_grpo_curve(metrics: dict[str, Any], path: Path) -> None:
+    """The relation task's GRPO: the greedy judge's mean reward on the recipe units (kept out) and the
+    training units at each reading, and the step chosen (0: the SFT judge)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    result = metrics["rl"]
+    curve = result["curve"]
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    ax.plot([p["step"] for p in curve], [p["recipe_reward"] for p in curve], marker="o", label="recipe units (kept out)")
+    ax.plot([p["step"] for p in curve], [p["train_reward"] for p in curve], marker=".", label="training units")
+    ax.axvline(result["chosen_step"], color="grey", linestyle=":", label="chosen step")
+    ax.set_xlabel("GRPO step")
+    ax.set_ylabel("mean reward of the greedy verdict")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plain_config(config: LearnConfig) -> dict[str, Any]:
+    """`config` as JSON, for `metrics.json` (never a key: an endpoint's is dropped)."""
     plain = asdict(replace(config, api_key=None, reward=replace(config.reward, answerer_api_key=None)))
     return json.loads(json.dumps(plain))

@@ -7,11 +7,14 @@ on, how one unit is rolled out and scored (a typed `Rollout`), and what its eval
     record = task.rollout(policy, base, units[0])         # fork, edit, score, drop: a Rollout
     record.reward, record.group, record.messages          # what learning reads; record.facts: the task's own
 
-`learn.learn` runs any task unchanged: groups of rollouts per training unit (`rollouts.collect`),
-advantages within each group, fine-tuning, and one greedy rollout per evaluation unit of the held-out
-conversations. The tasks: `compaction.CompactionTask` (what users run: one neighbourhood of a bank,
-blind, a held-out bank compacted whole) and `targeted.TargetedTask` (one question, visible to the
-policy). A new task is one module with a class of this protocol and one entry of `learn.TASKS`.
+The student's stages (`learn.StudentStages`) learn any task of this protocol unchanged: groups of
+rollouts per training unit (`rollouts.collect`), advantages within each group, fine-tuning, and one
+greedy rollout per evaluation unit of the held-out conversations. These tasks: `compaction.CompactionTask`
+(what users run: one neighbourhood of a bank, blind, a held-out bank compacted whole) and
+`targeted.TargetedTask` (one question, visible to the policy). A new one is one module with a class of
+this protocol and one entry of `learn.TASKS`; a task whose policy is no chat student (the relation judge,
+a classifier: `relation.py`) brings its own stages instead, and its entry names them. What a run reads,
+either way, is a `RunInputs`.
 
 A rollout's record is written to the trajectory log as one flat JSON object (`Rollout.as_json`: the
 typed fields and the task's facts side by side) and read back by `Rollout.from_json`, so a resumed run
@@ -23,6 +26,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from langchain_core.language_models import BaseChatModel
@@ -39,6 +43,16 @@ def spread(items: Sequence[Any], n: int) -> list[Any]:
     if n >= len(items):
         return list(items)
     return [items[math.floor(i * len(items) / n)] for i in range(n)]
+
+
+@dataclass(frozen=True)
+class RunInputs:
+    """What a learning run reads: a chat task's conversations (LoCoMo's, FactConsolidation's banks) trained
+    on and held out, or the relation task's development data folder (locomo/, memoryagentbench/, natural-updates/)."""
+
+    train: Sequence[Conversation] = ()
+    held_out: Sequence[Conversation] = ()
+    data: Path | None = None
 
 
 @dataclass(frozen=True)

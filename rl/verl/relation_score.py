@@ -6,7 +6,7 @@
 
 `compute_score` routes a relation row here; no database is read (the row carries its unit's rewards).
 The reply is read as the endpoint judge reads it (`judge.endpoint.read_reply`: the first JSON object,
-its `relation` one of the four), and the verdict's reward is `rl.distill.relation.reward_of` (at
+its `relation` one of the four), and the verdict's reward is `rl.data.relation_rewards.reward_of` (at
 `REWARD_STEP`), as the offline learner rewards it. An unreadable reply is what `EndpointJudge` makes
 of it, both memories kept, less the cost of a failed call (`RewardConfig.failed_call_cost`), the format
 term every verl task here charges: a refused tool call in the editing tasks, an unreadable verdict here.
@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from memupdate.rl.distill.relation import DECISION_NAMES, reward_of
+from memupdate.rl.data.relation_rewards import DECISION_NAMES, reward_of
 from memupdate.scoring.reward import RewardConfig
 
 
