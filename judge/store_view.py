@@ -142,7 +142,7 @@ def store_view(judge: RelationJudge, banks: Sequence[StoreBank], *, auto_apply: 
         label = bank.label(pair)
         statements = (bank.statements[pair[0]], bank.statements[pair[1]])
         act = auto.act(verdict)
-        if label == "update" and verdict.relation == "update" and act == "ask":
+        if label == "update" and verdict.relation != "duplicate" and act == "ask":
             report.updates_asked += 1
         if act == "ask":
             report.asked += 1

@@ -87,24 +87,31 @@ def test_stepwise_teacher_edits_only_what_its_search_showed(base: MemoryStore) -
             assert key is None or f"[{key}]" in shown
 
 
-class _Sure:
-    """A judge that reads every pair as an update of the first by the second at `confidence`."""
+
+class _Reads:
+    """A judge that reads every pair as `relation` at `confidence`, giving the update `update`."""
 
     name = "scripted"
 
-    def __init__(self, confidence: float):
-        self.confidence, self.auto_apply = confidence, AutoApply(update=0.9, rule_update=0.9, duplicate=0.9)
+    def __init__(self, relation: str, confidence: float, update: float):
+        self.relation, self.confidence, self.update = relation, confidence, update
+        self.auto_apply = AutoApply(update=0.9, rule_update=0.9, duplicate=0.9, ask_from=0.2)
 
     def judge(self, pairs):
-        return [Verdict("update", self.confidence, later(*pair)) for pair in pairs]
+        return [Verdict(self.relation, self.confidence, later(*pair) if self.relation == "update" else None,
+                        {"update": self.update, self.relation: self.confidence}) for pair in pairs]
 
 
-@pytest.mark.parametrize(("confidence", "asks", "supersedes"), [(0.95, False, True), (0.8, False, False), (0.8, True, True)])
-def test_unreviewed_plans_act_only_where_the_judge_would_by_itself(store: MemoryStore, confidence: float, asks: bool, supersedes: bool) -> None:
+@pytest.mark.parametrize(("reading", "asks", "supersedes"), [
+    (("update", 0.95, 0.95), False, True), (("update", 0.8, 0.8), False, False), (("update", 0.8, 0.8), True, True),
+    (("compatible", 0.7, 0.3), False, False), (("compatible", 0.7, 0.3), True, True), (("compatible", 0.9, 0.1), True, False),
+])
+def test_unreviewed_plans_act_only_where_the_judge_would_by_itself(store: MemoryStore, reading: tuple, asks: bool, supersedes: bool) -> None:
     bank = store.scoped((*store.namespace, "ana"))
     old, new = bank.create_many([NewMemory("Ana lives in Paris.", metadata={"date": "2024-01-01"}),
                                  NewMemory("Ana moved to Berlin last month.", metadata={"date": "2024-06-01"})])
-    plan = HeuristicPolicy(store=bank, judge=_Sure(confidence), asks=asks).plan(bank, None)
+    plan = HeuristicPolicy(store=bank, judge=_Reads(*reading), asks=asks).plan(bank, None)
     superseded = [args for name, args in plan if name == "delete_memory"]
-    # Below the judge's threshold its decision asks a person: only a reviewed plan (the watcher's) proposes it.
+    # Where the judge's decision asks a person (unsure of an update, or half reading two true facts as
+    # one), only a reviewed plan (the watcher's) proposes the change; where it leaves, no plan does.
     assert superseded == ([{"reason": superseded[0]["reason"], "memory_id": old.key, "superseded_by": new.key}] if supersedes else [])

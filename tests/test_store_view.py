@@ -64,6 +64,10 @@ def test_the_decision_applies_only_what_it_is_sure_of() -> None:
     assert auto.act(Verdict("update", 0.95, "second", by_rule=True)) == "ask"  # the rule's reading has its own bar
     assert auto.act(Verdict("duplicate", 0.96)) == "apply" and auto.act(Verdict("duplicate", 0.9)) == "ask"
     assert auto.act(Verdict("compatible", 0.99)) == "leave" and auto.act(Verdict("events", 0.99)) == "leave"
+    # Two true facts the judge half reads as an update ask (a person says); two events never do.
+    assert auto.act(Verdict("compatible", 0.7, scores={"update": 0.25, "compatible": 0.7})) == "ask"
+    assert auto.act(Verdict("compatible", 0.85, scores={"update": 0.1, "compatible": 0.85})) == "leave"
+    assert auto.act(Verdict("events", 0.6, scores={"update": 0.4, "events": 0.6})) == "leave"
     assert AutoApply.never().act(Verdict("update", 1.0, "second")) == "ask"
     assert AutoApply.of({"threshold": 0.85}) == AutoApply.never()  # a card from before the decision applies nothing
 

@@ -42,6 +42,7 @@ from pydantic import Field, PrivateAttr
 from memupdate.agent.policies.handles import UPDATE_LABEL
 from memupdate.agent.policies.planning import PlanningPolicy, ToolCall
 from memupdate.judge import Verdict, judge_memories
+from memupdate.judge.decision import maybe_update
 from memupdate.judge.meeting import candidate_pairs, worth_judging
 from memupdate.judge.verdict import Pair, later
 from memupdate.settings import DEFAULT_MAX_OPERATIONS
@@ -211,14 +212,16 @@ class HeuristicPolicy(PlanningPolicy):
 
     def pairs_to_meet(self, bank: MemoryStore, keys: Sequence[str], vectors: np.ndarray) -> list[tuple[str, str]]:
         """The pairs of the whole bank that must share an episode: those that meet (each memory's nearest
-        others above a floor, `judge.meeting`) and the judge reads as one fact (an update or a duplicate).
+        others above a floor, `judge.meeting`) and the judge reads as one fact (an update or a duplicate), or
+        the plan acts on (`asks`: two true facts the judge half reads as an update).
         Their verdicts are kept for this compaction's episodes (`_verdicts`), an earlier one's dropped."""
         self.forget()
         pairs = [(keys[i], keys[j]) for i, j in candidate_pairs(vectors)]
         records = {m.key: m for m in (bank.list() if self.judge_once else bank.get_many(sorted({k for pair in pairs for k in pair})))}
         known = [(records[a], records[b]) for a, b in pairs if a in records and b in records]
         verdicts = self._judged(known, among=list(records.values()))
-        return [(a.key, b.key) for (a, b), v in zip(known, verdicts, strict=True) if v is not None and v.relation in ("update", "duplicate")]
+        return [(a.key, b.key) for (a, b), v in zip(known, verdicts, strict=True)
+                if v is not None and (v.relation in ("update", "duplicate") or self._acts_on(v))]
 
     def judge_ahead(self, bank: MemoryStore, keys: Sequence[str], vectors: np.ndarray, groups: Sequence[Sequence[str]]) -> int:
         """Judge, in one batch, every pair the episodes on `groups` (neighbourhoods of `bank`, whose
@@ -334,10 +337,11 @@ class HeuristicPolicy(PlanningPolicy):
         for i, a in enumerate(dated):
             for b in dated[i + 1 :]:
                 verdict = verdicts.get(frozenset((a.key, b.key)))
-                if verdict is None or verdict.relation != "update" or not self._acts_on(verdict) or (later := is_newer(b, a)) is None:
+                if verdict is None or verdict.relation == "duplicate" or not self._acts_on(verdict) or (later := is_newer(b, a)) is None:
                     continue
                 older, newer = (a, b) if later else (b, a)
-                updates.append((-verdict.confidence, stated_at(newer), older, newer))
+                sure = verdict.confidence if verdict.relation == "update" else maybe_update(verdict)
+                updates.append((-sure, stated_at(newer), older, newer))
         successor: dict[str, tuple[MemoryRecord, MemoryRecord]] = {}
         for _, _, older, newer in sorted(updates, key=lambda u: (u[0], u[1], u[2].key)):
             if older.key in successor or (not self.follow_chains and newer.key in successor):
@@ -355,8 +359,10 @@ class HeuristicPolicy(PlanningPolicy):
         return calls
 
     def _acts_on(self, verdict: Verdict) -> bool:
-        """Whether the plan acts on `verdict` (an update or a duplicate): see `asks`."""
-        return self.asks or self._the_judge().auto_apply.act(verdict) == "apply"
+        """Whether the plan acts on `verdict`: where the judge's decision applies it, or (with `asks`) asks
+        about it (an update or a duplicate it is unsure of, or two true facts it half reads as an update)."""
+        act = self._the_judge().auto_apply.act(verdict)
+        return act == "apply" or (act == "ask" and self.asks)
 
     def _anchors(self, memories: Sequence[MemoryRecord], touched: set[str]) -> list[ToolCall]:
         calls = []
