@@ -342,7 +342,7 @@ def factconsolidation_section(fc: dict[str, Any]) -> list[str]:
              "by the heuristic policy reading the local judge or the rule, on the path before the speed-ups (`before`: every "
              "episode judges its own pairs, the review judges them again) and today's (`now`: each pair judged once, in one "
              "batch, a pair sharing no rare word not judged, chains followed to their newest statement). Stale share: of the "
-             "stale facts the judge reads as updates, those superseded: over every pair that meets / the pairs worth judging / "
+             "stale facts whose update the judge's decision applies by itself, those superseded: over every pair that meets / the pairs worth judging / "
              "the template's true updates.", "",
              *table(["facts", "judge", "path", "compact s", "review s", "pairs judged (compact + review)",
                      "stale superseded (all / judged / true)", "retired vs before", "load"], rows, left=3)]
