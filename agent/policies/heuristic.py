@@ -212,16 +212,16 @@ class HeuristicPolicy(PlanningPolicy):
 
     def pairs_to_meet(self, bank: MemoryStore, keys: Sequence[str], vectors: np.ndarray) -> list[tuple[str, str]]:
         """The pairs of the whole bank that must share an episode: those that meet (each memory's nearest
-        others above a floor, `judge.meeting`) and the judge reads as one fact (an update or a duplicate), or
-        the plan acts on (`asks`: two true facts the judge half reads as an update).
+        others above a floor, `judge.meeting`) whose reading the plan acts on (`_acts_on`: an unsure reading
+        of another subject's fact as an update links no chain where nobody reviews, so a chain of true updates
+        is not cut apart by readings the plan would never act on).
         Their verdicts are kept for this compaction's episodes (`_verdicts`), an earlier one's dropped."""
         self.forget()
         pairs = [(keys[i], keys[j]) for i, j in candidate_pairs(vectors)]
         records = {m.key: m for m in (bank.list() if self.judge_once else bank.get_many(sorted({k for pair in pairs for k in pair})))}
         known = [(records[a], records[b]) for a, b in pairs if a in records and b in records]
         verdicts = self._judged(known, among=list(records.values()))
-        return [(a.key, b.key) for (a, b), v in zip(known, verdicts, strict=True)
-                if v is not None and (v.relation in ("update", "duplicate") or self._acts_on(v))]
+        return [(a.key, b.key) for (a, b), v in zip(known, verdicts, strict=True) if v is not None and self._acts_on(v)]
 
     def judge_ahead(self, bank: MemoryStore, keys: Sequence[str], vectors: np.ndarray, groups: Sequence[Sequence[str]]) -> int:
         """Judge, in one batch, every pair the episodes on `groups` (neighbourhoods of `bank`, whose
