@@ -11,12 +11,13 @@
 
 An update applies itself only when the judge is at least `update` sure of it (`rule_update` where the
 rule read the update, its confidence then the model's that the two tell one fact: the two confidences
-mean different things, so each has its own threshold) and one statement was stated later (`Verdict.current`); a
-duplicate merges itself at `duplicate`. Every other reading of an update or a duplicate asks, and so does
-a both-true reading that gives the update at least `ask_from` (an everyday change the judge half sees:
-"I live in Paris." -> "I moved to Berlin"); the rest leave. The thresholds are the judge's own (its card, calibrated by `calibrate_auto_apply` on
-every pair that meets in the recipe part's banks, where two true facts are the common case), so the
-confidence compared is the one they were fitted on. The heuristic, the review, the watcher and the
+mean different things, so each has its own threshold) and one statement was stated later
+(`Verdict.current`); a duplicate merges itself at `duplicate`. Every other reading of an update or a
+duplicate asks, and so does a both-true reading that gives the update at least `ask_from` (an everyday
+change the judge half sees: "I live in Paris." -> "I moved to Berlin"); the rest leave. The thresholds
+are the judge's own (its card, calibrated by `calibrate_auto_apply` on every pair that meets in the
+recipe part's banks, where two true facts are the common case), so the confidence compared is the one
+they were fitted on. The heuristic, the review, the watcher and the
 learning code read `act`; none restates it.
 """
 
