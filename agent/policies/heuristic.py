@@ -332,7 +332,8 @@ class HeuristicPolicy(PlanningPolicy):
         """Each older memory is superseded by the newer one the judge reads as an update of its fact with
         the most confidence (surest pairs first; only readings the plan acts on, `_acts_on`: with `asks`,
         two true facts it half reads as an update too, ranked by that probability), and with
-        `follow_chains` by the live end of that one's own chain (A -> B -> C: A and B by C); without, a memory already superseded supersedes nothing."""
+        `follow_chains` by the live end of that one's own chain (A -> B -> C: A and B by C); without, a
+        memory already superseded supersedes nothing."""
         dated = [m for m in memories if stated_at(m) and m.key not in touched]
         updates = []
         for i, a in enumerate(dated):
