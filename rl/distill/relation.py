@@ -2,7 +2,8 @@
 its own sampled verdicts, rewarded by what each decision does to the answers the pair touches. Its stages
 run in a learning run's folder like every task's (`learn.TASKS["relation"]`).
 
-    from memupdate.rl.distill.learn import learn
+    from pathlib import Path
+    from memupdate.rl.distill.learn import LearnConfig, RunInputs, learn
     metrics = learn(store, LearnConfig(task="relation"), "runs/relation", RunInputs(data=Path("../shared/data")))
     # CLI: memupdate rl learn --task relation --data ../shared/data --out runs/relation [--reader hf:DIR]
     #      memupdate judge learn ... for short, with the same options
