@@ -67,8 +67,7 @@ def watch_banks(root: MemoryStore, banks: Sequence[StoreBank]) -> WatchReport:
             started = time.perf_counter()
             passes = BackgroundCompactor(root, url, prefix=(NAMESPACE,), into=into).run_once()
             seconds = time.perf_counter() - started
-            held = {bank.group: {item.key: item.value.get("content", "") for item in lg.search(_person(bank), limit=10_000)}
-                    for bank in banks}
+            held = {item.key for bank in banks for item in lg.search(_person(bank), limit=10_000)}
         return _report(banks, held, passes, seconds)
     finally:
         for namespace in root.list_namespaces(prefix=into):
@@ -102,21 +101,17 @@ def _key(bank: StoreBank, n: int) -> str:
     return f"{_person(bank)[1]}-{n}"
 
 
-def _report(banks: Sequence[StoreBank], held: dict[str, dict[str, str]], passes, seconds: float) -> WatchReport:
-    def holds(items: dict[str, str], bank: StoreBank, n: int) -> bool:
-        # Its item is still in the app's store: as written, or dated in place ("yesterday" -> the day).
-        return _key(bank, n) in items
-
+def _report(banks: Sequence[StoreBank], held: set[str], passes, seconds: float) -> WatchReport:
+    """`held`: the keys of the items still in the app's store (a statement dated in place keeps its item)."""
     true_total = lost = updates = resolved = 0
     lost_list = []
     for bank in banks:
-        items = held.get(bank.group, {})
         older = bank.stale
         for i, statement in enumerate(bank.statements):
             if i in older:
                 continue
             true_total += 1
-            if not holds(items, bank, i):
+            if _key(bank, i) not in held:
                 lost += 1
                 lost_list.append((bank.group, statement.text))
         for (i, j), label in bank.labels.items():
@@ -124,7 +119,7 @@ def _report(banks: Sequence[StoreBank], held: dict[str, dict[str, str]], passes,
                 continue
             old, new = sorted((i, j), key=lambda k: bank.statements[k].time or "")
             updates += 1
-            resolved += not holds(items, bank, old) and holds(items, bank, new)
+            resolved += _key(bank, old) not in held and _key(bank, new) in held
     return WatchReport(
         people=len(banks), statements=sum(len(b.statements) for b in banks), true_statements=true_total,
         true_lost=Rate(lost, true_total), updates_by_itself=Rate(resolved, updates),
