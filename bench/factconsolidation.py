@@ -19,7 +19,8 @@ no chain rounds), in one process on the same bank:
    unreviewed compaction acts on no other reading, `HeuristicPolicy.asks`), the share superseded;
 4. changes: the memories each path supersedes or merges, against the path before's (the same judge).
 Targets: 18,000 facts compacted with the local judge in at most 120 s on 2 cores; at least 95% of the
-stale facts whose update the judge applies by itself end superseded, at every size. `--plot` draws seconds against facts.
+stale facts whose update the judge applies by itself end superseded, at every size. `--plot` draws
+seconds against facts.
 
     python -m memupdate.bench.factconsolidation [--file FILE] [--facts 2000,6000,18000] [--judges local,rule]
         [--paths now,before] [--plot fc-scale.png] [--out PATH]
@@ -191,8 +192,8 @@ def compare_changes(mine: dict[str, str], before: dict[str, str]) -> dict:
 
 def stale_superseded(judge, bank, fork) -> dict:
     """Of the stale facts `judge` supersedes by itself (the older of each pair that meets in the whole bank
-    and reads as an update its decision applies; every such pair judged), how many the compaction superseded: `all`; among
-    the pairs worth judging (`judge.meeting.worth_judging`: those a compaction now judges), `judged`; and
+    and reads as an update its decision applies; every such pair judged), how many the compaction
+    superseded: `all`; among the pairs worth judging (`judge.meeting.worth_judging`: those a compaction now judges), `judged`; and
     among the pairs the rule, exact on FactConsolidation's template, reads as updates too (true updates
     of one subject: the judge also reads copies about other subjects as updates), `true`."""
     from memupdate.judge import judge_memories

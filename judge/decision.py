@@ -17,8 +17,8 @@ duplicate asks, and so does a both-true reading that gives the update at least `
 change the judge half sees: "I live in Paris." -> "I moved to Berlin"); the rest leave. The thresholds
 are the judge's own (its card, calibrated by `calibrate_auto_apply` on every pair that meets in the
 recipe part's banks, where two true facts are the common case), so the confidence compared is the one
-they were fitted on. The heuristic, the review, the watcher and the
-learning code read `act`; none restates it.
+they were fitted on. The heuristic, the review, the watcher and the learning code read `act`; none
+restates it.
 """
 
 from __future__ import annotations
