@@ -10,11 +10,11 @@ sequence-pair classifier over RELATIONS: both statements in one input, older fir
 compares them word by word. Where the rule reads an update (exact on its template and words of
 change) and the model does not read two events, the verdict is the rule's update, at the model's
 probability that the two tell one fact (update or duplicate; `Verdict.by_rule`: its own auto-apply
-threshold, whether or not the model read the update too). Its top layers and head are trained here (`memupdate judge train`); the repository ships only those weights
-(`judge/weights/`, float16) and `build_judge` adds them to the packaged base into a plain Hugging Face
-checkpoint you can load elsewhere. `memupdate-judge.json` beside
-it holds the labels, the softmax temperature and the auto-apply thresholds (`judge.decision`), calibrated
-on every pair that meets in the recipe part's banks.
+threshold, whether or not the model read the update too). Its top layers and head are trained here
+(`memupdate judge train`); the repository ships only those weights (`judge/weights/`, float16) and
+`build_judge` adds them to the packaged base into a plain Hugging Face checkpoint you can load
+elsewhere. `memupdate-judge.json` beside it holds the labels, the softmax temperature and the auto-apply
+thresholds (`judge.decision`), calibrated on every pair that meets in the recipe part's banks.
 """
 
 from __future__ import annotations
