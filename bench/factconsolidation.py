@@ -11,7 +11,7 @@ across copies (copy k's facts come after copy k-1's), one hour apart, as the loa
 For each size, the bank is loaded once (every fact embedded once and written); then for each judge
 (`--judges`: local, rule) and each path (`--paths`: `now`, and `before`: `HeuristicPolicy(judge_once=False,
 follow_chains=False)`, every episode judging its own pairs, the review judging them again, no filter,
-no chain rounds), in one process on the same bank:
+no chain rounds, the judge unscreened), in one process on the same bank:
 1. compact: `compact_bank` with the heuristic policy, every neighbourhood an episode;
 2. review: `build_review` of that fork (what `memupdate compact` adds to write its page);
 3. stale: of the stale facts the judge supersedes by itself (the older of each pair that meets in the
@@ -41,6 +41,7 @@ from memupdate.bench.common import (
     bench_main,
     bench_namespace,
     console,
+    judge_screen,
     load_embedder,
     open_engine,
     plot_seconds,
@@ -139,13 +140,14 @@ def compact_once(root, bank, judge_name: str, path: str) -> dict:
     policy = HeuristicPolicy(store=root, judge=judge, judge_once=speedups, follow_chains=speedups)
     out: dict = {"judge": judge_name, "path": path, "load": [round(x, 2) for x in os.getloadavg()]}
     counted = _count_pairs(judge)
-    started = time.perf_counter()
-    result = compact_bank(policy, bank, (*bank.namespace, "traj", f"{judge_name}-{path}"))
-    out["compact_seconds"] = round(time.perf_counter() - started, 2)
-    out["judged_in_compaction"] = counted["pairs"]
-    started = time.perf_counter()
-    page = build_review(bank, result.fork, result.calls, judge=policy.review_judge())
-    out["review_seconds"] = round(time.perf_counter() - started, 2)
+    with judge_screen(speedups, judge):
+        started = time.perf_counter()
+        result = compact_bank(policy, bank, (*bank.namespace, "traj", f"{judge_name}-{path}"))
+        out["compact_seconds"] = round(time.perf_counter() - started, 2)
+        out["judged_in_compaction"] = counted["pairs"]
+        started = time.perf_counter()
+        page = build_review(bank, result.fork, result.calls, judge=policy.review_judge())
+        out["review_seconds"] = round(time.perf_counter() - started, 2)
     out["judged_in_review"] = counted["pairs"] - out["judged_in_compaction"]
     out |= {"episodes": result.episodes, "failed": len(result.failed_episodes), "memories_after": result.fork.count(),
             "write_calls": len(result.calls), "flagged": page.counts.flagged, "peak_rss_gb": round(peak_rss_gb(), 2)}

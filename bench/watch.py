@@ -9,7 +9,8 @@ a fresh `BackgroundCompactor` each pass (as `memupdate watch --once` builds one)
 1. first: a pass that imports every person, compacts every bank and applies what is safe;
 2. steady: after CHANGED people put one new memory each, the next pass.
 Each path gets a store and banks of its own: `before` (`BackgroundCompactor(batched=False)`, bank by
-bank as before) and `now`. Targets: the first pass over 1,000 x 20 in at most 60 s, a steady pass with
+bank as before, the judge reading every pair in full precision) and `now` (the judge's bfloat16 screen
+on, where the CPU has it). Targets: the first pass over 1,000 x 20 in at most 60 s, a steady pass with
 10 people changed in at most 5 s (2 cores).
 
     python -m memupdate.bench.watch [--people 100,1000] [--memories 5,20] [--paths now,before] [--plot watch.png] [--out PATH]
@@ -27,6 +28,7 @@ from memupdate.bench.common import (
     bench_main,
     bench_namespace,
     console,
+    judge_screen,
     load_embedder,
     open_engine,
     plot_seconds,
@@ -120,12 +122,14 @@ def change_people(url: str, people: int, changed: int) -> None:
 
 
 def one_pass(root, url: str, into: tuple[str, ...], batched: bool) -> dict:
+    """One `watch --once` pass; `batched` False: the path before (bank by bank, the judge unscreened)."""
     from memupdate.agent.background import BackgroundCompactor
 
     load = round(os.getloadavg()[0], 2)
     started = time.perf_counter()
     compactor = BackgroundCompactor(root, url, prefix=("memories",), into=into, batched=batched)
-    passes = compactor.run_once()
+    with judge_screen(batched):
+        passes = compactor.run_once()
     seconds = time.perf_counter() - started
     return {"seconds": round(seconds, 2), "banks": len(passes), "compacted": sum(p.reason is not None for p in passes),
             "applied": sum(len(p.applied) for p in passes), "queued": sum(len(p.queued) for p in passes), "load": load,
@@ -203,7 +207,8 @@ def report(summary: dict) -> None:
         [f"load average at the start: {', '.join(map(str, summary['load_start']))}; at the end: "
          f"{', '.join(map(str, summary['load_end']))}",
          f"first: import, compaction and safe changes for everyone; steady: after {CHANGED} people wrote one memory each.",
-         "before: bank by bank as before the batching (BackgroundCompactor(batched=False)); now: the per-pass batching.",
+         "before: bank by bank as before the batching (BackgroundCompactor(batched=False)), the judge unscreened; now: the "
+         "per-pass batching and the judge's bfloat16 screen.",
          f"targets: the first pass over 1,000 x 20 in at most {TARGET_FIRST_SECONDS} s; a steady pass in at most "
          f"{TARGET_STEADY_SECONDS} s."],
     )
@@ -212,7 +217,7 @@ def report(summary: dict) -> None:
 def options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--people", default="100,1000", help="people (namespaces), comma-separated")
     parser.add_argument("--memories", default="5,20", help="memories a person, comma-separated")
-    parser.add_argument("--paths", default="now,before", help="now (the per-pass batching) and before")
+    parser.add_argument("--paths", default="now,before", help="now (the per-pass batching, the judge screened) and before")
     parser.add_argument("--plot", help="draw pass seconds against the store's size to this PNG")
 
 

@@ -110,6 +110,31 @@ def test_the_shipped_judge_retires_no_true_fact_by_itself(embedder, local_judge)
     assert view.resolved_or_asked.hits >= 1  # a change is not lost from sight: applied or waiting
 
 
+def test_the_screen_changes_no_decision(embedder, local_judge, monkeypatch) -> None:
+    """Screened (a bfloat16 reading first, the pairs that could act read again in full precision) and
+    unscreened, the shipped judge decides the same on every pair of the bank above, and the readings that
+    can act are the full-precision ones; the screen spares most of these pairs their second reading."""
+    from memupdate.judge import local
+    from memupdate.judge.store_view import met_pairs
+
+    if not local.bf16_native():
+        pytest.skip("this CPU has no native bfloat16 (AVX512-BF16 or AMX): the judge never screens here")
+    pairs = [(bank.statements[i], bank.statements[j]) for bank, (i, j) in met_pairs(_banks(embedder.embed))]
+    full = local.LocalJudge(screen=False).judge(pairs)
+    read = []
+    monkeypatch.setattr(local.LocalJudge, "_read", lambda self, encoded, order, model, out, inner=local.LocalJudge._read:
+                        (read.append((model is self.model, len(order))), inner(self, encoded, order, model, out))[1])
+    screened = local_judge.judge(pairs)
+    auto = local_judge.auto_apply
+    assert [auto.act(v) for v in screened] == [auto.act(v) for v in full]
+    acting = [(v, w) for v, w in zip(screened, full, strict=True) if auto.act(w) != "leave"]
+    assert acting and all((v.relation, v.current, v.by_rule) == (w.relation, w.current, w.by_rule) for v, w in acting)
+    # full precision both: only the batches differ (their padding moves the sixth decimal)
+    assert max(abs(v.confidence - w.confidence) for v, w in acting) < 1e-4
+    again = sum(n for exact, n in read if exact)
+    assert 0 < again < len(pairs) / 2, read
+
+
 @pytest.fixture(scope="module")
 def local_judge():
     from memupdate.judge.judges import make_judge
