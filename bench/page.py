@@ -340,8 +340,9 @@ def factconsolidation_section(fc: dict[str, Any]) -> list[str]:
     lines = ["## Compaction at scale", "",
              "`bench/factconsolidation.py`: FactConsolidation's 32k context repeated with renamed subjects to N facts, compacted "
              "by the heuristic policy reading the local judge or the rule, on the path before the speed-ups (`before`: every "
-             "episode judges its own pairs, the review judges them again) and today's (`now`: each pair judged once, in one "
-             "batch, a pair sharing no rare word not judged, chains followed to their newest statement). Stale share: of the "
+             "episode judges its own pairs, the review judges them again, the judge unscreened) and today's (`now`: each pair "
+             "judged once, in one batch, a pair sharing no rare word not judged, chains followed to their newest statement, the "
+             "judge's bfloat16 screen on). Stale share: of the "
              "stale facts whose update the judge's decision applies by itself, those superseded: over every pair that meets / the pairs worth judging / "
              "the template's true updates.", "",
              *table(["facts", "judge", "path", "compact s", "review s", "pairs judged (compact + review)",
@@ -360,7 +361,8 @@ def watch_section(watch: dict[str, Any]) -> list[str]:
     lines = ["## Many banks", "",
              "`bench/watch.py`: `memupdate watch --once` over a LangGraph store of N people × M everyday memories (one "
              "person in ten restating where they live), a first pass and a steady one after 10 people wrote a memory each; "
-             "`before` the pass bank by bank, `now` what the banks share paid once a pass.", "",
+             "`before` the pass bank by bank, the judge reading every pair in full precision; `now` what the banks share paid "
+             "once a pass, the judge screening in bfloat16 (pairs that could apply or ask read again in full precision).", "",
              *table(["people × memories", "path", "first s", "load", "steady s", "load", "same changes"], rows, left=2)]
     if watch.get("plot"):
         lines += ["", f"![pass seconds against the store's size]({Path(watch['plot']).name})"]

@@ -49,10 +49,13 @@ MAX_TOKENS = 96  # two memories of ~40 words each; longer ones are cut at their 
 # the training and recipe parts' banks (0.11 on FactConsolidation), and a pair asks from ASK_FROM (0.2) up.
 # It sends 7% of the training part's pairs and 20% of the recipe part's to the second reading, but 70-80% of
 # FactConsolidation's (its template's subjects half read as updates of each other), where reading twice costs
-# more than once: pairs are screened a window at a time while at most SCREEN_PAYS of those screened were read again.
+# more than once: a window of pairs is screened while at most SCREEN_PAYS of the last window screened (in this
+# call or an earlier one) were read again; otherwise read in full precision alone, the screen tried again after
+# SCREEN_PROBE windows.
 SCREEN_BELOW = 0.05
 SCREEN_WINDOW = 1024
 SCREEN_PAYS = 0.5  # bfloat16 costs 0.43 of a full-precision reading here
+SCREEN_PROBE = 16
 
 
 def base_model_path() -> str:
@@ -104,6 +107,8 @@ class LocalJudge:
         self.batch_size = batch_size
         self.screen = bf16_native() if screen is None else screen
         self._screen_model = None
+        self._lately = (0, 0)  # the pairs of the last window screened, and how many of them were read again
+        self._unscreened = 0.0  # windows read unscreened since the screen was last tried
         self._torch = torch
 
     def probabilities(self, pairs: Sequence[Pair], *, screen: bool = False, exact: Sequence[bool] | None = None):
@@ -123,16 +128,17 @@ class LocalJudge:
             self._read(encoded, order, self.model, out)
             return out.numpy()
         update, duplicate = self.labels.index("update"), self.labels.index("duplicate")
-        screened = again = 0
         for start in range(0, len(order), SCREEN_WINDOW):
             window = order[start : start + SCREEN_WINDOW]
-            if screened and again > SCREEN_PAYS * screened:  # most pairs read twice: full precision alone is faster
+            screened, again = self._lately
+            if again > SCREEN_PAYS * screened and self._unscreened < SCREEN_PROBE:  # reading twice costs more than once
+                self._unscreened += len(window) / SCREEN_WINDOW
                 self._read(encoded, window, self.model, out)
                 continue
             self._read(encoded, window, self._screened(), out)
-            window = [i for i in window if out[i, update] + out[i, duplicate] >= SCREEN_BELOW or (exact is not None and exact[i])]
-            screened, again = screened + min(SCREEN_WINDOW, len(order) - start), again + len(window)
-            self._read(encoded, window, self.model, out)
+            chosen = [i for i in window if out[i, update] + out[i, duplicate] >= SCREEN_BELOW or (exact is not None and exact[i])]
+            self._lately, self._unscreened = (len(window), len(chosen)), 0.0
+            self._read(encoded, chosen, self.model, out)
         return out.numpy()
 
     def _read(self, encoded, order: Sequence[int], model, out) -> None:

@@ -110,7 +110,7 @@ def test_the_shipped_judge_retires_no_true_fact_by_itself(embedder, local_judge)
     assert view.resolved_or_asked.hits >= 1  # a change is not lost from sight: applied or waiting
 
 
-def test_the_screen_changes_no_decision(embedder, local_judge, monkeypatch) -> None:
+def test_the_screen_changes_no_decision(embedder, monkeypatch) -> None:
     """Screened (a bfloat16 reading first, the pairs that could act read again in full precision) and
     unscreened, the shipped judge decides the same on every pair of the bank above, and the readings that
     can act are the full-precision ones; the screen spares most of these pairs their second reading."""
@@ -124,8 +124,9 @@ def test_the_screen_changes_no_decision(embedder, local_judge, monkeypatch) -> N
     read = []
     monkeypatch.setattr(local.LocalJudge, "_read", lambda self, encoded, order, model, out, inner=local.LocalJudge._read:
                         (read.append((model is self.model, len(order))), inner(self, encoded, order, model, out))[1])
-    screened = local_judge.judge(pairs)
-    auto = local_judge.auto_apply
+    judge = local.LocalJudge(screen=True)  # its own: whether the screen pays is remembered across calls
+    screened = judge.judge(pairs)
+    auto = judge.auto_apply
     assert [auto.act(v) for v in screened] == [auto.act(v) for v in full]
     acting = [(v, w) for v, w in zip(screened, full, strict=True) if auto.act(w) != "leave"]
     assert acting and all((v.relation, v.current, v.by_rule) == (w.relation, w.current, w.by_rule) for v, w in acting)
@@ -133,6 +134,12 @@ def test_the_screen_changes_no_decision(embedder, local_judge, monkeypatch) -> N
     assert max(abs(v.confidence - w.confidence) for v, w in acting) < 1e-4
     again = sum(n for exact, n in read if exact)
     assert 0 < again < len(pairs) / 2, read
+    # Where most pairs would be read twice, the screen stops after one window and is tried again later.
+    monkeypatch.setattr(local, "SCREEN_BELOW", 0.0)
+    monkeypatch.setattr(local, "SCREEN_WINDOW", 4)
+    read.clear()
+    assert [auto.act(v) for v in judge.judge(pairs)] == [auto.act(v) for v in full]
+    assert [exact for exact, _ in read] == [False, True] + [True] * (len(pairs) // 4 - 1) + [True] * (len(pairs) % 4 > 0)
 
 
 @pytest.fixture(scope="module")
