@@ -19,7 +19,7 @@ thresholds (`judge.decision`), calibrated on every pair that meets in the recipe
 On a CPU that computes in bfloat16 (AVX512-BF16, AMX), `judge` screens: a bfloat16 copy reads every pair,
 and the pairs it could read as an update or a duplicate are read again in full precision (SCREEN_BELOW),
 so every reading that can apply itself or ask is the full-precision one; a person's everyday pairs are
-read about twice as fast. `probabilities` (what training and calibration read) never screens;
+read 1.6-2.1 times as fast. `probabilities` (what training and calibration read) never screens;
 `LocalJudge(screen=False)` turns it off.
 """
 
@@ -46,7 +46,8 @@ MAX_TOKENS = 96  # two memories of ~40 words each; longer ones are cut at their 
 # read in bfloat16 first, and only those it gives an update or a duplicate at least this (and those the rule
 # reads as an update) are read again in full precision, so every reading that can apply or ask is the
 # full-precision one. A pair under it cannot ask: bfloat16 moved P(update) + P(duplicate) by at most 0.05 on
-# the training and recipe parts' banks (0.11 on FactConsolidation), and a pair asks from ASK_FROM (0.2) up.
+# the training and recipe parts' banks (any probability by at most 0.11 on FactConsolidation's), and a pair
+# asks from ASK_FROM (0.2) up.
 # It sends 7% of the training part's pairs and 20% of the recipe part's to the second reading, but 70-80% of
 # FactConsolidation's (its template's subjects half read as updates of each other), where reading twice costs
 # more than once: a window of pairs is screened while at most SCREEN_PAYS of the last window screened (in this

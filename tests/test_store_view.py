@@ -121,9 +121,14 @@ def test_the_screen_changes_no_decision(embedder, monkeypatch) -> None:
         pytest.skip("this CPU has no native bfloat16 (AVX512-BF16 or AMX): the judge never screens here")
     pairs = [(bank.statements[i], bank.statements[j]) for bank, (i, j) in met_pairs(_banks(embedder.embed))]
     full = local.LocalJudge(screen=False).judge(pairs)
-    read = []
-    monkeypatch.setattr(local.LocalJudge, "_read", lambda self, encoded, order, model, out, inner=local.LocalJudge._read:
-                        (read.append((model is self.model, len(order))), inner(self, encoded, order, model, out))[1])
+    read = []  # (in full precision, how many pairs) of each reading
+    inner = local.LocalJudge._read
+
+    def counted(self, encoded, order, model, out) -> None:
+        read.append((model is self.model, len(order)))
+        inner(self, encoded, order, model, out)
+
+    monkeypatch.setattr(local.LocalJudge, "_read", counted)
     judge = local.LocalJudge(screen=True)  # its own: whether the screen pays is remembered across calls
     screened = judge.judge(pairs)
     auto = judge.auto_apply
