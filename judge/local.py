@@ -160,9 +160,10 @@ class LocalJudge:
 
     def judge(self, pairs: Sequence[Pair]) -> list[Verdict]:
         # One text told twice needs no model (and a bank holds many such pairs).
-        asked = [ordered(a, b)[:2] for a, b in pairs if not told_twice(a, b)]
-        ruled = [v.relation == "update" for v in RuleJudge().judge(asked)] if self.screen else None
-        return read_verdicts(pairs, self.probabilities(asked, screen=True, exact=ruled), self.labels)
+        asked = [pair for pair in pairs if not told_twice(*pair)]
+        ruled = rule_updates(asked)  # read in full precision whatever the screen says: their confidence is compared
+        probabilities = self.probabilities([ordered(a, b)[:2] for a, b in asked], screen=True, exact=ruled)
+        return read_verdicts(pairs, probabilities, self.labels, ruled=ruled)
 
 
 def bf16_native() -> bool:
@@ -179,27 +180,32 @@ def told_twice(first: Statement, second: Statement) -> bool:
     return _words(first.text) == _words(second.text)
 
 
-def read_verdicts(pairs: Sequence[Pair], probabilities, labels: Sequence[str]) -> list[Verdict]:
+def rule_updates(pairs: Sequence[Pair]) -> list[bool]:
+    """Whether the rule reads each pair (as given) as an update."""
+    return [verdict.relation == "update" for verdict in RuleJudge().judge(pairs)]
+
+
+def read_verdicts(pairs: Sequence[Pair], probabilities, labels: Sequence[str], *, ruled: Sequence[bool] | None = None) -> list[Verdict]:
     """The verdicts of `pairs` from the model's `probabilities` (a row per pair not `told_twice`, in
     order; columns `labels`): the likeliest relation, or the rule's update where the rule reads one and
     the model does not read two events (the model still tells two events apart: "visited Rome in 2019" /
-    "... in 2022"); the current statement, the later stated. What `LocalJudge.judge` returns, and what
-    the learning code reads."""
-    rule = RuleJudge()
+    "... in 2022"); the current statement, the later stated. `ruled`: `rule_updates` of those pairs, where
+    already read. What `LocalJudge.judge` returns, and what the learning code reads."""
     rows = iter(probabilities)
+    rule_reads = iter(ruled if ruled is not None else rule_updates([p for p in pairs if not told_twice(*p)]))
     verdicts = []
     for first, second in pairs:
         if told_twice(first, second):
             verdicts.append(Verdict("duplicate", 1.0, None, {"duplicate": 1.0}))
             continue
-        row = next(rows)
+        row, rule_read = next(rows), next(rule_reads)
         scores = {label: round(float(p), 4) for label, p in zip(labels, row, strict=True)}
         best = max(range(len(labels)), key=lambda i: float(row[i]))
         relation, confidence = labels[best], float(row[best])
         # The rule is near exact on FactConsolidation's template but not on everyday words ("I am a
         # vegetarian." / "I am a woman."): its readings are thresholded on their own, at the model's
         # probability that the two tell one fact (an update or a duplicate), whether or not it read the update.
-        by_rule = relation != "events" and rule.judge([(first, second)])[0].relation == "update"
+        by_rule = relation != "events" and rule_read
         if by_rule:
             relation, confidence = "update", scores["update"] + scores["duplicate"]
         # Which statement holds now is the later stated (unknown: None).
