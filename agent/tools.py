@@ -15,6 +15,8 @@ against the operation budget like any call, and change nothing.
 
 from __future__ import annotations
 
+import copy
+import functools
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -388,7 +390,13 @@ MEMORY_TOOLS: dict[str, MemoryTool] = {
 
 
 def tool_schemas() -> list[dict[str, Any]]:
-    """The OpenAI function schemas of all six tools, in a fixed order."""
+    """The OpenAI function schemas of all six tools, in a fixed order (a copy each call: callers may edit it)."""
+    return copy.deepcopy(_schemas())
+
+
+@functools.cache
+def _schemas() -> list[dict[str, Any]]:
+    # Built once a process: pydantic's JSON schemas cost ~4 ms a graph, and a compaction builds one an episode.
     return [tool.schema() for tool in MEMORY_TOOLS.values()]
 
 
