@@ -452,10 +452,13 @@ def _judged_reasons(unjudged: dict[str, str | list | None], judge=None) -> dict[
     from memupdate.judge import judge_memories
     from memupdate.judge.judges import make_judge
 
-    verdicts = iter(judge_memories(judge or make_judge(), pairs))
+    judge = judge or make_judge()
+    auto = getattr(judge, "auto_apply", None)
+    verdicts = iter(judge_memories(judge, pairs))
     for path, found in meeting.items():
         for (old, fresh), verdict in zip(found, verdicts, strict=False):
-            if reasons[path] is None and verdict.relation in ("update", "duplicate"):
+            # An update or a duplicate the decision does not leave (a rule's update over two events it does).
+            if reasons[path] is None and verdict.relation in ("update", "duplicate") and (auto is None or auto.act(verdict) != "leave"):
                 reasons[path] = f"new memory {fresh.key} meets {old.key}: the judge reads {verdict.relation} ({verdict.confidence:.2f})"
     return reasons
 

