@@ -219,6 +219,9 @@ def test_a_new_memory_meets_its_nearest_at_once(store) -> None:
     reason = needs_work(store, grow_by=20, judge=Scripted([Verdict("update", 0.97, "second")] * 5))
     assert reason and "the judge reads update (0.97)" in reason
     assert needs_work(store, grow_by=20, judge=Scripted([Verdict("compatible", 0.9)] * 5)) is None
+    # A rule's update the model reads as two events, under the rule's bar: the decision leaves it, so no work.
+    trips = Verdict("update", 0.01, "second", {"duplicate": 0.0, "update": 0.01, "compatible": 0.01, "events": 0.98}, by_rule=True)
+    assert needs_work(store, grow_by=20, judge=Scripted([trips] * 5)) is None
 
 
 def test_training_writes_weights_that_build_into_a_judge(tmp_path) -> None:
