@@ -114,6 +114,18 @@ def test_the_shipped_judge_retires_no_true_fact_by_itself(embedder, local_judge)
     assert view.resolved_or_asked.hits >= 1  # a change is not lost from sight: applied or waiting
 
 
+def test_the_judge_reads_in_batches_of_a_token_budget() -> None:
+    """Short pairs go many to a batch, long ones few, one longer than the budget alone; none lost, in order."""
+    from types import SimpleNamespace
+
+    from memupdate.judge.local import LocalJudge
+
+    ids = [[0] * n for n in (4, 4, 5, 8, 8, 20, 40)]
+    batches = list(LocalJudge._batches(SimpleNamespace(batch_tokens=16), ids, range(len(ids))))
+    assert batches == [[0, 1, 2], [3, 4], [5], [6]]
+    assert all(len(b) * max(len(ids[i]) for i in b) <= 16 or len(b) == 1 for b in batches)
+
+
 def test_the_screen_changes_no_decision(embedder, monkeypatch) -> None:
     """Screened (a bfloat16 reading first, the pairs that could act read again in full precision) and
     unscreened, the shipped judge decides the same on every pair of the bank above, and the readings that
