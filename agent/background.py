@@ -453,12 +453,11 @@ def _judged_reasons(unjudged: dict[str, str | list | None], judge=None) -> dict[
     from memupdate.judge.judges import make_judge
 
     judge = judge or make_judge()
-    auto = getattr(judge, "auto_apply", None)
     verdicts = iter(judge_memories(judge, pairs))
     for path, found in meeting.items():
         for (old, fresh), verdict in zip(found, verdicts, strict=False):
             # An update or a duplicate the decision does not leave (a rule's update over two events it does).
-            if reasons[path] is None and verdict.relation in ("update", "duplicate") and (auto is None or auto.act(verdict) != "leave"):
+            if reasons[path] is None and verdict.relation in ("update", "duplicate") and judge.auto_apply.act(verdict) != "leave":
                 reasons[path] = f"new memory {fresh.key} meets {old.key}: the judge reads {verdict.relation} ({verdict.confidence:.2f})"
     return reasons
 

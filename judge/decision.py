@@ -16,10 +16,9 @@ mean different things, so each has its own threshold) and one statement was stat
 the model reads as two events leaves ("visited Rome in 2019" / "... in 2022"); every other reading of
 an update or a duplicate asks, and so does a both-true reading that gives the update at least
 `ask_from` (an everyday change the judge half sees: "I live in Paris." -> "I moved to Berlin"); the
-rest leave. The thresholds
-are the judge's own (its card, calibrated by `calibrate_auto_apply` on every pair that meets in the
-recipe part's banks, where two true facts are the common case), so the confidence compared is the one
-they were fitted on. The heuristic, the review, the watcher and the learning code read `act`; none
+rest leave. The thresholds are the judge's own (its card, calibrated by `calibrate_auto_apply` on every
+pair that meets in the recipe part's banks, where two true facts are the common case), so the confidence
+compared is the one they were fitted on. The heuristic, the review, the watcher and the learning code read `act`; none
 restates it.
 """
 

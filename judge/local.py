@@ -11,9 +11,9 @@ compares them word by word. Where the rule reads an update (exact on its templat
 change), the verdict is the rule's update, at the model's probability that the two tell one fact
 (update or duplicate; `Verdict.by_rule`: its own auto-apply threshold, whether or not the model read
 the update too; under it, a pair the model reads as two events is left). Its top layers and head are
-trained here (`memupdate judge train`); the repository ships only those weights (`judge/weights/`, float16) and
-`build_judge` adds them to the packaged base into a plain Hugging Face checkpoint you can load
-elsewhere. `memupdate-judge.json` beside it holds the labels, the softmax temperature and the auto-apply
+trained here (`memupdate judge train`); the repository ships only those weights (`judge/weights/`,
+float16) and `build_judge` adds them to the packaged base into a plain Hugging Face checkpoint you can
+load elsewhere. `memupdate-judge.json` beside it holds the labels, the softmax temperature and the auto-apply
 thresholds (`judge.decision`), calibrated on every pair that meets in the recipe part's banks.
 
 On a CPU that computes in bfloat16 (AVX512-BF16, AMX), `judge` screens: a bfloat16 copy reads every pair,
@@ -224,12 +224,11 @@ def read_verdicts(pairs: Sequence[Pair], probabilities, labels: Sequence[str], *
         # probability that the two tell one fact (an update or a duplicate), whether or not it read the update
         # (where the model reads two events, the decision leaves the pair under that threshold:
         # `AutoApply.act`; on the recipe part, "X died in the city of Y" / "... of Z", an update, at 0.48-0.97).
-        by_rule = rule_read
-        if by_rule:
+        if rule_read:
             relation, confidence = "update", scores["update"] + scores["duplicate"]
         # Which statement holds now is the later stated (unknown: None).
         current = later(first, second) if relation == "update" else None
-        verdicts.append(Verdict(relation, confidence, current, scores, by_rule))
+        verdicts.append(Verdict(relation, confidence, current, scores, rule_read))
     return verdicts
 
 
