@@ -4,6 +4,13 @@
     store = MemoryStore.connect(("locomo", "conv-26"))
     store.create("Melanie ran a charity race on 20 May 2023")
     store.search("When did Melanie run a race?")
+
+Storage only, the one code that touches its tables (`memories`, `memory_events`; `tests/test_layers.py`
+checks the seal): the embedded server, `MemoryStore` (namespace CRUD, search, forks, a bank's `version()`,
+`vectors()`, `fork_keys`/`fold` of part of a bank, `append_events`), a fork promoted onto its base and a
+promotion undone, one operation each inside a caller's transaction (`promote_fork`, `undo_promotion`),
+the fork-vs-base diff in SQL (`changes_from`), the LangGraph `BaseStore` adapter (`as_langgraph_store`),
+embeddings. Callers import `__all__` from here, never a submodule.
 """
 
 from memupdate.store.database import get_engine, resolve_url, server_info
@@ -28,7 +35,7 @@ from memupdate.store.inventory import (
 )
 from memupdate.store.memory_store import MemoryStore, SampleStrategy, drop_fork
 from memupdate.store.models import MAX_CONTENT_CHARS, MEMORY_KINDS, Base, MemoryKind
-from memupdate.store.promotion import WHOLE_ROW, Promotion, drop_in, keep_only, promote_fork, undo_promotion
+from memupdate.store.promotion import WHOLE_ROW, drop_in, keep_only, promote_fork, undo_promotion
 from memupdate.store.records import (
     KEY_PATTERN,
     MAX_NAMESPACE_DEPTH,
@@ -37,8 +44,6 @@ from memupdate.store.records import (
     MemoryEventRecord,
     MemoryRecord,
     Namespace,
-    NamespaceDiff,
-    NamespaceVersion,
     NewEvent,
     NewMemory,
     ScoredMemory,
@@ -72,11 +77,8 @@ __all__ = [
     "NAMESPACE_LABEL",
     "Namespace",
     "NamespaceChanges",
-    "NamespaceDiff",
-    "NamespaceVersion",
     "NewEvent",
     "NewMemory",
-    "Promotion",
     "PromotionConflict",
     "SEPARATOR",
     "SampleStrategy",
