@@ -1,4 +1,5 @@
 """Imports point one way, and no module imports itself back through others, not even inside a function;
+inside `rl/` too (`rl/data` at its bottom, `rl/`'s own modules above it, `rl/distill` and `rl/verl` on top);
 a migration imports no constant from the package (editing a tuple must not rewrite history);
 the store is sealed: no module outside `store/` (and the migrations) names its tables, its statements
 or MemoryStore's private methods, and the store declares no other layer's tables; a module outside
@@ -23,6 +24,9 @@ REPO = Path(__file__).resolve().parent.parent
 # `migrations` sits above every layer that declares tables, since running them loads them all.
 LAYERS = ["store", "text", "llm", "judge", "bank", "scoring", "migrations", "agent", "rl"]
 ABOVE_ALL = {"cli", "bench"}
+# Inside `rl/`, each part's rank: `rl/data` at the bottom, `rl/`'s own modules (`evaluate`, `episode`, ...) above
+# it, the learning pipeline and verl's adapters on top (siblings).
+RL_PARTS = {"data": 0, "": 1, "distill": 2, "verl": 2}
 
 
 def modules(root: Path = REPO) -> dict[str, Path]:
@@ -66,8 +70,14 @@ def layer(module: str) -> str:
     return module.split(".")[1] if module.count(".") else "memupdate"
 
 
-def test_layers_import_only_the_layers_below_them() -> None:
-    known = modules()
+def rl_part(module: str) -> str:
+    """The part of `rl/` a module of it is in: `data`, `distill`, `verl`, or "" for `rl/`'s own modules."""
+    parts = module.split(".")
+    return parts[2] if len(parts) > 3 else ""
+
+
+def upward_imports(known: dict[str, Path]) -> list[str]:
+    """Each import of a layer above the importer's, or inside `rl/` of a part ranked above its own."""
     upward = []
     for name, path in known.items():
         own = layer(name)
@@ -76,7 +86,39 @@ def test_layers_import_only_the_layers_below_them() -> None:
             if own in LAYERS and (theirs in ABOVE_ALL or (theirs in LAYERS and LAYERS.index(theirs) > LAYERS.index(own))):
                 if {own, theirs} != {"text", "llm"}:
                     upward.append(f"{name} -> {target}")
-    assert not upward, "imports that point upward: " + "; ".join(sorted(upward))
+            elif own == theirs == "rl" and RL_PARTS[rl_part(target)] > RL_PARTS[rl_part(name)]:
+                upward.append(f"{name} -> {target}")
+    return sorted(upward)
+
+
+def test_layers_import_only_the_layers_below_them() -> None:
+    upward = upward_imports(modules())
+    assert not upward, "imports that point upward: " + "; ".join(upward)
+
+
+def test_every_part_of_rl_is_ranked() -> None:
+    assert {rl_part(name) for name in modules() if layer(name) == "rl"} == set(RL_PARTS)
+
+
+def test_the_layer_check_finds_an_upward_import_inside_rl(tmp_path: Path) -> None:
+    """An import planted in a copy of the layout, from `rl/data` up to `rl/distill` (inside a function) and
+    from `rl/`'s own modules up to `rl/verl`, is found; one from `rl/distill` down to `rl/data` is not."""
+    packages = ["memupdate.rl", "memupdate.rl.data", "memupdate.rl.distill", "memupdate.rl.verl"]
+    (tmp_path / "pyproject.toml").write_text(
+        f"[tool.setuptools]\npackages = {packages!r}\n".replace("'", '"')
+        + '[tool.setuptools.package-dir]\n"memupdate.rl" = "rl"\n'
+    )
+    for folder in ("rl", "rl/data", "rl/distill", "rl/verl"):
+        (tmp_path / folder).mkdir(parents=True, exist_ok=True)
+        (tmp_path / folder / "__init__.py").write_text("")
+    (tmp_path / "rl/data/rows.py").write_text("def units():\n    from memupdate.rl.distill.task import Task\n")
+    (tmp_path / "rl/evaluate.py").write_text("from memupdate.rl.verl import tools\n")
+    (tmp_path / "rl/verl/tools.py").write_text("")
+    (tmp_path / "rl/distill/task.py").write_text("from memupdate.rl.data.rows import units\nfrom memupdate.rl import evaluate\n")
+    assert upward_imports(modules(tmp_path)) == [
+        "memupdate.rl.data.rows -> memupdate.rl.distill.task",
+        "memupdate.rl.evaluate -> memupdate.rl.verl.tools",
+    ]
 
 
 def test_every_installed_module_is_read() -> None:

@@ -43,13 +43,8 @@ from verl_support import (
 from memupdate.agent.tools import MEMORY_TOOLS
 from memupdate.rl.data.factconsolidation import fact_banks, load_factconsolidation
 from memupdate.rl.data.namespaces import TRAJ_LABEL
-from memupdate.rl.data.preprocess import (
-    COMPACTION,
-    compaction_banks,
-    compaction_rows,
-    compaction_unit,
-    preprocess_compaction,
-)
+from memupdate.rl.data.preprocess import COMPACTION, compaction_rows, compaction_unit
+from memupdate.rl.distill.compaction import compaction_banks, preprocess_compaction
 from memupdate.scoring.reward import RewardConfig, compute_compaction_reward
 
 STALE, CURRENT = "The city Ann lives in is Paris.", "The city Ann lives in is Lisbon."

@@ -100,7 +100,7 @@ def data_preprocess(
     """Write verl's RL dataset: one row per QA pair (unique trajectory ids), per neighbourhood of a bank,
     or per candidate pair of memories (the relation task)."""
     from memupdate.errors import MemupdateError
-    from memupdate.rl.data.preprocess import preprocess, preprocess_compaction
+    from memupdate.rl.data.preprocess import preprocess
 
     if task == "relation":
         _preprocess_relation(rewards, data, out)
@@ -114,6 +114,7 @@ def data_preprocess(
         counts = preprocess(chosen, out, n_train=n_train, include_adversarial=include_adversarial)
     elif task == "compaction":
         from memupdate.rl.data.factconsolidation import load_factconsolidation
+        from memupdate.rl.distill.compaction import preprocess_compaction
 
         sets = load_factconsolidation(factconsolidation) if factconsolidation is not None else []
         store = open_store(url)

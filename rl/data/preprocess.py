@@ -8,11 +8,12 @@ prompt and the task naming the trajectory's bank and target question), `ability`
 `collateral`: other questions of the conversation the reward also scores, the unique trajectory id, the base and trajectory namespaces, and `tools_kwargs`: the per-tool
 `create_kwargs` verl hands to each tool's `create`, which forks the base into the trajectory bank).
 
-The compaction task (`--task compaction`, `preprocess_compaction`) writes one row per neighbourhood of a
-bank instead, the units the offline learner trains on (`rl.distill.compaction.CompactionTask.training_units`:
-of the cut `memupdate compact` makes of the bank's embeddings, the neighbourhoods that reach a question),
-so the database must hold the banks (this loads them). Such a row has no target question (the episode is blind) and its
-`extra_info` adds `task: "compaction"`, `neighbourhood` (the memory keys the rollout may edit, also in
+The compaction task (`--task compaction`) writes one row per neighbourhood of a bank instead
+(`compaction_rows` of a `CompactionBank`), the units the offline learner trains on:
+`rl.distill.compaction.preprocess_compaction` chooses them (`CompactionTask.training_units`: of the cut
+`memupdate compact` makes of the bank's embeddings, the neighbourhoods that reach a question), so the
+database must hold the banks (it loads them). Such a row has no target question (the episode is blind) and
+its `extra_info` adds `task: "compaction"`, `neighbourhood` (the memory keys the rollout may edit, also in
 each tool's `create_kwargs`) and `questions` (every scorable question of the bank, `qa_row` shape): its
 rollout copies the neighbourhood into its fork and is scored by `compute_compaction_reward`.
 
@@ -28,7 +29,7 @@ except those an evaluation bank also asks.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -42,7 +43,6 @@ from memupdate.scoring.questions import COLLATERAL_QUESTIONS, collateral_sample,
 from memupdate.store import namespace_path
 
 if TYPE_CHECKING:
-    from memupdate.rl.data.factconsolidation import FactBank, FactConsolidationSet
     from memupdate.scoring.questions import QAItem
     from memupdate.store import MemoryStore
 
@@ -181,54 +181,3 @@ def compaction_unit(extra_info: Mapping[str, Any]) -> tuple[list[str], list[QAIt
     from memupdate.scoring.questions import qa_from_row
 
     return [str(k) for k in extra_info["neighbourhood"]], [qa_from_row(q) for q in extra_info["questions"]]
-
-
-def compaction_banks(
-    store: MemoryStore, banks: Sequence[Conversation | FactBank], size: int | None = None, include_adversarial: bool = False
-) -> list[CompactionBank]:
-    """Each bank loaded, with the offline learner's training units of it
-    (`rl.distill.compaction.CompactionTask.training_units`: the neighbourhoods `memupdate compact --size`
-    cuts that reach a question; the others score 0 whatever a policy does). `size`: the learner's by default."""
-    from memupdate.rl.data.factconsolidation import DATASET as FACTS_DATASET
-    from memupdate.rl.data.factconsolidation import FactBank
-    from memupdate.rl.data.ingest import load_bank
-    from memupdate.rl.distill.compaction import CompactionTask
-    from memupdate.rl.distill.config import STUDENT_NEIGHBOURHOOD
-    from memupdate.scoring.reward import RewardConfig
-
-    task = CompactionTask(store, RewardConfig(), size=size or STUDENT_NEIGHBOURHOOD)
-    loaded = []
-    for bank in banks:
-        units = tuple((u.index, tuple(u.keys)) for u in task.training_units([bank], 0))
-        source = FACTS_DATASET if isinstance(bank, FactBank) else DATA_SOURCE
-        questions = tuple(scorable_questions(bank, include_adversarial)[0])
-        loaded.append(CompactionBank(load_bank(store, bank), bank.sample_id, source, questions, units))
-    return loaded
-
-
-def preprocess_compaction(
-    store: MemoryStore,
-    conversations: Sequence[Conversation],
-    out_dir: Path,
-    *,
-    factconsolidation: Sequence[FactConsolidationSet] = (),
-    n_train: int = 7,
-    size: int | None = None,
-    include_adversarial: bool = False,
-    progress: Callable[[str], None] | None = None,
-) -> dict[str, int]:
-    """Load the banks, then write `train.parquet` (the first `n_train` conversations' units and
-    FactConsolidation's training banks', `fact_banks`) and `test.parquet` (the other conversations'); the
-    row counts. `size`: memories per neighbourhood, the offline learner's by default."""
-    from memupdate.rl.data.factconsolidation import fact_banks
-
-    train, test = split_conversations(list(conversations), n_train)
-    training_facts = fact_banks(list(factconsolidation))[0] if factconsolidation else []
-    splits: dict[str, list[dict[str, Any]]] = {"train": [], "test": []}
-    for split, banks in (("train", [*train, *training_facts]), ("test", test)):
-        for bank in banks:
-            (loaded,) = compaction_banks(store, [bank], size, include_adversarial)
-            splits[split] += compaction_rows(loaded, split)
-            if progress:
-                progress(bank.sample_id)
-    return write_splits(splits, out_dir)

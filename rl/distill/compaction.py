@@ -17,14 +17,18 @@ not run.
 An evaluation unit is a whole held-out bank: `compact` (what `memupdate compact` calls) runs one
 episode per neighbourhood into one fork, and the record holds every question's QA proxy before -> after
 (`question_deltas`, paired per question), memories before -> after, lost sources and the calls.
+
+verl trains on the same units: `preprocess_compaction` (`memupdate data preprocess --task compaction`)
+writes each training unit as one of verl's rows (`rl.data.preprocess.compaction_rows`).
 """
 
 from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from langchain_core.language_models import BaseChatModel
@@ -33,12 +37,14 @@ from memupdate.agent.compaction import DEFAULT_NEIGHBOURHOOD, compact, neighbour
 from memupdate.llm.chat import to_chat_dicts
 from memupdate.rl.data.conversation import Conversation
 from memupdate.rl.data.ingest import load_bank
+from memupdate.rl.data.locomo import split_conversations
 from memupdate.rl.data.namespaces import trajectory_namespace
+from memupdate.rl.data.preprocess import DATA_SOURCE, CompactionBank, compaction_rows, write_splits
 from memupdate.rl.distill.config import STUDENT_NEIGHBOURHOOD
 from memupdate.rl.distill.rollouts import LOOKS, call_summary
 from memupdate.rl.distill.task import Rollout, spread
 from memupdate.rl.evaluate import EvalConfig, eval_questions
-from memupdate.scoring.questions import QAItem
+from memupdate.scoring.questions import QAItem, scorable_questions
 from memupdate.scoring.reward import (
     RewardBreakdown,
     RewardConfig,
@@ -50,6 +56,7 @@ from memupdate.scoring.summaries import interval, mean
 from memupdate.store import MemoryStore
 
 if TYPE_CHECKING:
+    from memupdate.rl.data.factconsolidation import FactBank, FactConsolidationSet
     from memupdate.rl.distill.config import LearnConfig
 
 
@@ -292,3 +299,54 @@ def bank_facts(reward: RewardBreakdown, questions: Sequence[QAItem]) -> dict[str
         "memories_after": reward.efficiency.memories_after,
         "lost_sources": reward.lost_sources,
     }
+
+
+# -- verl's rows of the task: one per training unit (`memupdate data preprocess --task compaction`) ---------
+
+
+def compaction_banks(
+    store: MemoryStore, banks: Sequence[Conversation | FactBank], size: int | None = None, include_adversarial: bool = False
+) -> list[CompactionBank]:
+    """Each bank loaded, with the offline learner's training units of it (`CompactionTask.training_units`:
+    the neighbourhoods `memupdate compact --size` cuts that reach a question; the others score 0 whatever a
+    policy does). `size`: the learner's by default."""
+    from memupdate.rl.data.factconsolidation import DATASET as FACTS_DATASET
+    from memupdate.rl.data.factconsolidation import FactBank
+
+    task = CompactionTask(store, RewardConfig(), size=size or STUDENT_NEIGHBOURHOOD)
+    loaded = []
+    for bank in banks:
+        units = tuple((u.index, tuple(u.keys)) for u in task.training_units([bank], 0))
+        source = FACTS_DATASET if isinstance(bank, FactBank) else DATA_SOURCE
+        questions = tuple(scorable_questions(bank, include_adversarial)[0])
+        loaded.append(CompactionBank(load_bank(store, bank), bank.sample_id, source, questions, units))
+    return loaded
+
+
+def preprocess_compaction(
+    store: MemoryStore,
+    conversations: Sequence[Conversation],
+    out_dir: Path,
+    *,
+    factconsolidation: Sequence[FactConsolidationSet] = (),
+    n_train: int = 7,
+    size: int | None = None,
+    include_adversarial: bool = False,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, int]:
+    """Load the banks, then write `train.parquet` (the first `n_train` conversations' units and
+    FactConsolidation's training banks', `fact_banks`) and `test.parquet` (the other conversations'), rows
+    as `rl.data.preprocess.compaction_rows` writes them; the row counts. `size`: memories per neighbourhood,
+    the offline learner's by default."""
+    from memupdate.rl.data.factconsolidation import fact_banks
+
+    train, test = split_conversations(list(conversations), n_train)
+    training_facts = fact_banks(list(factconsolidation))[0] if factconsolidation else []
+    splits: dict[str, list[dict[str, Any]]] = {"train": [], "test": []}
+    for split, banks in (("train", [*train, *training_facts]), ("test", test)):
+        for bank in banks:
+            (loaded,) = compaction_banks(store, [bank], size, include_adversarial)
+            splits[split] += compaction_rows(loaded, split)
+            if progress:
+                progress(bank.sample_id)
+    return write_splits(splits, out_dir)
