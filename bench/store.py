@@ -37,6 +37,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -308,10 +309,35 @@ def noisy_copies(pool: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarr
 # -- the benchmark --------------------------------------------------------------------------------
 
 
-def run(args: argparse.Namespace) -> dict[str, Any]:
-    from langgraph.store.memory import InMemoryStore
+@dataclass(frozen=True)
+class Workload:
+    """What every store gets, the same for all three: the texts in insertion order, the queries and their
+    vectors, and each text's vector (the model's for the first `modelled`, noisy copies of those beyond)."""
 
-    from memupdate.store import get_embedder, server_info
+    sizes: list[int]
+    texts: list[str]
+    queries: list[str]
+    query_vectors: np.ndarray
+    vectors: dict[str, np.ndarray]
+    modelled: int
+
+
+@dataclass
+class Stores:
+    """The three stores of a run, memupdate's first (its exact search is what recall is measured against)."""
+
+    ours: Ours
+    in_memory: LangGraph
+    postgres: LangGraph
+    new_in_memory: Callable[[], Any]  # an empty InMemoryStore over the precomputed vectors
+
+    @property
+    def all(self) -> list[Ours | LangGraph]:
+        return [self.ours, self.in_memory, self.postgres]
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    from memupdate.store import server_info
 
     sizes = sorted(int(s) for s in args.sizes.split(",") if s.strip())
     rng = random.Random(args.seed)
@@ -322,106 +348,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
     engine = open_engine(args)
     info = server_info(engine)
-    with console.status("loading the embedding model ..."):
-        embedder = get_embedder()
-        for start in range(0, WARMUP_TEXTS, args.batch):  # its first batches run 3-5x slower
-            embedder.embed(warmup_texts[start : start + args.batch])
+    embedder = warm_embedder(warmup_texts, args.batch)
     console.print(
         f"PostgreSQL {info['server_version']}, pgvector {info['pgvector_version']}; embedder {embedder.name} "
         f"({embedder.dims} dims); sizes {sizes}, {len(queries)} queries, batch {args.batch}; the first "
         f"{modelled:,} texts embedded by the model, the rest reuse those vectors with {NOISE:g} noise"
     )
-    with console.status(f"embedding {modelled:,} texts and {len(queries)} queries (untimed) ..."):
-        pool = embedder.embed(texts[:modelled])
-        query_vectors = embedder.embed(queries)
-    vectors = dict(zip(texts[:modelled], pool, strict=True))
-    if max(sizes) > modelled:
-        vectors |= dict(zip(texts[modelled:], noisy_copies(pool, max(sizes) - modelled, np.random.default_rng(args.seed)), strict=True))
-    vectors |= dict(zip(queries, query_vectors, strict=True))
-
-    run_id = uuid.uuid4().hex[:8]
-    process = psutil.Process()
-    results: dict[int, dict[str, dict[str, float | None]]] = {size: {s: {} for s in STORES} for size in sizes}
-    in_memory_embed, postgres_embed = SwitchableEmbed(as_lists=False), SwitchableEmbed(as_lists=True)
-    in_memory_embed.vectors = postgres_embed.vectors = vectors
-    def new_in_memory() -> InMemoryStore:
-        return InMemoryStore(index={"dims": embedder.dims, "embed": in_memory_embed, "fields": ["content"]})
-
-    ours = Ours(engine, PrecomputedEmbedder(embedder.name, embedder.dims, vectors), ("bench", run_id))
-    progress = Progress(TextColumn("{task.description:<44}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console)
-    try:
-        with postgres_store(engine, embedder.dims, postgres_embed) as theirs_pg, progress:
-            in_memory = LangGraph("InMemoryStore", new_in_memory(), in_memory_embed)
-            backends = [ours, in_memory, theirs_pg]
-            for size in sizes:
-                namespaces = layout(size)
-                per_ns = size // len(namespaces)
-                keyed = [(f"m{i}", text) for i, text in enumerate(texts[:size])]
-                chunks = {ns: keyed[j * per_ns : (j + 1) * per_ns] for j, ns in enumerate(namespaces)}
-                searched = namespaces[0]
-
-                # 1. insert with the real model on a cold cache (small sizes: the model's rate sets this row).
-                if size <= MAX_EMBEDDED_INSERT:
-                    for backend in backends:
-                        embedder._cache.clear()
-                        seconds = insert_all(backend, {("embed", f"n{size}"): keyed}, args.batch, progress,
-                                             f"n={size:,} {backend.name}: insert + embed", embedder)
-                        results[size][backend.name]["insert_embed_per_s"] = size / seconds
-                    ours.store(("embed", f"n{size}")).drop()
-                    in_memory.lg = new_in_memory()
-                    with theirs_pg.conn.cursor() as cur:
-                        cur.execute("DELETE FROM store WHERE prefix LIKE 'embed.%'")
-
-                # 2. insert pre-embedded (SQL only), with the memory it takes.
-                for backend in backends:
-                    gc.collect()
-                    rss, table = process.memory_info().rss, backend.table_bytes()
-                    seconds = insert_all(backend, chunks, args.batch, progress, f"n={size:,} {backend.name}: insert pre-embedded")
-                    gc.collect()
-                    row = results[size][backend.name]
-                    row["insert_sql_per_s"] = size / seconds
-                    row["rss_growth_mb"] = (process.memory_info().rss - rss) / 2**20
-                    after = backend.table_bytes()
-                    row["table_mb"] = None if after is None else (after - table) / 2**20
-
-                # 3. search, get, fork/drop (ours), delete: on the first namespace.
-                exact: list[list[str]] = []
-                for backend in backends:
-                    task = progress.add_task(f"n={size:,} {backend.name}: search, get, delete", total=3)
-                    found: list[list[str]] = []
-
-                    def search(i: int, b=backend, out=found, ns=searched) -> None:
-                        out.append(b.search(ns, queries[i], query_vectors[i]))
-
-                    ms = time_each(search, range(len(queries)))
-                    found = found[-len(queries):]
-                    row = results[size][backend.name]
-                    row |= {"search_p50_ms": percentile(ms, 50), "search_p95_ms": percentile(ms, 95)}
-                    if backend is ours:
-                        exact = found
-                    else:
-                        row["recall_at_5"] = float(np.mean([len(set(a) & set(b)) / max(len(b), 1) for a, b in zip(found, exact, strict=True)]))
-                    progress.advance(task)
-                    keys = [key for key, _ in chunks[searched]]
-                    picks = random.Random(args.seed).choices(keys, k=GETS)
-                    ms = time_each(lambda k, b=backend, ns=searched: b.get(ns, k), picks)
-                    row |= {"get_p50_ms": percentile(ms, 50), "get_p95_ms": percentile(ms, 95)}
-                    progress.advance(task)
-                    if backend is ours:
-                        fork_ms, drop_ms = fork_and_drop(ours.store(searched), args.fork_reps, per_ns)
-                        row |= {"fork_p50_ms": statistics.median(fork_ms), "drop_p50_ms": statistics.median(drop_ms)}
-                    victims = random.Random(args.seed).sample(keys, min(DELETES, len(keys) // 2))
-                    ms = time_each(lambda k, b=backend, ns=searched: b.delete(ns, k), victims, warmup=0)
-                    row |= {"delete_p50_ms": percentile(ms, 50), "delete_p95_ms": percentile(ms, 95)}
-                    progress.advance(task)
-                in_memory.lg = new_in_memory()
-                gc.collect()
-    finally:
-        with console.status("dropping the benchmark namespaces ..."):
-            for namespace in ours.store(("x",)).list_namespaces(("bench", run_id)):
-                ours.store(("x",)).scoped(namespace).drop()
-        engine.dispose()
-
+    workload = embed_workload(embedder, sizes, texts, queries, modelled, args.seed)
+    results = measure_stores(engine, embedder, workload, args)
     return {
         "server": info,
         "embedder": embedder.name,
@@ -430,6 +364,139 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "results": {str(size): values for size, values in results.items()},
         "targets": targets(results),
     }
+
+
+def warm_embedder(warmup_texts: Sequence[str], batch: int):
+    """The embedding model, loaded and past its first batches (they run 3-5x slower)."""
+    from memupdate.store import get_embedder
+
+    with console.status("loading the embedding model ..."):
+        embedder = get_embedder()
+        for start in range(0, WARMUP_TEXTS, batch):
+            embedder.embed(warmup_texts[start : start + batch])
+    return embedder
+
+
+def embed_workload(embedder, sizes: list[int], texts: list[str], queries: list[str], modelled: int, seed: int) -> Workload:
+    """Every vector the stores will be served, embedded once, untimed."""
+    with console.status(f"embedding {modelled:,} texts and {len(queries)} queries (untimed) ..."):
+        pool = embedder.embed(texts[:modelled])
+        query_vectors = embedder.embed(queries)
+    vectors = dict(zip(texts[:modelled], pool, strict=True))
+    if max(sizes) > modelled:
+        vectors |= dict(zip(texts[modelled:], noisy_copies(pool, max(sizes) - modelled, np.random.default_rng(seed)), strict=True))
+    vectors |= dict(zip(queries, query_vectors, strict=True))
+    return Workload(sizes, texts, queries, query_vectors, vectors, modelled)
+
+
+def measure_stores(engine, embedder, workload: Workload, args: argparse.Namespace) -> dict[int, dict[str, dict[str, float | None]]]:
+    """Every row, size by size, for the three stores: size -> store -> row -> value. The benchmark's
+    namespaces are dropped and the engine disposed at the end, whatever happens."""
+    from langgraph.store.memory import InMemoryStore
+
+    run_id = uuid.uuid4().hex[:8]
+    results: dict[int, dict[str, dict[str, float | None]]] = {size: {s: {} for s in STORES} for size in workload.sizes}
+    in_memory_embed, postgres_embed = SwitchableEmbed(as_lists=False), SwitchableEmbed(as_lists=True)
+    in_memory_embed.vectors = postgres_embed.vectors = workload.vectors
+
+    def new_in_memory() -> InMemoryStore:
+        return InMemoryStore(index={"dims": embedder.dims, "embed": in_memory_embed, "fields": ["content"]})
+
+    ours = Ours(engine, PrecomputedEmbedder(embedder.name, embedder.dims, workload.vectors), ("bench", run_id))
+    progress = Progress(TextColumn("{task.description:<44}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console)
+    try:
+        with postgres_store(engine, embedder.dims, postgres_embed) as theirs_pg, progress:
+            stores = Stores(ours, LangGraph("InMemoryStore", new_in_memory(), in_memory_embed), theirs_pg, new_in_memory)
+            for size in workload.sizes:
+                measure_size(size, stores, embedder, workload, args, results[size], progress)
+                stores.in_memory.lg = new_in_memory()
+                gc.collect()
+    finally:
+        with console.status("dropping the benchmark namespaces ..."):
+            for namespace in ours.store(("x",)).list_namespaces(("bench", run_id)):
+                ours.store(("x",)).scoped(namespace).drop()
+        engine.dispose()
+    return results
+
+
+def measure_size(size: int, stores: Stores, model, workload: Workload, args: argparse.Namespace,
+                 rows: dict[str, dict[str, float | None]], progress: Progress) -> None:
+    """Every row at one size, into `rows` (store -> row -> value)."""
+    namespaces = layout(size)
+    per_ns = size // len(namespaces)
+    keyed = [(f"m{i}", text) for i, text in enumerate(workload.texts[:size])]
+    chunks = {ns: keyed[j * per_ns : (j + 1) * per_ns] for j, ns in enumerate(namespaces)}
+    if size <= MAX_EMBEDDED_INSERT:
+        insert_embedded(size, keyed, stores, model, args.batch, rows, progress)
+    insert_precomputed(size, chunks, stores, args.batch, rows, progress)
+    searched = namespaces[0]
+    read_and_delete(size, searched, [key for key, _ in chunks[searched]], per_ns, stores, workload, args, rows, progress)
+
+
+def insert_embedded(size: int, keyed: list[tuple[str, str]], stores: Stores, model, batch: int,
+                    rows: dict[str, dict[str, float | None]], progress: Progress) -> None:
+    """Insert with the real model on a cold cache (small sizes: the model's rate sets this row), then drop
+    what it wrote."""
+    for backend in stores.all:
+        model._cache.clear()
+        seconds = insert_all(backend, {("embed", f"n{size}"): keyed}, batch, progress,
+                             f"n={size:,} {backend.name}: insert + embed", model)
+        rows[backend.name]["insert_embed_per_s"] = size / seconds
+    stores.ours.store(("embed", f"n{size}")).drop()
+    stores.in_memory.lg = stores.new_in_memory()
+    with stores.postgres.conn.cursor() as cur:
+        cur.execute("DELETE FROM store WHERE prefix LIKE 'embed.%'")
+
+
+def insert_precomputed(size: int, chunks: dict, stores: Stores, batch: int,
+                       rows: dict[str, dict[str, float | None]], progress: Progress) -> None:
+    """Insert pre-embedded (SQL only), with the memory it takes: this process's RSS and the server's tables."""
+    process = psutil.Process()
+    for backend in stores.all:
+        gc.collect()
+        rss, table = process.memory_info().rss, backend.table_bytes()
+        seconds = insert_all(backend, chunks, batch, progress, f"n={size:,} {backend.name}: insert pre-embedded")
+        gc.collect()
+        row = rows[backend.name]
+        row["insert_sql_per_s"] = size / seconds
+        row["rss_growth_mb"] = (process.memory_info().rss - rss) / 2**20
+        after = backend.table_bytes()
+        row["table_mb"] = None if after is None else (after - table) / 2**20
+
+
+def read_and_delete(size: int, searched: tuple[str, ...], keys: list[str], per_ns: int, stores: Stores, workload: Workload,
+                    args: argparse.Namespace, rows: dict[str, dict[str, float | None]], progress: Progress) -> None:
+    """Search (recall against memupdate's exact scan), get, fork/drop (memupdate only) and delete, on the
+    namespace `searched` holding `keys`."""
+    queries, query_vectors = workload.queries, workload.query_vectors
+    exact: list[list[str]] = []
+    for backend in stores.all:
+        task = progress.add_task(f"n={size:,} {backend.name}: search, get, delete", total=3)
+        found: list[list[str]] = []
+
+        def search(i: int, b=backend, out=found, ns=searched) -> None:
+            out.append(b.search(ns, queries[i], query_vectors[i]))
+
+        ms = time_each(search, range(len(queries)))
+        found = found[-len(queries):]
+        row = rows[backend.name]
+        row |= {"search_p50_ms": percentile(ms, 50), "search_p95_ms": percentile(ms, 95)}
+        if backend is stores.ours:
+            exact = found
+        else:
+            row["recall_at_5"] = float(np.mean([len(set(a) & set(b)) / max(len(b), 1) for a, b in zip(found, exact, strict=True)]))
+        progress.advance(task)
+        picks = random.Random(args.seed).choices(keys, k=GETS)
+        ms = time_each(lambda k, b=backend, ns=searched: b.get(ns, k), picks)
+        row |= {"get_p50_ms": percentile(ms, 50), "get_p95_ms": percentile(ms, 95)}
+        progress.advance(task)
+        if backend is stores.ours:
+            fork_ms, drop_ms = fork_and_drop(stores.ours.store(searched), args.fork_reps, per_ns)
+            row |= {"fork_p50_ms": statistics.median(fork_ms), "drop_p50_ms": statistics.median(drop_ms)}
+        victims = random.Random(args.seed).sample(keys, min(DELETES, len(keys) // 2))
+        ms = time_each(lambda k, b=backend, ns=searched: b.delete(ns, k), victims, warmup=0)
+        row |= {"delete_p50_ms": percentile(ms, 50), "delete_p95_ms": percentile(ms, 95)}
+        progress.advance(task)
 
 
 def insert_all(backend, chunks: dict, batch: int, progress: Progress, description: str, model=None) -> float:
