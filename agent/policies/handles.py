@@ -18,8 +18,8 @@ Outlines) does for a whole JSON schema; everything else the model writes is free
 - After a handle's value the call goes on (`,` or `}`).
 Which fact changed, which statement is stale, what to date and when to stop stay the policy's: only
 calls the tool would refuse, or that name other lines than the call's own reason, are masked. Where no
-token fits, the model is left free and the tool's error tells it. Why each rule exists (what the student
-wrote without it): docs/log.md, 2026-11-25 to 2026-11-27.
+token fits, the model is left free and the tool's error tells it. Why each rule exists (what a student
+wrote without it) is told, dated, in the learning log kept in git: `git show 07cbdca:docs/log.md`.
 """
 
 from __future__ import annotations
