@@ -44,6 +44,7 @@ from typing import Any
 
 from langchain_core.language_models import BaseChatModel
 
+from memupdate.agent.policies import JudgingPolicy
 from memupdate.agent.safety import SafetyRule
 from memupdate.bank.change_log import (
     ChangeConflict,
@@ -212,8 +213,9 @@ class BackgroundCompactor:
         if all(found is None for found in unjudged.values()):
             return unjudged  # an idle pass: no judge, no policy, no model loaded
         policy = self.policy()
-        reasons = _judged_reasons(unjudged, policy.remembering_judge() if hasattr(policy, "remembering_judge") else None)
-        if hasattr(policy, "judge_banks"):
+        judging = isinstance(policy, JudgingPolicy)
+        reasons = _judged_reasons(unjudged, policy.remembering_judge() if judging else None)
+        if judging:
             from memupdate.agent.compaction import DEFAULT_NEIGHBOURHOOD
 
             size = self.size or DEFAULT_NEIGHBOURHOOD
@@ -328,7 +330,7 @@ class BackgroundCompactor:
 
         policy, size = self.policy(), self.size or DEFAULT_NEIGHBOURHOOD
         if self.batched:
-            if hasattr(policy, "has_work") and not policy.has_work(bank, size):
+            if isinstance(policy, JudgingPolicy) and not policy.has_work(bank, size):
                 return  # the policy would edit nothing: no fork, no episode, no review
             self._drop_orphan_forks(bank)  # it scans every fork of the database: only before a compaction
         change_id = next_change_id(bank)

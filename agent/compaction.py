@@ -36,6 +36,7 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, ToolMessage
 
 from memupdate.agent.graph import EpisodeResult, run_episode
+from memupdate.agent.policies import JudgingPolicy
 from memupdate.agent.policies.batched import iter_together
 from memupdate.agent.tools import MEMORY_TOOLS
 from memupdate.bank.review import build_review
@@ -245,16 +246,17 @@ def compact_bank(
     try:
         keys, vectors = fork.vectors()
         # A policy with a judge names the pairs it must see together (`HeuristicPolicy.pairs_to_meet`).
-        together = policy.pairs_to_meet(fork, keys, vectors) if hasattr(policy, "pairs_to_meet") else ()
+        judging = isinstance(policy, JudgingPolicy)
+        together = policy.pairs_to_meet(fork, keys, vectors) if judging else ()
         result.neighbourhoods = neighbourhoods(keys, vectors, size, together=together)
         if on_plan is not None:
             on_plan(len(result.neighbourhoods))
-        if hasattr(policy, "judge_ahead"):  # every episode's pairs judged in one batch, not each episode's apart
+        if judging:  # every episode's pairs judged in one batch, not each episode's apart
             policy.judge_ahead(fork, keys, vectors, result.neighbourhoods)
         labels = [f"n{index:05d}" for index in range(len(result.neighbourhoods))]
         _episodes(policy, fork, result.neighbourhoods, labels, result, max_turns, max_operations, on_episode)
         # A fact's chain of statements longer than a neighbourhood was cut: its parts' live ends meet again.
-        for round_ in range(1, CHAIN_ROUNDS + 1) if together and getattr(policy, "follow_chains", False) else ():
+        for round_ in range(1, CHAIN_ROUNDS + 1) if together and policy.follow_chains else ():
             groups = _chain_ends(fork, together, size)
             if not groups:
                 break
@@ -357,7 +359,7 @@ def compact(
     try:
         qa = qa_change(bank, result.fork, questions, reader, on_answer) if questions else None
         # The review reads pairs as the policy did (remembering what it read), where it has a judge.
-        judge = policy.review_judge() if hasattr(policy, "review_judge") else getattr(policy, "judge", None)
+        judge = policy.review_judge() if isinstance(policy, JudgingPolicy) else None
         page = build_review(bank, result.fork, result.calls, qa=qa.summary() if qa else None, judge=judge) if review else None
     except BaseException:
         result.fork.drop()

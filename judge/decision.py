@@ -2,24 +2,25 @@
 
     from memupdate.judge.decision import AutoApply
     from memupdate.judge.verdict import Verdict
-    auto = AutoApply(update=0.97, rule_update=0.99, duplicate=0.95)
+    auto = AutoApply(update=0.97, rule_update=0.99, duplicate=0.95, ask=0.5)
     auto.act(Verdict("update", 0.98, "second"))          # "apply": supersede the older by itself
     auto.act(Verdict("update", 0.80, "second"))          # "ask": wait in `memupdate review`
-    auto.act(Verdict("compatible", 0.99))                # "leave": both stay
-    auto.act(Verdict("compatible", 0.7, scores={"update": 0.25, "compatible": 0.7}))   # "ask": maybe an update
+    auto.act(Verdict("update", 0.40, "second"))          # "leave": too little chance to be worth a person's minute
+    auto.act(Verdict("compatible", 0.6, scores={"update": 0.35, "compatible": 0.6}))   # "leave": read as both true
     AutoApply.never().act(Verdict("update", 1.0, "second"))   # "ask": nothing applies itself
 
 An update applies itself only when the judge is at least `update` sure of it (`rule_update` where the
 rule read the update, its confidence then the model's that the two tell one fact: the two confidences
 mean different things, so each has its own threshold) and one statement was stated later
 (`Verdict.current`); a duplicate merges itself at `duplicate`. A rule's update under its threshold that
-the model reads as two events leaves ("visited Rome in 2019" / "... in 2022"); every other reading of
-an update or a duplicate asks, and so does a both-true reading that gives the update at least
-`ask_from` (an everyday change the judge half sees: "I live in Paris." -> "I moved to Berlin"); the
-rest leave. The thresholds are the judge's own (its card, calibrated by `calibrate_auto_apply` on every
-pair that meets in the recipe part's banks, where two true facts are the common case), so the confidence
-compared is the one they were fitted on. The heuristic, the review, the watcher and the learning code read `act`; none
-restates it.
+the model reads as two events leaves ("visited Rome in 2019" / "... in 2022"). An ask is a question to a
+person: an update or a duplicate that does not apply itself asks only where the judge gives the change a
+real chance (`change_chance` at least `ask`, calibrated so that at least half of what asks in the recipe
+part's people is a change), and the review ranks asks by that chance; a pair the judge reads as both
+true never asks. The thresholds are the judge's own (its card, calibrated by `calibrate_auto_apply` on
+every pair that meets in the recipe part's banks, where two true facts are the common case), so the
+confidence compared is the one they were fitted on. The heuristic, the review, the watcher and the
+learning code read `act`; none restates it.
 """
 
 from __future__ import annotations
@@ -31,23 +32,20 @@ from typing import Literal
 from memupdate.judge.verdict import Verdict
 
 Act = Literal["apply", "ask", "leave"]
-ACTS: tuple[Act, ...] = ("apply", "ask", "leave")
 TARGET_PRECISION = 0.99  # of the changes that apply themselves, in a person's store (issue 60's bar)
+ASK_PRECISION = 0.5  # of the asks, in a person's store: at least half of what a person is asked is a change
 NEVER = 1.01  # a threshold no confidence reaches
-# A both-true reading asks when it gives the update at least this. Chosen on the recipe part's people (every
-# pair that meets in Persona-Chat, Jenverse, LongMemEval, BEAM and RHELM banks): it lifts the labelled
-# updates applied or asked from 11 to 14 of 17 for 15 more asks in 1,837 pairs (0.1: 14, 24 more; 0.3: 12).
-ASK_FROM = 0.2
 
 
 @dataclass(frozen=True)
 class AutoApply:
-    """The confidences at or above which a reading applies itself, and `ask_from` (see the module docstring)."""
+    """The confidences at or above which a reading applies itself, and at or above which an unapplied
+    change asks (see the module docstring)."""
 
     update: float = NEVER
     rule_update: float = NEVER
     duplicate: float = NEVER
-    ask_from: float = ASK_FROM
+    ask: float = 0.0
 
     @classmethod
     def never(cls) -> AutoApply:
@@ -66,12 +64,12 @@ class AutoApply:
 
     def act(self, verdict: Verdict) -> Act:
         if verdict.relation not in ("update", "duplicate"):
-            return "ask" if maybe_update(verdict) >= self.ask_from and verdict.relation != "events" else "leave"
+            return "leave"  # read as two true facts: never a question to a person
         if verdict.by_rule and verdict.confidence < self.rule_update and likeliest(verdict) == "events":
             return "leave"  # the rule's words of change, the model's two events: "visited Rome in 2019" / "... in 2022"
-        if verdict.relation == "update" and verdict.current is None:
-            return "ask"  # neither was stated later: which holds now is a person's call
-        return "apply" if verdict.confidence >= self.threshold(verdict) else "ask"
+        if verdict.confidence >= self.threshold(verdict) and (verdict.relation == "duplicate" or verdict.current is not None):
+            return "apply"
+        return "ask" if change_chance(verdict) >= self.ask else "leave"
 
     def to_json(self) -> dict:
         return {k: round(v, 4) for k, v in asdict(self).items()}
@@ -82,19 +80,25 @@ def likeliest(verdict: Verdict) -> str | None:
     return max(verdict.scores, key=verdict.scores.get) if verdict.scores else None
 
 
-def maybe_update(verdict: Verdict) -> float:
-    """The judge's probability that the pair is an update (0 where it gives none: the rule)."""
-    return float((verdict.scores or {}).get("update", 0.0))
+def change_chance(verdict: Verdict) -> float:
+    """The judge's probability that the two tell one fact (changed or told twice): what an ask is ranked
+    by. The verdict's confidence where the judge gives no probabilities (the rule, an endpoint)."""
+    if verdict.scores and "update" in verdict.scores:
+        return float(verdict.scores["update"] + verdict.scores.get("duplicate", 0.0))
+    return verdict.confidence if verdict.relation in ("update", "duplicate") else 0.0
 
 
 def calibrate_auto_apply(verdicts: Sequence[Verdict], right: Sequence[bool], target: float = TARGET_PRECISION,
-                         sources: Sequence[str] | None = None) -> AutoApply:
+                         sources: Sequence[str] | None = None, changes: Sequence[bool] | None = None,
+                         ask_precision: float = ASK_PRECISION) -> AutoApply:
     """The thresholds at which the readings that would apply themselves are right at least `target` of
     the time in every source, each kind (model updates, rule updates, duplicates) on its own.
     `verdicts`: the judge's readings of every pair that meets in the recipe banks; `right[i]`: whether
     applying verdict i is the right decision (the pair's label asks for it, the newer statement current);
     `sources[i]`: its bank's source, so that one large source (FactConsolidation's template) cannot buy
-    errors in another (a person's everyday facts)."""
+    errors in another (a person's everyday facts). `changes[i]`: whether pair i is a change (labelled an
+    update or a duplicate): with it, `ask` is the least chance at which at least `ask_precision` of the
+    asks are changes (over all sources: a person's queue mixes them); without, every unapplied change asks."""
     kinds = {
         "update": lambda v: v.relation == "update" and not v.by_rule and v.current is not None,
         "rule_update": lambda v: v.relation == "update" and v.by_rule and v.current is not None,
@@ -106,7 +110,13 @@ def calibrate_auto_apply(verdicts: Sequence[Verdict], right: Sequence[bool], tar
         said = sorted(((v.confidence, ok, source) for v, ok, source in zip(verdicts, right, sources, strict=True) if chosen(v)),
                       key=lambda s: -s[0])
         found[kind] = least_precise_cut(said, target)
-    return AutoApply(**found)
+    applies = AutoApply(**found)
+    if changes is None:
+        return applies
+    # Asks: what would not apply itself, its chance; right where the pair is a change (an update or a duplicate).
+    asked = sorted(((change_chance(v), is_change) for v, is_change in zip(verdicts, changes, strict=True)
+                    if v.relation in ("update", "duplicate") and applies.act(v) != "apply"), key=lambda s: -s[0])
+    return AutoApply(**found, ask=least_precise_cut(asked, ask_precision))
 
 
 def least_precise_cut(said: Sequence[tuple], target: float) -> float:

@@ -44,6 +44,11 @@ class StoreBank:
         return self.labels.get(pair, UNLABELLED)
 
     @property
+    def newer(self) -> set[int]:
+        """The statements a labelled update makes current (the later stated of each)."""
+        return {max(p, key=lambda i: self.statements[i].time or "") for p, label in self.labels.items() if label == "update"}
+
+    @property
     def stale(self) -> set[int]:
         """The statements a labelled update retires (the earlier stated of each): not true now."""
         return {min(p, key=lambda i: self.statements[i].time or "") for p, label in self.labels.items() if label == "update"}
@@ -60,6 +65,7 @@ class StoreViewReport:
     applied: int = 0  # changes that would apply themselves
     applied_right: int = 0
     asked: int = 0
+    asked_right: int = 0  # asks about a labelled update or duplicate
     retired: set = field(default_factory=set)  # (group, index) of true statements retired by themselves
     true_statements: int = 0
     updates: int = 0  # labelled updates
@@ -68,11 +74,19 @@ class StoreViewReport:
     updates_met: int = 0
     duplicates: int = 0
     duplicates_applied: int = 0
+    # Pairs of an update's newer statement with the bank's other (true) facts, which must stay: Letta's target.
+    beside_newer: int = 0
+    beside_newer_applied: int = 0
+    beside_newer_asked: int = 0
     wrong: list[tuple[str, str, str, float]] = field(default_factory=list)  # (first, second, relation, confidence)
 
     @property
     def precision(self) -> Rate:
         return Rate(self.applied_right, self.applied)
+
+    @property
+    def ask_precision(self) -> Rate:
+        return Rate(self.asked_right, self.asked)
 
     @property
     def retired_share(self) -> Rate:
@@ -89,10 +103,12 @@ class StoreViewReport:
     def to_json(self) -> dict:
         return {
             "source": self.source, "banks": self.banks, "statements": self.statements, "pairs": self.pairs,
-            "applied": self.applied, "asked": self.asked, "precision": self.precision.to_json(),
+            "applied": self.applied, "asked": self.asked, "asks_right": self.ask_precision.to_json(), "precision": self.precision.to_json(),
             "true_retired": self.retired_share.to_json(), "updates": self.updates, "updates_met": self.updates_met,
             "updates_by_itself": self.resolved_by_itself.to_json(), "updates_resolved_or_asked": self.resolved_or_asked.to_json(),
-            "duplicates": self.duplicates, "duplicates_merged_by_itself": self.duplicates_applied, "wrong": self.wrong[:20],
+            "duplicates": self.duplicates, "duplicates_merged_by_itself": self.duplicates_applied,
+            "beside_newer": {"pairs": self.beside_newer, "applied": self.beside_newer_applied, "asked": self.beside_newer_asked},
+            "wrong": self.wrong[:20],
         }
 
 
@@ -126,6 +142,7 @@ def store_view(judge: RelationJudge, banks: Sequence[StoreBank], *, auto_apply: 
     verdicts = list(verdicts) if verdicts is not None else judge_banks(judge, banks)
     reports: dict[str, StoreViewReport] = {}
     stale: dict[str, set[int]] = {}  # per bank, the statements a labelled update retires (not true now)
+    newer = {bank.group: bank.newer for bank in banks}
     for bank in banks:
         report = reports.setdefault(bank.source, StoreViewReport(bank.source))
         report.banks += 1
@@ -142,10 +159,15 @@ def store_view(judge: RelationJudge, banks: Sequence[StoreBank], *, auto_apply: 
         label = bank.label(pair)
         statements = (bank.statements[pair[0]], bank.statements[pair[1]])
         act = auto.act(verdict)
+        if label == UNLABELLED and pair not in bank.labels and set(pair) & newer[bank.group]:
+            report.beside_newer += 1
+            report.beside_newer_applied += act == "apply"
+            report.beside_newer_asked += act == "ask"
         if label == "update" and verdict.relation != "duplicate" and act == "ask":
             report.updates_asked += 1
         if act == "ask":
             report.asked += 1
+            report.asked_right += label in ("update", "duplicate")
         if act != "apply":
             continue
         report.applied += 1

@@ -35,7 +35,7 @@ class JudgeTrainConfig:
     """The shipped judge's recipe (chosen on the recipe pairs: see docs/relations.md)."""
 
     learning_rate: float = 1e-4
-    epochs: float = 2.0
+    epochs: float = 1.25  # of a training part twice as large as before (every pair once more in another form)
     batch_size: int = 32
     train_layers: int = 6  # of MiniLM's 6; the word embeddings stay the packaged ones
     generated: int = 6000  # everyday pairs written from templates, added to the training part
@@ -105,8 +105,10 @@ def calibrate_on_banks(out: str | Path, banks: Sequence[StoreBank], target: floa
 
     judge = LocalJudge(out)
     verdicts = judge_banks(judge, banks)
-    sources = [bank.source for bank, _ in met_pairs(banks)]
-    auto = calibrate_auto_apply(verdicts, rights(banks, verdicts), target, sources) if banks else AutoApply.never()
+    met = met_pairs(banks)
+    sources = [bank.source for bank, _ in met]
+    changes = [bank.label(pair) in ("update", "duplicate") for bank, pair in met]
+    auto = calibrate_auto_apply(verdicts, rights(banks, verdicts), target, sources, changes) if banks else AutoApply.never()
     card = judge.card | {"auto_apply": auto.to_json(), "calibrated_on": {"banks": len(banks), "pairs": len(verdicts), "target_precision": target}}
     for name in (CARD, "relation-judge.json"):
         (Path(out) / name).write_text(json.dumps(card, indent=2))

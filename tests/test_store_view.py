@@ -68,9 +68,12 @@ def test_the_decision_applies_only_what_it_is_sure_of() -> None:
     assert AutoApply(rule_update=0.05).act(Verdict("update", 0.08, "second", events, by_rule=True)) == "apply"
     assert auto.act(Verdict("duplicate", 0.96)) == "apply" and auto.act(Verdict("duplicate", 0.9)) == "ask"
     assert auto.act(Verdict("compatible", 0.99)) == "leave" and auto.act(Verdict("events", 0.99)) == "leave"
-    # Two true facts the judge half reads as an update ask (a person says); two events never do.
-    assert auto.act(Verdict("compatible", 0.7, scores={"update": 0.25, "compatible": 0.7})) == "ask"
-    assert auto.act(Verdict("compatible", 0.85, scores={"update": 0.1, "compatible": 0.85})) == "leave"
+    # A pair read as two true facts never asks, whatever chance of an update it gives; an unapplied change
+    # asks only from the chance the ask threshold names.
+    assert auto.act(Verdict("compatible", 0.55, scores={"update": 0.45, "compatible": 0.55})) == "leave"
+    picky = AutoApply(update=0.9, ask=0.6)
+    assert picky.act(Verdict("update", 0.7, "second", {"update": 0.7, "duplicate": 0.05})) == "ask"
+    assert picky.act(Verdict("update", 0.5, "second", {"update": 0.5, "compatible": 0.45})) == "leave"
     assert auto.act(Verdict("events", 0.6, scores={"update": 0.4, "events": 0.6})) == "leave"
     assert AutoApply.never().act(Verdict("update", 1.0, "second")) == "ask"
     assert AutoApply.of({"threshold": 0.85}) == AutoApply.never()  # a card from before the decision applies nothing

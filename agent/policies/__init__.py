@@ -15,16 +15,44 @@ A new policy is one `PolicyKind` added to `POLICIES`: every command's `--policy`
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from memupdate.errors import MemupdateError
 
 if TYPE_CHECKING:  # types only: a command's --policy help must not load LangChain or the store
+    import numpy as np
     from langchain_core.language_models import BaseChatModel
 
-    from memupdate.store import MemoryStore
+    from memupdate.judge.verdict import RelationJudge
+    from memupdate.store import MemoryRecord, MemoryStore
+
+
+@runtime_checkable
+class JudgingPolicy(Protocol):
+    """A policy that reads the relation judge (the heuristic): what compaction and the watcher may ask of
+    it, beyond driving the graph. A policy without a judge (a language model's) is asked none of it."""
+
+    follow_chains: bool
+
+    def pairs_to_meet(self, bank: MemoryStore, keys: Sequence[str], vectors: np.ndarray) -> list[tuple[str, str]]:
+        """The pairs of the bank that must share an episode (their reading is acted on)."""
+
+    def judge_ahead(self, bank: MemoryStore, keys: Sequence[str], vectors: np.ndarray, groups: Sequence[Sequence[str]]) -> int:
+        """Judge in one batch every pair the episodes on `groups` will meet; how many were judged."""
+
+    def judge_banks(self, banks: Sequence[tuple[Sequence[MemoryRecord], np.ndarray]]) -> None:
+        """Judge in one batch the pairs that meet in each of many small banks."""
+
+    def has_work(self, bank: MemoryStore, size: int) -> bool:
+        """Whether compacting `bank` in neighbourhoods of `size` could edit it."""
+
+    def remembering_judge(self) -> RelationJudge:
+        """The policy's judge, remembering every pair it has read."""
+
+    def review_judge(self) -> RelationJudge:
+        """The judge a compaction's review reads its changes with."""
 
 
 @dataclass(frozen=True)

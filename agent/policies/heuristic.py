@@ -42,7 +42,7 @@ from pydantic import Field, PrivateAttr
 from memupdate.agent.policies.handles import UPDATE_LABEL
 from memupdate.agent.policies.planning import PlanningPolicy, ToolCall
 from memupdate.judge import Verdict, judge_memories
-from memupdate.judge.decision import maybe_update
+from memupdate.judge.decision import change_chance
 from memupdate.judge.meeting import candidate_pairs, worth_judging
 from memupdate.judge.verdict import Pair, later
 from memupdate.settings import DEFAULT_MAX_OPERATIONS
@@ -342,8 +342,7 @@ class HeuristicPolicy(PlanningPolicy):
                 if verdict is None or verdict.relation == "duplicate" or not self._acts_on(verdict) or (later := is_newer(b, a)) is None:
                     continue
                 older, newer = (a, b) if later else (b, a)
-                sure = verdict.confidence if verdict.relation == "update" else maybe_update(verdict)
-                updates.append((-sure, stated_at(newer), older, newer))
+                updates.append((-change_chance(verdict), stated_at(newer), older, newer))
         successor: dict[str, tuple[MemoryRecord, MemoryRecord]] = {}
         for _, _, older, newer in sorted(updates, key=lambda u: (u[0], u[1], u[2].key)):
             if older.key in successor or (not self.follow_chains and newer.key in successor):

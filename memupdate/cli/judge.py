@@ -116,6 +116,7 @@ def relations_eval_command(
     url: str | None = typer.Option(None, "--url", help="Database URL for --downstream and an endpoint's reply cache (default: the configured or embedded one)."),
     store_view: Path | None = typer.Option(None, "--store-view", help="The development data folder: build a bank per person from each source and judge every pair that meets (not only labelled ones): what each judge's auto-apply decision does by itself."),
     part: str = typer.Option("eval", "--part", help="With --store-view: the part of the people read (eval, recipe or train)."),
+    forms: str = typer.Option("given", "--forms", help="With --store-view: the forms the banks are read in, comma-separated: given, first, third, names, past (text.forms)."),
 ) -> None:
     """Per-decision precision and recall (95% Wilson intervals), accuracy, and the share of both-true pairs
     harmed, for each judge on the same pairs; generated pairs in the file are left out. With
@@ -136,7 +137,7 @@ def relations_eval_command(
     from memupdate.store import get_embedder
 
     if store_view is not None:
-        _store_view(store_view, part, judge, sources, out, judge_base_url, judge_api_key)
+        _store_view(store_view, part, judge, sources, out, judge_base_url, judge_api_key, forms)
         return
     if file is None:
         raise MemupdateError("give --file (labelled pairs) or --store-view (the development data folder)")
@@ -194,18 +195,24 @@ relations_eval_command = user_errors(relations_eval_command)
 
 
 def _store_view(data: Path, part: str, judges: str, sources: str | None, out: Path | None,
-                base_url: str | None, api_key: str | None) -> None:
+                base_url: str | None, api_key: str | None, forms: str = "given") -> None:
     """`eval relations --store-view`: each judge's auto-apply decision over every pair that meets in the
-    banks of `part`'s people, per source (`judge.store_view`)."""
+    banks of `part`'s people, per source and form (`judge.store_view`; LoCoMo's and FactConsolidation's
+    banks only as given)."""
     from rich.table import Table
 
     from memupdate.errors import MemupdateError
     from memupdate.judge.judges import make_judge
     from memupdate.judge.store_view import judge_banks, store_view
-    from memupdate.rl.data.relations import store_banks
+    from memupdate.rl.data.relation_forms import bank_in_form
+    from memupdate.rl.data.relations import LARGE_SOURCES, store_banks
+    from memupdate.text.forms import FORMS
 
     if part not in ("train", "recipe", "eval"):
         raise MemupdateError(f"--part {part!r} is not a part: use eval, recipe or train")
+    chosen_forms = [f.strip() for f in forms.split(",") if f.strip()]
+    if not chosen_forms or set(chosen_forms) - set(FORMS):
+        raise MemupdateError(f"--forms {forms!r}: use some of {', '.join(FORMS)}, comma-separated")
     _data_folder(data)
     with console.status("building a bank per person ..."):
         banks = store_banks(data)[part]
@@ -216,18 +223,21 @@ def _store_view(data: Path, part: str, judges: str, sources: str | None, out: Pa
     found = []
     for spec in [s.strip() for s in judges.split(",") if s.strip()]:
         judge = make_judge(spec, base_url=base_url, api_key=api_key)
-        started = time.perf_counter()
-        verdicts = judge_banks(judge, banks)
-        ms = 1000 * (time.perf_counter() - started) / max(1, len(verdicts))
-        reports = store_view(judge, banks, verdicts=verdicts)
-        table = Table("source", "banks", "pairs that meet", "applied by itself", "precision", "true facts retired",
-                      "updates by themselves", "updates by themselves or waiting", "duplicates merged", title=f"{judge.name}: {judge.auto_apply}, {ms:.1f} ms a pair")
-        for r in reports.values():
-            table.add_row(r.source, str(r.banks), str(r.pairs), str(r.applied), str(r.precision), str(r.retired_share),
-                          str(r.resolved_by_itself), str(r.resolved_or_asked), f"{r.duplicates_applied}/{r.duplicates}")
-        console.print(table)
-        found.append({"judge": judge.name, "auto_apply": judge.auto_apply.to_json(), "ms_a_pair": round(ms, 2), "part": part,
-                      "sources": {k: r.to_json() for k, r in reports.items()}})
+        for form in chosen_forms:
+            in_form = [bank_in_form(b, form) for b in banks if form == "given" or b.source not in LARGE_SOURCES]
+            started = time.perf_counter()
+            verdicts = judge_banks(judge, in_form)
+            ms = 1000 * (time.perf_counter() - started) / max(1, len(verdicts))
+            reports = store_view(judge, in_form, verdicts=verdicts)
+            table = Table("source", "banks", "pairs that meet", "applied by itself", "precision", "true facts retired",
+                          "updates by themselves", "updates by themselves or waiting", "duplicates merged", "asks right",
+                          title=f"{judge.name}, form {form}: {judge.auto_apply}, {ms:.1f} ms a pair")
+            for r in reports.values():
+                table.add_row(r.source, str(r.banks), str(r.pairs), str(r.applied), str(r.precision), str(r.retired_share),
+                              str(r.resolved_by_itself), str(r.resolved_or_asked), f"{r.duplicates_applied}/{r.duplicates}", str(r.ask_precision))
+            console.print(table)
+            found.append({"judge": judge.name, "form": form, "auto_apply": judge.auto_apply.to_json(), "ms_a_pair": round(ms, 2),
+                          "part": part, "sources": {k: r.to_json() for k, r in reports.items()}})
     if out:
         out.write_text(json.dumps(found, indent=2))
 

@@ -121,6 +121,11 @@ EVENTS = [
     ("{s} went camping at {p} in {y}", ("Yosemite", "the lake", "Big Sur", "the Rockies"), ("July", "September", "2022", "2023")),
     ("{s} flew to {p} for work in {y}", ("Singapore", "Frankfurt", "Denver", "Toronto"), ("January", "April", "2023", "2024")),
 ]
+# A place and the wider place it lies in: two true statements ("Alex lives in Seattle." / "Alex lives in the USA.").
+BROADER = {"Seattle": "the USA", "Lyon": "France", "Osaka": "Japan", "Toronto": "Canada", "Austin": "Texas",
+           "Porto": "Portugal", "Munich": "Germany", "Cork": "Ireland", "Brooklyn": "New York", "Kyoto": "Japan",
+           "Denver": "Colorado", "Bergen": "Norway", "Pune": "India", "Leeds": "the UK", "Cusco": "Peru"}
+BROADER_STATES = ("{s} lives in {v}", "{s} is based in {v}", "{s} grew up in {v}", "{s} works in {v}")
 EVENT_PARAPHRASES = ["{s} made a trip to {p} in {y}", "In {y}, {s} visited {p}", "{s} travelled to {p} in {y}"]
 DAYS = ["2024-01-05", "2024-02-11", "2024-03-20", "2024-05-02", "2024-06-18", "2024-08-09", "2024-09-30", "2024-11-14"]
 
@@ -181,7 +186,13 @@ def _duplicate(rng: random.Random, s: str) -> tuple[str, str, str, bool]:
 
 def _compatible(rng: random.Random, s: str) -> tuple[str, str, str, bool]:
     kind = rng.random()
-    if kind < 0.25:  # a state and another fact about the same value: nothing changed
+    if kind < 0.1:  # one place within a broader one, either told first
+        city = rng.choice(list(BROADER))
+        template = rng.choice(BROADER_STATES)
+        pair = [template.format(s=s, v=city), rng.choice((template,) + BROADER_STATES).format(s=s, v=BROADER[city])]
+        rng.shuffle(pair)
+        return pair[0], pair[1], "compatible", False
+    if kind < 0.3:  # a state and another fact about the same value: nothing changed
         attribute = rng.choice([a for a in ATTRIBUTES if a.details])
         value = rng.choice(attribute.values)
         pair = [rng.choice(attribute.states).format(s=s, v=value), rng.choice(attribute.details).format(s=s, v=value)]

@@ -20,6 +20,11 @@ Sources, each pair with its `source` and `group` (the person, profile, question 
 - BEAM: a conversation's knowledge updates (the old statement and the new, the update's prefixes cut)
   and its contradictions ("I've never ..." against an earlier "I did ...": both kept, a person asks).
 - RHELM: a person's dated conversations, the user's first-person sentences (no label).
+- Letta's core-memory updates: a bank of ten third-person facts, then a newer fact that replaces the
+  ones its row names (an update); the bank's other facts stay true beside it. A bank a row, split by
+  the bank's facts (rows that share them share a part).
+- DECODE: two turns of one speaker, the later contradicting the earlier or not (an update or two true
+  statements); noisy, so only short first-person turns that would meet in a store are read, a bank a pair.
 Generated pairs (`generated_relations`) only ever join the training part.
 
 Natural sources are also read as a person's store (`store_banks`): one bank a person, profile or question,
@@ -55,12 +60,15 @@ RECIPE_LOCOMO = "conv-26"  # its pairs calibrate the judge and never train it
 RECIPE_FC_FACTS = 1500  # the 32k context's last facts outside the 6k one: a recipe bank, never trained on
 _PREFIX = re.compile(r"^(?:Information Update:\s*)?(?:[A-Z][\w &/-]{2,40}:\s*){0,2}")  # BEAM's plan labels
 _MARKER = re.compile(r"\s*->->\s*[\d, ]+$")  # BEAM's "->-> 1,27" step markers
-EVAL_SHARE, RECIPE_SHARE = 0.4, 0.2  # of the natural groups (people, profiles, questions)
+EVAL_SHARE, RECIPE_SHARE = 0.4, 0.2
+CALIBRATION_FORMS = ("given", "third", "first")  # the recipe banks' forms the auto-apply thresholds hold in  # of the natural groups (people, profiles, questions)
 _SENTENCE = re.compile(r"(?<=[.!?])\s+")
 
 
 def split_of(group: str) -> str:
-    """A group's part, fixed by a hash of its name: eval (40%), recipe (20%) or train (40%)."""
+    """A group's part, fixed by a hash of its name (before a "#": several banks of one group share a part):
+    eval (40%), recipe (20%) or train (40%)."""
+    group = group.partition("#")[0]
     if group.startswith(("locomo-", "fc-")):
         return "eval" if group in {f"locomo-{c}" for c in EVAL_LOCOMO} | {"fc-6k"} else "train"
     share = int(hashlib.sha1(f"memupdate-relations:{group}".encode()).hexdigest(), 16) % 1000 / 1000
@@ -88,6 +96,16 @@ def relation_pairs(data: Path, embed=None, banks: dict[str, list[StoreBank]] | N
     return parts
 
 
+LETTA_TRUE_PAIRS = 3000  # of Letta's ~11,000 same-bank true pairs in the training part: one encyclopedic style, not a majority
+
+
+def thinned(pairs: Sequence[LabelledPair], source: str, label: str, keep: int, seed: int = 0) -> list[LabelledPair]:
+    """`pairs` with at most `keep` of `source`'s pairs labelled `label` (a fixed random choice)."""
+    chosen = [i for i, p in enumerate(pairs) if p.source == source and p.label == label]
+    dropped = set(np.random.default_rng(seed).permutation(chosen)[keep:].tolist()) if len(chosen) > keep else set()
+    return [p for i, p in enumerate(pairs) if i not in dropped]
+
+
 @dataclass
 class JudgeData:
     """What training the local judge reads: the training pairs (labelled, generated and unrelated bulk),
@@ -102,12 +120,18 @@ def judge_data(data: Path, *, generated: int, unrelated: int, seed: int = 0, emb
     """The local judge's training data from the development data in `data` (one recipe for `judge train`
     and the relation task's SFT)."""
     from memupdate.rl.data.generated_relations import generated_pairs
+    from memupdate.rl.data.relation_forms import bank_in_form, in_other_forms
 
     embed = embed or _embedder()
     banks = store_banks(data, embed)
     parts = relation_pairs(data, embed, banks)
     bulk = unrelated_pairs(banks["train"], embed, unrelated, seed) if unrelated else []
-    return JudgeData(parts["train"] + generated_pairs(generated, seed=seed) + bulk, parts["recipe"], banks["recipe"])
+    labelled = thinned(parts["train"], "letta", "compatible", LETTA_TRUE_PAIRS, seed) + generated_pairs(generated, seed=seed)
+    # Every pair once more in another form (person, names, tense), so that no wording predicts a label; the
+    # thresholds are calibrated on the recipe banks in every form, so that they hold in each.
+    recipe_banks = [bank_in_form(bank, form) for form in CALIBRATION_FORMS for bank in banks["recipe"]
+                    if form == "given" or bank.source not in LARGE_SOURCES]
+    return JudgeData(labelled + in_other_forms(labelled, seed) + bulk, parts["recipe"], recipe_banks)
 
 
 def bank_pairs(bank: StoreBank) -> list[LabelledPair]:
@@ -139,6 +163,10 @@ def store_banks(data: Path, embed=None, *, large: bool = True) -> dict[str, list
         banks += beam_banks(_jsonl(root / "beam-ku-dev.jsonl"), _jsonl(root / "beam-contradiction-dev.jsonl"), embed)
     if (path := root / "rhelm-dev" / "conversations").is_dir():
         banks += rhelm_banks(path, embed)
+    if (path := root / "letta-core-memory-dev.jsonl").is_file():
+        banks += letta_banks(_jsonl(path), embed)
+    if (path := root / "decode-contradictions-dev.jsonl").is_file():
+        banks += decode_banks(_jsonl(path), embed)
     parts: dict[str, list[StoreBank]] = {"train": [], "recipe": [], "eval": []}
     for bank in banks:
         parts[split_of(bank.group)].append(bank)
@@ -318,6 +346,49 @@ def rhelm_banks(folder: Path, embed) -> list[StoreBank]:
                                if 6 <= len(s.split()) <= 30 and _FIRST_PERSON.match(s.strip())]
         banks.append(_bank(f"rhelm-{person.name}", "rhelm", statements[:RHELM_SENTENCES], {}, embed))
     return banks
+
+
+def letta_banks(rows: Sequence[dict], embed) -> list[StoreBank]:
+    """A Letta row as a bank: its ten facts, then a day later the contradicting fact, which updates the
+    facts its row names (`supporting_fact_indices`); every other pair that meets is two true facts."""
+    banks = []
+    for n, row in enumerate(rows):
+        facts, newer = [f.strip() for f in row["facts"]], row["contradicting_fact"].strip()
+        older = [facts[i] for i in row.get("supporting_fact_indices") or [] if 0 <= i < len(facts)]
+        statements = [Statement(f, "2024-05-01") for f in facts] + [Statement(newer, "2024-05-02")]
+        bank_id = hashlib.sha1("\n".join(facts).encode()).hexdigest()[:10]
+        banks.append(_bank(f"letta-{bank_id}#{n}", "letta", statements, {(old, newer): "update" for old in older}, embed))
+    return banks
+
+
+DECODE_WORDS = (4, 30)  # a turn read as a memory: a statement, not a paragraph
+DECODE_MEET = 0.45  # the two turns are about one thing (cosine), as two memories that meet in a store
+# Only ProSeCCo's balanced set (316 contradictions, 320 not): the large set holds contradictions alone, so
+# its people's words would teach that a chatty first-person turn is an update (and many of its rows pair
+# turns about different things).
+DECODE_SET = "decode_prosecco_size_df"
+
+
+def decode_banks(rows: Sequence[dict], embed) -> list[StoreBank]:
+    """DECODE's pairs of one speaker's turns, each a bank of two statements a day apart: the later an
+    update of the earlier where it contradicts it, else both true. Only DECODE_SET's turns of DECODE_WORDS
+    words whose cosine reaches DECODE_MEET (the crowd's contradictions include turns about different things)."""
+    kept = [r for r in rows if all(DECODE_WORDS[0] <= len(str(r[k]).split()) <= DECODE_WORDS[1] for k in ("earlier", "later"))
+            and r.get("set") == DECODE_SET and r["earlier"].strip() != r["later"].strip()]
+    if not kept:
+        return []
+    vectors = np.asarray(embed([t for r in kept for t in (r["earlier"], r["later"])]))
+    banks = []
+    for n, row in enumerate(kept):
+        if float(vectors[2 * n] @ vectors[2 * n + 1]) < DECODE_MEET:
+            continue
+        earlier, later = row["earlier"].strip(), row["later"].strip()
+        label = "update" if row["label"] == "contradiction" else "compatible"
+        statements = (Statement(earlier, "2024-06-01"), Statement(later, "2024-06-02"))
+        group = "decode-" + hashlib.sha1(later.encode()).hexdigest()[:10]
+        banks.append(StoreBank(f"{group}#{n}", "decode", statements, ((0, 1),), {(0, 1): label}))
+    return banks
+
 
 
 def beam_text(statement: str) -> str:
