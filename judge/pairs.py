@@ -22,10 +22,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from memupdate.errors import MemupdateError
-from memupdate.judge.verdict import ACTIONS, RELATIONS, Statement, Verdict
-
-# The decision a relation asks of a bank, as reports name it: both-true pairs are one decision, keep.
-DECISIONS = {"duplicate": "duplicate", "update": "update", "compatible": "keep", "events": "keep"}
+from memupdate.judge.verdict import DECISIONS, RELATIONS, Statement, Verdict
 
 
 @dataclass(frozen=True)
@@ -43,10 +40,6 @@ class LabelledPair:
     @property
     def statements(self) -> tuple[Statement, Statement]:
         return Statement(self.first, self.first_time, self.event), Statement(self.second, self.second_time, self.event)
-
-    @property
-    def action(self) -> str:
-        return ACTIONS[self.label]
 
 
 def right(pair: LabelledPair, verdict: Verdict) -> bool:

@@ -22,8 +22,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from memupdate.judge.decision import AutoApply
-from memupdate.judge.pairs import DECISIONS, Rate
-from memupdate.judge.verdict import RelationJudge, Statement, Verdict, later
+from memupdate.judge.pairs import Rate
+from memupdate.judge.verdict import DECISIONS, RelationJudge, Statement, Verdict, later
 
 UNLABELLED = "compatible"  # a pair that meets with no label: two true facts
 

@@ -20,7 +20,7 @@ import json
 import random
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from memupdate.judge.decision import TARGET_PRECISION, AutoApply, calibrate_auto_apply
@@ -30,19 +30,24 @@ from memupdate.judge.store_view import StoreBank, judge_banks, met_pairs, rights
 from memupdate.judge.verdict import RELATIONS
 
 
+def _option(default, help: str):
+    """A recipe field and its help: `memupdate judge train`'s options are generated from these."""
+    return field(default=default, metadata={"help": help})
+
+
 @dataclass
 class JudgeTrainConfig:
     """The shipped judge's recipe (chosen on the recipe pairs: see docs/relations.md)."""
 
-    learning_rate: float = 1e-4
-    epochs: float = 1.25  # of a training part twice as large as before (every pair once more in another form)
-    batch_size: int = 32
-    train_layers: int = 6  # of MiniLM's 6; the word embeddings stay the packaged ones
-    generated: int = 6000  # everyday pairs written from templates, added to the training part
-    seed: int = 0
-    target_precision: float = TARGET_PRECISION  # of the changes that apply themselves, in the recipe banks
-    unrelated: int = 4000  # cross-person natural true pairs added to the training part (never evaluated)
-    threads: int = 2
+    learning_rate: float = _option(1e-4, "AdamW's peak learning rate (linear decay to 0).")
+    epochs: float = _option(1.25, "Passes over the training part (every pair once as given, once in another form).")
+    batch_size: int = _option(32, "Pairs a step, each relation drawn equally often.")
+    train_layers: int = _option(6, "MiniLM's top layers trained (of 6); the word embeddings stay the packaged ones.")
+    generated: int = _option(6000, "Everyday pairs written from templates, added to training (never evaluated).")
+    seed: int = _option(0, "Seeds the draws, the generated pairs and the forms.")
+    target_precision: float = _option(TARGET_PRECISION, "Of the changes that apply themselves in the recipe banks.")
+    unrelated: int = _option(4000, "Cross-person natural true pairs added to training (never evaluated).")
+    threads: int = _option(2, "CPU threads.")
 
 
 def trainable_names(model, train_layers: int) -> list[str]:

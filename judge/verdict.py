@@ -29,8 +29,10 @@ if TYPE_CHECKING:
 
 Relation = Literal["duplicate", "update", "compatible", "events"]
 RELATIONS: tuple[Relation, ...] = ("duplicate", "update", "compatible", "events")
-# What a relation asks of a bank: merge the two, retire the older, or leave both.
-ACTIONS = {"duplicate": "merge", "update": "supersede", "compatible": "keep", "events": "keep"}
+# The decision a relation asks of a bank, as reports and rewards name it: merge the two (duplicate), retire the
+# older (update), or keep both (compatible, events: both true).
+DECISIONS = {"duplicate": "duplicate", "update": "update", "compatible": "keep", "events": "keep"}
+DECISION_NAMES = ("duplicate", "update", "keep")
 
 
 @dataclass(frozen=True)
@@ -62,10 +64,6 @@ class Verdict:
     current: Literal["first", "second"] | None = None
     scores: dict[str, float] = field(default_factory=dict)
     by_rule: bool = False
-
-    @property
-    def action(self) -> str:
-        return ACTIONS[self.relation]
 
 
 Pair = tuple[Statement, Statement]

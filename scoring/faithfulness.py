@@ -43,10 +43,6 @@ class Faithfulness:
     unsupported_tokens: int
     examples: tuple[str, ...]  # up to 12 unsupported tokens, for logs
 
-    @property
-    def supported_share(self) -> float:
-        return 1.0 - self.unsupported_tokens / self.written_tokens if self.written_tokens else 1.0
-
 
 def date_tokens(day: date) -> set[str]:
     """A day as LoCoMo writes dates ("7 May 2023"), with its weekday, short month and ordinal."""

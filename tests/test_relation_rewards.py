@@ -10,8 +10,7 @@ import random
 
 import pytest
 
-from memupdate.judge.pairs import DECISIONS
-from memupdate.judge.verdict import RELATIONS
+from memupdate.judge.verdict import DECISIONS, RELATIONS
 from memupdate.rl.data.relation_rewards import RewardRow, read_rewards, reward_of
 
 

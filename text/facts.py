@@ -85,11 +85,6 @@ def shared_head(older: str, newer: str) -> str:
     return " ".join(b[:head])
 
 
-def relation_of(a: MemoryRecord, b: MemoryRecord) -> Relation:
-    """`relation` of two memories' texts; both episodic (events) reads another detail as another event."""
-    return relation(a.content, b.content, events=a.kind == "episodic" and b.kind == "episodic")
-
-
 def stated_at(memory: MemoryRecord) -> str | None:
     """When the memory's statement was made, as a sortable ISO string: its `time` (a loader's, to the
     second), else the app's last write of an imported item, else its day; None when nothing says."""

@@ -9,10 +9,13 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 import shutil
 import time
+from dataclasses import fields
 from pathlib import Path
+from typing import Any, get_type_hints
 
 import typer
 
@@ -21,9 +24,6 @@ from memupdate.cli.learn import relation_signature, run_learning
 from memupdate.judge.train import JudgeTrainConfig
 
 app = typer.Typer(help="The relation judge: labelled pairs, training, the shipped weights.", no_args_is_help=True)
-
-RECIPE = JudgeTrainConfig()  # each default once: the options below read it
-
 
 @app.command("pairs")
 @user_errors
@@ -40,33 +40,41 @@ def pairs_command(
         console.print(f"{name}: {len(pairs)} pairs -> {out / f'{name}.jsonl'}", highlight=False)
 
 
-@app.command("train")
+TRAIN_INPUTS = [
+    inspect.Parameter("data", inspect.Parameter.KEYWORD_ONLY, annotation=Path,
+                      default=typer.Option(DEV_DATA, "--data", help="The development data folder.")),
+    inspect.Parameter("out", inspect.Parameter.KEYWORD_ONLY, annotation=Path,
+                      default=typer.Option(Path("runs/judge"), "--out", help="The checkpoint folder to write.")),
+    inspect.Parameter("ship", inspect.Parameter.KEYWORD_ONLY, annotation=bool,
+                      default=typer.Option(False, "--ship", help="Copy the trained weights into judge/weights/ (the default judge).")),
+    inspect.Parameter("reliability", inspect.Parameter.KEYWORD_ONLY, annotation=Path | None,
+                      default=typer.Option(None, "--reliability", help="Draw the reliability curve on the recipe pairs to this PNG.")),
+]
+
+
+def recipe_parameters() -> list[inspect.Parameter]:
+    """One option per field of `JudgeTrainConfig`: `--name-with-dashes`, its default and help."""
+    types = get_type_hints(JudgeTrainConfig)
+    return [inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, annotation=types[f.name],
+                              default=typer.Option(f.default, f"--{f.name.replace('_', '-')}", help=f.metadata["help"],
+                                                   rich_help_panel="The recipe"))
+            for f in fields(JudgeTrainConfig)]
+
+
 @user_errors
-def train_command(
-    data: Path = typer.Option(DEV_DATA, "--data", help="The development data folder."),
-    out: Path = typer.Option(Path("runs/judge"), "--out", help="The checkpoint folder to write."),
-    generated: int = typer.Option(RECIPE.generated, "--generated", help="Generated everyday pairs added to training (never evaluated)."),
-    unrelated: int = typer.Option(RECIPE.unrelated, "--unrelated", help="Cross-person natural true pairs added to training (never evaluated)."),
-    epochs: float = typer.Option(RECIPE.epochs, "--epochs"),
-    learning_rate: float = typer.Option(RECIPE.learning_rate, "--learning-rate"),
-    train_layers: int = typer.Option(RECIPE.train_layers, "--train-layers", help="MiniLM's top layers trained (of 6)."),
-    seed: int = typer.Option(RECIPE.seed, "--seed"),
-    ship: bool = typer.Option(False, "--ship", help="Copy the trained weights into judge/weights/ (the default judge)."),
-    reliability: Path | None = typer.Option(None, "--reliability", help="Draw the reliability curve on the recipe pairs to this PNG."),
-) -> None:
-    """Train the local judge on the training part (plus generated pairs), calibrate on the recipe part."""
+def train_command(**given: Any) -> None:
+    """Train the local judge on the training part (plus generated pairs and every pair once more in another
+    form), calibrate on the recipe part."""
     from rich.progress import Progress
 
-    from memupdate.judge.local import SHIPPED_CARD, SHIPPED_DELTA
     from memupdate.judge.train import train_judge
     from memupdate.rl.data.relations import judge_data
 
+    data, out = given["data"], given["out"]
+    config = JudgeTrainConfig(**{f.name: given[f.name] for f in fields(JudgeTrainConfig)})
     _data_folder(data)
     with console.status("reading the development data ..."):
-        got = judge_data(data, generated=generated, unrelated=unrelated, seed=seed)
-    train = got.train
-    config = JudgeTrainConfig(learning_rate=learning_rate, epochs=epochs, train_layers=train_layers, seed=seed,
-                              generated=generated, unrelated=unrelated)
+        got = judge_data(data, generated=config.generated, unrelated=config.unrelated, seed=config.seed)
     started = time.time()
     with Progress(console=console) as bar:
         task = bar.add_task("training the judge", total=None)
@@ -74,11 +82,11 @@ def train_command(
         def progress(step: int, steps: int, loss: float) -> None:
             bar.update(task, completed=step, total=steps, description=f"training the judge (loss {loss:.3f})")
 
-        card = train_judge(train, got.recipe, config, out, recipe_banks=got.recipe_banks, progress=progress)
-    console.print(f"trained on {len(train)} pairs in {(time.time() - started) / 60:.1f} min; temperature "
+        card = train_judge(got.train, got.recipe, config, out, recipe_banks=got.recipe_banks, progress=progress)
+    console.print(f"trained on {len(got.train)} pairs in {(time.time() - started) / 60:.1f} min; temperature "
                   f"{card['temperature']}, applies itself at {card['auto_apply']} (calibrated on {card['calibrated_on']['pairs']} "
                   f"pairs that meet in {card['calibrated_on']['banks']} recipe banks); checkpoint in {out}", highlight=False)
-    if reliability:
+    if given["reliability"]:
         from memupdate.judge.calibration import plot_reliability
         from memupdate.judge.calibration import reliability as bins
         from memupdate.judge.local import LocalJudge
@@ -86,12 +94,44 @@ def train_command(
 
         verdicts = LocalJudge(out).judge([p.statements for p in got.recipe])
         rows = bins([v.confidence for v in verdicts], [right(p, v) for v, p in zip(verdicts, got.recipe, strict=True)])
-        plot_reliability(rows, reliability, threshold=card["auto_apply"]["update"], title=f"recipe pairs kept out of training ({len(verdicts)})")
-        console.print(f"reliability curve: {reliability}", highlight=False)
+        plot_reliability(rows, given["reliability"], threshold=card["auto_apply"]["update"], title=f"recipe pairs kept out of training ({len(verdicts)})")
+        console.print(f"reliability curve: {given['reliability']}", highlight=False)
+    if given["ship"]:
+        _ship_judge(out, card)
+
+
+# Typer reads the options from the signature, as `rl learn` reads LearnConfig's.
+train_command.__signature__ = inspect.Signature([*TRAIN_INPUTS, *recipe_parameters()])
+app.command("train")(train_command)
+
+
+@app.command("calibrate")
+@user_errors
+def calibrate_command(
+    out: Path = typer.Option(..., "--out", help="The judge checkpoint folder to calibrate again (its card is rewritten)."),
+    data: Path = typer.Option(DEV_DATA, "--data", help="The development data folder."),
+    ship: bool = typer.Option(False, "--ship", help="Copy the weights and the new card into judge/weights/."),
+) -> None:
+    """The auto-apply and ask thresholds again, on every pair that meets in the recipe part's banks (in every
+    calibration form), without training: after a change of the decision (`judge.decision`)."""
+    from memupdate.judge.train import calibrate_on_banks
+    from memupdate.rl.data.relations import recipe_banks
+
+    _data_folder(data)
+    with console.status("calibrating on the recipe banks ..."):
+        card = calibrate_on_banks(out, recipe_banks(data), JudgeTrainConfig().target_precision)
+    console.print(f"{out}: applies itself at {card['auto_apply']} (on {card['calibrated_on']['pairs']} pairs that meet in "
+                  f"{card['calibrated_on']['banks']} recipe banks)", highlight=False)
     if ship:
-        shutil.copy(out / "relation-judge.safetensors", SHIPPED_DELTA)
-        SHIPPED_CARD.write_text(json.dumps(card, indent=2) + "\n")
-        console.print(f"shipped: {SHIPPED_DELTA}", highlight=False)
+        _ship_judge(out, card)
+
+
+def _ship_judge(out: Path, card: dict) -> None:
+    from memupdate.judge.local import SHIPPED_CARD, SHIPPED_DELTA
+
+    shutil.copy(out / "relation-judge.safetensors", SHIPPED_DELTA)
+    SHIPPED_CARD.write_text(json.dumps(card, indent=2) + "\n")
+    console.print(f"shipped: {SHIPPED_DELTA}", highlight=False)
 
 
 @user_errors

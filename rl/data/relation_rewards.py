@@ -22,12 +22,10 @@ from pathlib import Path
 from typing import Any
 
 from memupdate.errors import MemupdateError
-from memupdate.judge.pairs import DECISIONS
-from memupdate.judge.verdict import RELATIONS
+from memupdate.judge.verdict import DECISION_NAMES, DECISIONS, RELATIONS
 
 REWARDS = "rewards.jsonl"
 READER_REWARDS = "reader_rewards.jsonl"
-DECISION_NAMES = ("duplicate", "update", "keep")  # the table's columns: what a verdict asks of a bank (`DECISIONS`)
 REWARD_STEP = 0.01  # rewards are compared at this resolution: smaller QA changes are the proxy's noise
 
 

@@ -120,7 +120,7 @@ def judge_data(data: Path, *, generated: int, unrelated: int, seed: int = 0, emb
     """The local judge's training data from the development data in `data` (one recipe for `judge train`
     and the relation task's SFT)."""
     from memupdate.rl.data.generated_relations import generated_pairs
-    from memupdate.rl.data.relation_forms import bank_in_form, in_other_forms
+    from memupdate.rl.data.relation_forms import in_other_forms
 
     embed = embed or _embedder()
     banks = store_banks(data, embed)
@@ -129,9 +129,17 @@ def judge_data(data: Path, *, generated: int, unrelated: int, seed: int = 0, emb
     labelled = thinned(parts["train"], "letta", "compatible", LETTA_TRUE_PAIRS, seed) + generated_pairs(generated, seed=seed)
     # Every pair once more in another form (person, names, tense), so that no wording predicts a label; the
     # thresholds are calibrated on the recipe banks in every form, so that they hold in each.
-    recipe_banks = [bank_in_form(bank, form) for form in CALIBRATION_FORMS for bank in banks["recipe"]
-                    if form == "given" or bank.source not in LARGE_SOURCES]
-    return JudgeData(labelled + in_other_forms(labelled, seed) + bulk, parts["recipe"], recipe_banks)
+    return JudgeData(labelled + in_other_forms(labelled, seed) + bulk, parts["recipe"], recipe_banks(data, embed, banks))
+
+
+def recipe_banks(data: Path, embed=None, banks: dict[str, list[StoreBank]] | None = None) -> list[StoreBank]:
+    """The recipe part's banks in every calibration form (LoCoMo's and FactConsolidation's as given): what
+    the auto-apply and ask thresholds are calibrated on, so that they hold in each form."""
+    from memupdate.rl.data.relation_forms import bank_in_form
+
+    banks = banks or store_banks(data, embed or _embedder())
+    return [bank_in_form(bank, form) for form in CALIBRATION_FORMS for bank in banks["recipe"]
+            if form == "given" or bank.source not in LARGE_SOURCES]
 
 
 def bank_pairs(bank: StoreBank) -> list[LabelledPair]:

@@ -10,7 +10,7 @@ run in a learning run's folder like every task's (`learn.TASKS["relation"]`).
 
 A unit is a candidate pair of one training bank (`rl.data.relation_units`: two statements that meet, as a
 compaction meets them, with the bank's questions). An action is a verdict (duplicate, update, compatible,
-events); what it asks of the bank is one of three decisions (`judge.pairs.DECISIONS`): merge the two,
+events); what it asks of the bank is one of three decisions (`judge.verdict.DECISIONS`): merge the two,
 supersede the earlier-stated by the later, or keep both. The reward of a decision is the mean QA proxy
 change it makes, in a fork of the bank, on the questions whose context held either statement (none: 0):
 on LoCoMo and FactConsolidation banks their own questions; on a Jenverse profile its tests, the credit of

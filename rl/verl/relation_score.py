@@ -18,7 +18,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from memupdate.rl.data.relation_rewards import DECISION_NAMES, reward_of
+from memupdate.judge.verdict import DECISION_NAMES
+from memupdate.rl.data.relation_rewards import reward_of
 from memupdate.scoring.reward import RewardConfig
 
 
@@ -26,8 +27,7 @@ def score_verdict(solution_str: str, extra_info: Mapping[str, Any], config: Rewa
     """`{"score": reward, ...}` with the same keys for every reply (verl's reward_extra_info needs it):
     `readable`, one 0/1 flag per decision taken, and `best` (1.0 when no decision earns more)."""
     from memupdate.judge.endpoint import read_reply
-    from memupdate.judge.pairs import DECISIONS
-    from memupdate.judge.verdict import Statement
+    from memupdate.judge.verdict import DECISIONS, Statement
 
     config = config or RewardConfig()
     rewards = extra_info["rewards"]
