@@ -21,7 +21,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from memupdate.judge.decision import AutoApply
+from memupdate.judge.decision import AutoApply, change_chance
 from memupdate.judge.pairs import Rate
 from memupdate.judge.verdict import DECISIONS, RelationJudge, Statement, Verdict, later
 
@@ -79,10 +79,23 @@ class StoreViewReport:
     beside_newer_applied: int = 0
     beside_newer_asked: int = 0
     wrong: list[tuple[str, str, str, float]] = field(default_factory=list)  # (first, second, relation, confidence)
+    # (the judge's chance of a change, whether the pair is an update) over the updates and the both-true pairs
+    scored: list[tuple[float, bool]] = field(default_factory=list, repr=False)
 
     @property
     def precision(self) -> Rate:
         return Rate(self.applied_right, self.applied)
+
+    @property
+    def base_rate(self) -> float | None:
+        """The share of updates among the pairs the curve ranks: what a judge that cannot tell scores."""
+        return round(sum(ok for _, ok in self.scored) / len(self.scored), 4) if self.scored else None
+
+    @property
+    def update_ap(self) -> float | None:
+        """The area under the precision-recall curve of "update" against "both true", ranked by the chance
+        the judge gives a change (`judge.decision.change_chance`): one threshold's figures say less."""
+        return average_precision(self.scored)
 
     @property
     def ask_precision(self) -> Rate:
@@ -107,9 +120,26 @@ class StoreViewReport:
             "true_retired": self.retired_share.to_json(), "updates": self.updates, "updates_met": self.updates_met,
             "updates_by_itself": self.resolved_by_itself.to_json(), "updates_resolved_or_asked": self.resolved_or_asked.to_json(),
             "duplicates": self.duplicates, "duplicates_merged_by_itself": self.duplicates_applied,
+            "update_ap": None if self.update_ap is None else round(self.update_ap, 4), "base_rate": self.base_rate,
             "beside_newer": {"pairs": self.beside_newer, "applied": self.beside_newer_applied, "asked": self.beside_newer_asked},
             "wrong": self.wrong[:20],
         }
+
+
+def average_precision(scored: Sequence[tuple[float, bool]]) -> float | None:
+    """The area under the precision-recall curve of (score, positive) pairs (None without a positive):
+    the mean of the precision at each positive, ties ranked together."""
+    positives = sum(ok for _, ok in scored)
+    if not positives:
+        return None
+    ranked = sorted(scored, key=lambda s: -s[0])
+    area, hits, index = 0.0, 0, 0
+    while index < len(ranked):
+        tie = [ok for score, ok in ranked[index:] if score == ranked[index][0]]
+        hits += sum(tie)
+        index += len(tie)
+        area += sum(tie) * hits / index
+    return area / positives
 
 
 def met_pairs(banks: Iterable[StoreBank]) -> list[tuple[StoreBank, tuple[int, int]]]:
@@ -159,6 +189,8 @@ def store_view(judge: RelationJudge, banks: Sequence[StoreBank], *, auto_apply: 
         label = bank.label(pair)
         statements = (bank.statements[pair[0]], bank.statements[pair[1]])
         act = auto.act(verdict)
+        if label != "duplicate":
+            report.scored.append((change_chance(verdict), label == "update"))
         if label == UNLABELLED and pair not in bank.labels and set(pair) & newer[bank.group]:
             report.beside_newer += 1
             report.beside_newer_applied += act == "apply"

@@ -12,7 +12,7 @@ import pytest
 
 from memupdate.judge.decision import NEVER, AutoApply, calibrate_auto_apply, least_precise_cut
 from memupdate.judge.meeting import candidate_pairs
-from memupdate.judge.store_view import StoreBank, judge_banks, rights, store_view
+from memupdate.judge.store_view import StoreBank, average_precision, judge_banks, rights, store_view
 from memupdate.judge.verdict import Statement, Verdict
 
 # Everyday first-person facts, written here, each person's all true at once (none changes another).
@@ -241,3 +241,18 @@ def test_eval_relations_store_view_reports_each_source(tmp_path) -> None:
         raise AssertionError("no part holds a bank")
     bad = runner.invoke(app, ["eval", "relations", "--store-view", str(tmp_path / "none")])
     assert bad.exit_code != 0 and "no data folder" in bad.output
+
+
+def test_the_update_curve_area_ranks_changes_above_true_pairs() -> None:
+    assert average_precision([(0.9, True), (0.8, False), (0.7, True)]) == pytest.approx((1 + 2 / 3) / 2)
+    assert average_precision([(0.5, True), (0.5, False)]) == 0.5  # a tie ranks together: no better than chance
+    assert average_precision([(0.1, False)]) is None
+
+
+def test_asks_are_calibrated_to_be_mostly_changes() -> None:
+    """The ask threshold is the least chance at which at least half of what would ask is a change."""
+    read = [Verdict("update", c, "second", {"update": c, "compatible": 1 - c}) for c in (0.9, 0.8, 0.7, 0.6, 0.5, 0.4)]
+    change = [True, False, True, False, False, False]
+    auto = calibrate_auto_apply(read, [False] * 6, changes=change)
+    assert auto.update == NEVER and auto.ask == 0.6  # 2 of the 4 at or above 0.6 are changes; at 0.5, 2 of 5
+    assert [auto.act(v) for v in read] == ["ask"] * 4 + ["leave"] * 2

@@ -270,11 +270,12 @@ def _store_view(data: Path, part: str, judges: str, sources: str | None, out: Pa
             ms = 1000 * (time.perf_counter() - started) / max(1, len(verdicts))
             reports = store_view(judge, in_form, verdicts=verdicts)
             table = Table("source", "banks", "pairs that meet", "applied by itself", "precision", "true facts retired",
-                          "updates by themselves", "updates by themselves or waiting", "duplicates merged", "asks right",
+                          "updates by themselves", "updates by themselves or waiting", "duplicates merged", "asks right", "update AP",
                           title=f"{judge.name}, form {form}: {judge.auto_apply}, {ms:.1f} ms a pair")
             for r in reports.values():
                 table.add_row(r.source, str(r.banks), str(r.pairs), str(r.applied), str(r.precision), str(r.retired_share),
-                              str(r.resolved_by_itself), str(r.resolved_or_asked), f"{r.duplicates_applied}/{r.duplicates}", str(r.ask_precision))
+                              str(r.resolved_by_itself), str(r.resolved_or_asked), f"{r.duplicates_applied}/{r.duplicates}", str(r.ask_precision),
+                              "n/a" if r.update_ap is None else f"{r.update_ap:.2f} (base {r.base_rate:.3f})")
             console.print(table)
             found.append({"judge": judge.name, "form": form, "auto_apply": judge.auto_apply.to_json(), "ms_a_pair": round(ms, 2),
                           "part": part, "sources": {k: r.to_json() for k, r in reports.items()}})
