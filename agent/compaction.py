@@ -41,6 +41,7 @@ from memupdate.agent.policies.batched import iter_together
 from memupdate.agent.tools import MEMORY_TOOLS
 from memupdate.bank.review import build_review
 from memupdate.bank.review_records import Review
+from memupdate.judge.judges import make_judge
 from memupdate.scoring.qa_change import QAChange, qa_change
 from memupdate.store import MemoryStore
 
@@ -256,7 +257,7 @@ def compact_bank(
         labels = [f"n{index:05d}" for index in range(len(result.neighbourhoods))]
         _episodes(policy, fork, result.neighbourhoods, labels, result, max_turns, max_operations, on_episode)
         # A fact's chain of statements longer than a neighbourhood was cut: its parts' live ends meet again.
-        for round_ in range(1, CHAIN_ROUNDS + 1) if together and policy.follow_chains else ():
+        for round_ in range(1, CHAIN_ROUNDS + 1) if together else ():
             groups = _chain_ends(fork, together, size)
             if not groups:
                 break
@@ -351,7 +352,8 @@ def compact(
     on_answer: Callable[[int, int], None] | None = None,
 ) -> Compaction:
     """Compact `bank` into a fork at `fork_namespace` (`compact_bank`), then score the fork on `questions`
-    with the QA proxy (and `reader`'s F1, if given) and review every change (skipped with `review=False`).
+    with the QA proxy (and `reader`'s F1, if given) and review every change (skipped with `review=False`),
+    its statements read by the policy's own judge, or the default one (`make_judge`) for a policy without.
     The bank is never written; on any exception the fork is dropped."""
     started = time.perf_counter()
     result = compact_bank(policy, bank, fork_namespace, size=size, max_turns=max_turns, max_operations=max_operations,
@@ -359,7 +361,7 @@ def compact(
     try:
         qa = qa_change(bank, result.fork, questions, reader, on_answer) if questions else None
         # The review reads pairs as the policy did (remembering what it read), where it has a judge.
-        judge = policy.review_judge() if isinstance(policy, JudgingPolicy) else None
+        judge = (policy.remembering_judge() if isinstance(policy, JudgingPolicy) else make_judge()) if review else None
         page = build_review(bank, result.fork, result.calls, qa=qa.summary() if qa else None, judge=judge) if review else None
     except BaseException:
         result.fork.drop()

@@ -22,10 +22,11 @@ some memory of the fork holds all its content words (then it names that memory).
 Coverage alone is not safety (a merge of unrelated memories keeps every word), so each change also
 says whether its sources are alike (`alike`: their least pairwise cosine similarity, the content
 words they all share, `unrelated` under UNRELATED_BELOW or with none shared) and which words of its
-results no source holds (`unsupported`). Each supersession and merge carries how the relation judge
-reads its statements (`facts`: relation, confidence, the judge's threshold, whether the newer is
-current), and `flags` name what a person should look at: a supersession by a dissimilar memory, one
-memory superseding many, a compaction retiring most of the bank.
+results no source holds (`unsupported`). Given a relation judge (the caller's: `compact` passes its
+policy's), each supersession and merge carries how it reads its statements (`facts`: relation,
+confidence, the judge's threshold, whether the newer is current), and `flags` name what a person
+should look at: a supersession by a dissimilar memory, one memory superseding many, a compaction
+retiring most of the bank.
 """
 
 from __future__ import annotations
@@ -75,7 +76,8 @@ def build_review(
     judge: RelationJudge | None = None,
 ) -> Review:
     """The diff of `fork` against `bank` grouped into changes, with reasons, coverage, flags and counts;
-    `judge` reads the statements each supersession or merge relates (None: the configured judge)."""
+    `judge` reads the statements each supersession or merge relates (None: none read, `facts` is None: what
+    coverage alone needs, as the reward's `lost_sources`)."""
     before, after = bank.snapshot(), fork.snapshot()
     removed = [k for k in before if k not in after]
     changed = [k for k in before if k in after and before[k].as_event() != after[k].as_event()]
@@ -235,17 +237,13 @@ def _assess(
     least cosine similarity of any two sources, the content words they all share, `unrelated` when the
     similarity is under UNRELATED_BELOW or they share no word), the words its results hold that no
     source does (`unsupported`, dates its sources' relative time resolves to excepted), how the judge
-    reads its statements (`facts`), and `flags`: a supersession by a dissimilar memory, or one change
+    (if any) reads its statements (`facts`), and `flags`: a supersession by a dissimilar memory, or one change
     retiring a large share of the bank (a wipe dressed as updates)."""
     several = [m.key for d in drafts if len(d.sources) > 1 for m in d.sources]
     named = [k for d in drafts for k in (d.coverage.superseded_by or {}).values()]
     stale = [k for d in drafts for k in (d.coverage.superseded_by or {})]
     vectors = bank.vectors_of(sorted(set(several) | set(named) | set(stale)))
     vectors |= {k: v for k, v in fork.vectors_of(sorted(set(named) - set(vectors))).items()}
-    if judge is None and any(d.kind in ("supersede", "merge") for d in drafts):
-        from memupdate.judge.judges import make_judge
-
-        judge = make_judge()
     retired = len(stale)
     by_newer: dict[str, int] = {}
     for key in named:

@@ -1,5 +1,5 @@
 """FactConsolidation at the held-out size: compacting banks of 2,000 to 18,000 facts, with the local
-relation judge and with the rule, each on the path before the speed-ups and on today's, in one run.
+relation judge and with the rule, each by today's code and by a baseline commit's, in one run.
 
 The held-out 262k sub-dataset has 18,332 facts; the development rows have at most 2,310 (the 32k
 context). A bank is that context repeated with renamed subjects until it holds N facts: copy k
@@ -9,21 +9,22 @@ copy's updates stay updates of its own subjects and no two copies state the same
 across copies (copy k's facts come after copy k-1's), one hour apart, as the loader writes them.
 
 For each size, the bank is loaded once (every fact embedded once and written); then for each judge
-(`--judges`: local, rule) and each path (`--paths`: `now`, and `before`: `HeuristicPolicy(judge_once=False,
-follow_chains=False)`, every episode judging its own pairs, the review judging them again, no filter,
-no chain rounds, the judge unscreened), in one process on the same bank:
+(`--judges`: local, rule), in one process on the same bank:
 1. compact: `compact_bank` with the heuristic policy, every neighbourhood an episode;
 2. review: `build_review` of that fork (what `memupdate compact` adds to write its page);
 3. stale: of the stale facts the judge supersedes by itself (the older of each pair that meets in the
    whole bank and reads as an update its decision applies, every such pair judged, filter or not: an
    unreviewed compaction acts on no other reading, `HeuristicPolicy.asks`), the share superseded;
-4. changes: the memories each path supersedes or merges, against the path before's (the same judge).
-Targets: 18,000 facts compacted with the local judge in at most 120 s on 2 cores; at least 95% of the
+4. changes: the memories it supersedes or merges (`retired_memories`), against the baseline's.
+The baseline (`--baseline COMMIT`, default `bench.baseline.BASELINE_COMMIT`) is this benchmark as that
+commit runs it, first, in a git worktree and a process and database of its own (`bench.baseline`); its
+rows are named by the commit. Where its JSON lists the memories it retired, today's are compared key by
+key (the keys are the facts' own); otherwise the memories left after. Targets: 18,000 facts compacted with the local judge in at most 120 s on 2 cores; at least 95% of the
 stale facts whose update the judge applies by itself end superseded, at every size. `--plot` draws
 seconds against facts.
 
     python -m memupdate.bench.factconsolidation [--file FILE] [--facts 2000,6000,18000] [--judges local,rule]
-        [--paths now,before] [--plot fc-scale.png] [--out PATH]
+        [--baseline COMMIT|none] [--plot fc-scale.png] [--out PATH]
     memupdate bench factconsolidation [--plot fc-scale.png]
 """
 
@@ -37,11 +38,11 @@ import time
 import uuid
 from pathlib import Path
 
+from memupdate.bench.baseline import baseline_of, baseline_option, run_at
 from memupdate.bench.common import (
     bench_main,
     bench_namespace,
     console,
-    judge_screen,
     load_embedder,
     open_engine,
     plot_seconds,
@@ -94,11 +95,15 @@ def run(args: argparse.Namespace) -> dict:
     if not path.is_file():
         raise SystemExit(f"FactConsolidation file not found at {path}: pass --file or set {ENV_VAR}")
     engine = open_engine(args)
+    baseline = baseline_of(args.baseline)
+    summary: dict = {"baseline": baseline, "load_start": [round(x, 2) for x in os.getloadavg()], "target_seconds": TARGET_SECONDS,
+                     "sizes": []}
+    # The baseline first, in a process of its own: this one has loaded nothing yet.
+    theirs = run_at(baseline, "factconsolidation", ["--file", str(path.resolve()), "--facts", args.facts, "--judges", args.judges],
+                    engine)["sizes"] if baseline else []
     embedder = load_embedder()
     console.print(server_line(engine, embedder))
-    summary: dict = {"load_start": [round(x, 2) for x in os.getloadavg()], "target_seconds": TARGET_SECONDS, "sizes": []}
     judges = [j.strip() for j in args.judges.split(",") if j.strip()]
-    paths = [p.strip() for p in args.paths.split(",") if p.strip()]
     with bench_namespace(engine, embedder) as root:
         for facts in (int(n) for n in args.facts.split(",")):
             context, source, copies = large_context(path, facts)
@@ -107,17 +112,13 @@ def run(args: argparse.Namespace) -> dict:
             size = {"facts": len(context.facts), "source_facts": len(source.facts), "copies": copies,
                     "load_seconds": round(time.perf_counter() - started, 2), "runs": []}
             console.print(f"{facts:,} facts loaded in {size['load_seconds']:.1f} s", highlight=False)
+            twins = next((s["runs"] for s in theirs if s["facts"] == size["facts"]), [])
             for judge in judges:
-                before = None
-                for name in sorted(paths, key=lambda p: p != "before"):  # the path before first: the others compare to it
-                    run_ = compact_once(root, bank, judge, name)
-                    if name == "before":
-                        before = run_.pop("_changes")
-                    else:
-                        mine = run_.pop("_changes")
-                        run_["changes_vs_before"] = compare_changes(mine, before) if before is not None else None
-                    run_.pop("_changes", None)
-                    size["runs"].append(run_)
+                run_ = compact_once(root, bank, judge)
+                if (twin := next((r for r in twins if r["judge"] == judge), None)) is not None:
+                    size["runs"].append({k: v for k, v in twin.items() if k != "changes_vs_before"} | {"path": baseline})
+                    run_["changes_vs_baseline"] = versus_baseline(run_, twin, "memories_after")
+                size["runs"].append(run_)
             bank.drop()
             summary["sizes"].append(size)
     summary["load_end"] = [round(x, 2) for x in os.getloadavg()]
@@ -127,33 +128,31 @@ def run(args: argparse.Namespace) -> dict:
     return summary
 
 
-def compact_once(root, bank, judge_name: str, path: str) -> dict:
-    """One compaction of `bank` with the heuristic policy reading `judge_name`, on `path` (`now` or
-    `before`), its review, the stale share, and what it changed; its fork dropped."""
+def compact_once(root, bank, judge_name: str) -> dict:
+    """One compaction of `bank` with the heuristic policy reading `judge_name`, its review, the stale
+    share, and what it changed; its fork dropped."""
     from memupdate.agent.compaction import compact_bank
     from memupdate.agent.policies.heuristic import HeuristicPolicy
     from memupdate.bank.review import build_review
     from memupdate.judge.judges import make_judge
 
-    speedups = path != "before"
     judge = make_judge(judge_name)
-    policy = HeuristicPolicy(store=root, judge=judge, judge_once=speedups, follow_chains=speedups)
-    out: dict = {"judge": judge_name, "path": path, "load": [round(x, 2) for x in os.getloadavg()]}
+    policy = HeuristicPolicy(store=root, judge=judge)
+    out: dict = {"judge": judge_name, "path": "now", "load": [round(x, 2) for x in os.getloadavg()]}
     counted = _count_pairs(judge)
-    with judge_screen(speedups, judge):
-        started = time.perf_counter()
-        result = compact_bank(policy, bank, (*bank.namespace, "traj", f"{judge_name}-{path}"))
-        out["compact_seconds"] = round(time.perf_counter() - started, 2)
-        out["judged_in_compaction"] = counted["pairs"]
-        started = time.perf_counter()
-        page = build_review(bank, result.fork, result.calls, judge=policy.review_judge())
-        out["review_seconds"] = round(time.perf_counter() - started, 2)
+    started = time.perf_counter()
+    result = compact_bank(policy, bank, (*bank.namespace, "traj", judge_name))
+    out["compact_seconds"] = round(time.perf_counter() - started, 2)
+    out["judged_in_compaction"] = counted["pairs"]
+    started = time.perf_counter()
+    page = build_review(bank, result.fork, result.calls, judge=policy.remembering_judge())
+    out["review_seconds"] = round(time.perf_counter() - started, 2)
     out["judged_in_review"] = counted["pairs"] - out["judged_in_compaction"]
     out |= {"episodes": result.episodes, "failed": len(result.failed_episodes), "memories_after": result.fork.count(),
             "write_calls": len(result.calls), "flagged": page.counts.flagged, "peak_rss_gb": round(peak_rss_gb(), 2)}
     out["stale"] = stale_superseded(policy.remembering_judge(), bank, result.fork)  # pairs it read are not judged again
-    out["_changes"] = changed_memories(result.fork)
-    console.print(f"  {judge_name:>5} {path:>6}: compact {out['compact_seconds']:.1f} s, review {out['review_seconds']:.1f} s, "
+    out["retired_memories"] = changed_memories(result.fork)
+    console.print(f"  {judge_name:>5}: compact {out['compact_seconds']:.1f} s, review {out['review_seconds']:.1f} s, "
                   f"stale superseded {out['stale']['all']['share']} / {out['stale']['judged']['share']} / {out['stale']['true']['share']} (load {out['load'][0]})", highlight=False)
     result.fork.drop()
     _count_pairs(judge, stop=True)
@@ -185,11 +184,28 @@ def changed_memories(fork) -> dict[str, str]:
     return out
 
 
-def compare_changes(mine: dict[str, str], before: dict[str, str]) -> dict:
-    """How one path's retired memories compare with the path before's: both, only this one, only before."""
-    both = set(mine) & set(before)
-    return {"both": len(both), "only_now": len(set(mine) - set(before)), "only_before": len(set(before) - set(mine)),
-            "same_kind": sum(mine[k].split()[0] == before[k].split()[0] for k in both)}
+def compare_changes(mine: dict[str, str], theirs: dict[str, str]) -> dict:
+    """How today's retired memories compare with the baseline's: both, only today's, only the baseline's."""
+    both = set(mine) & set(theirs)
+    return {"both": len(both), "only_now": len(set(mine) - set(theirs)), "only_baseline": len(set(theirs) - set(mine)),
+            "same_kind": sum(mine[k].split()[0] == theirs[k].split()[0] for k in both)}
+
+
+def versus_baseline(mine: dict, theirs: dict, count: str) -> dict:
+    """Today's run against the baseline's: key by key where the baseline listed its retired memories
+    (`compare_changes`), else whether both runs have the same `count` (a key of both, e.g. `memories_after`)."""
+    if "retired_memories" in theirs:
+        return compare_changes(mine["retired_memories"], theirs["retired_memories"])
+    return {"count": count, "same": mine[count] == theirs[count]}
+
+
+def versus_cell(versus: dict | None, minus: str = "-") -> str:
+    """A `versus_baseline` in a table cell."""
+    if not versus:
+        return ""
+    if "both" in versus:
+        return f"{versus['both']:,} both, +{versus['only_now']:,} / {minus}{versus['only_baseline']:,}"
+    return f"{'same' if versus['same'] else 'another'} {versus['count'].replace('_', ' ')} (keys not listed)"
 
 
 def stale_superseded(judge, bank, fork) -> dict:
@@ -228,7 +244,7 @@ def stale_superseded(judge, bank, fork) -> dict:
 
 
 def plot(summary: dict, out: str) -> None:
-    """Compaction seconds against facts, one line per judge and path, the target dashed."""
+    """Compaction seconds against facts, one line per judge and code (today's, the baseline's), the target dashed."""
     lines: dict[tuple[str, str], list[tuple[int, float]]] = {}
     for size in summary["sizes"]:
         for run_ in size["runs"]:
@@ -241,25 +257,25 @@ def report(summary: dict) -> None:
     rows = []
     for size in summary["sizes"]:
         for r in size["runs"]:
-            versus = r.get("changes_vs_before")
             rows.append([f"{size['facts']:,}", r["judge"], r["path"], f"{r['compact_seconds']:.1f}", f"{r['review_seconds']:.1f}",
                          f"{r['judged_in_compaction']:,} + {r['judged_in_review']:,}",
                          " / ".join(f"{r['stale'][k]['superseded']:,}/{r['stale'][k]['stale']:,} ({r['stale'][k]['share']})"
                                     for k in ("all", "judged", "true")),
-                         f"{r['memories_after']:,}", "" if not versus else
-                         f"{versus['both']:,} both, +{versus['only_now']:,} / -{versus['only_before']:,}", str(r["load"][0])])
+                         f"{r['memories_after']:,}", versus_cell(r.get("changes_vs_baseline")), str(r["load"][0])])
+    baseline = summary.get("baseline")
     print_table(
-        "FactConsolidation at scale: the heuristic policy, each judge on the path before the speed-ups and now",
-        ["facts", "judge", "path", "compact s", "review s", "pairs judged (compact + review)", "stale superseded: all / judged / true",
-         "memories after", "retired vs before", "load"], rows,
+        "FactConsolidation at scale: the heuristic policy with each judge, today's code" + (f" and {baseline}'s" if baseline else ""),
+        ["facts", "judge", "code", "compact s", "review s", "pairs judged (compact + review)", "stale superseded: all / judged / true",
+         "memories after", "retired vs baseline", "load"], rows,
         [f"load average at the start: {', '.join(map(str, summary['load_start']))}; at the end: "
          f"{', '.join(map(str, summary['load_end']))}",
-         "before: every episode judges its own pairs and the review judges them again, no filter, no chain rounds; "
-         "now: judged once in one batch, pairs sharing no rare word spared, chains followed to their newest statement.",
+         f"now: today's code; {baseline}: the code of that commit, measured first in the same run (a worktree, a process "
+         "and a database of its own)." if baseline else "now: today's code (no baseline measured: --baseline COMMIT).",
          "stale superseded: of the stale facts the judge supersedes by itself (an update its decision applies), those superseded: all (every pair that meets "
          "judged), judged (pairs sharing a rare word, what a compaction now judges), true (the rule, exact on the "
          "template, reads an update too: the judge also reads facts about other subjects as updates).",
-         "retired vs before: memories both paths retire, and those only now / only before retires (same judge).",
+         "retired vs baseline: memories both retire, and those only today's code / only the baseline's retires (same judge); "
+         "where the baseline's JSON does not list them, whether as many memories are left after.",
          f"targets: the local judge at 18,000 facts in at most {TARGET_SECONDS} s; a stale share of at least 0.95."],
     )
 
@@ -268,7 +284,7 @@ def options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--file", help=f"FactConsolidation rows (default ${ENV_VAR}, else the dev copy beside the repository)")
     parser.add_argument("--facts", default="2000,6000,18000", help="facts in each bank, comma-separated")
     parser.add_argument("--judges", default="local,rule", help="the judges the heuristic reads, comma-separated")
-    parser.add_argument("--paths", default="now,before", help="now (the speed-ups) and before (the path before them)")
+    baseline_option(parser)
     parser.add_argument("--plot", help="draw compaction seconds against facts to this PNG")
 
 

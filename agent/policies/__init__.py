@@ -34,8 +34,6 @@ class JudgingPolicy(Protocol):
     """A policy that reads the relation judge (the heuristic): what compaction and the watcher may ask of
     it, beyond driving the graph. A policy without a judge (a language model's) is asked none of it."""
 
-    follow_chains: bool
-
     def pairs_to_meet(self, bank: MemoryStore, keys: Sequence[str], vectors: np.ndarray) -> list[tuple[str, str]]:
         """The pairs of the bank that must share an episode (their reading is acted on)."""
 
@@ -49,10 +47,7 @@ class JudgingPolicy(Protocol):
         """Whether compacting `bank` in neighbourhoods of `size` could edit it."""
 
     def remembering_judge(self) -> RelationJudge:
-        """The policy's judge, remembering every pair it has read."""
-
-    def review_judge(self) -> RelationJudge:
-        """The judge a compaction's review reads its changes with."""
+        """The policy's judge, remembering every pair it has read (a compaction's review reads with it)."""
 
 
 @dataclass(frozen=True)

@@ -43,6 +43,7 @@ from memupdate.agent.policies.handles import UPDATE_LABEL
 from memupdate.agent.policies.planning import PlanningPolicy, ToolCall
 from memupdate.judge import Verdict, judge_memories
 from memupdate.judge.decision import change_chance
+from memupdate.judge.judges import make_judge
 from memupdate.judge.meeting import candidate_pairs, worth_judging
 from memupdate.judge.verdict import Pair, later
 from memupdate.settings import DEFAULT_MAX_OPERATIONS
@@ -111,16 +112,12 @@ class HeuristicPolicy(PlanningPolicy):
     # and then edits only the `stepwise` memories that look showed, so every handle it writes was in the
     # transcript before it (the default plan reads the whole bank and edits memories no tool result showed).
     stepwise: int = Field(0, ge=0, le=20)
-    # How two memories relate (`memupdate.judge`); None: the configured judge (the local model by default).
+    # How two memories relate (`memupdate.judge`); None: the default judge (`judge.judges.make_judge`: the
+    # configured one, the local model unless set), made when the plan first reads a pair. A compaction's
+    # pairs are judged once, in one batch before its episodes (`judge_ahead`), its review reuses the
+    # verdicts (`remembering_judge`), and a pair sharing no rare word (`judge.meeting.worth_judging`) is
+    # never judged.
     judge: Any = Field(None, exclude=True)
-    # At scale, changing nothing the judge decides (False: the path before, kept for benchmarks' baselines):
-    # a compaction's pairs are judged once, in one batch before its episodes (`judge_ahead`), the review
-    # reuses the verdicts, and a pair sharing no rare word (`judge.meeting.worth_judging`) is never judged.
-    judge_once: bool = True
-    # A fact stated three times or more keeps only its newest statement current: each older one is
-    # superseded by the live end of its chain of updates (False: a memory already superseded supersedes
-    # nothing, so a superseded middle statement left the oldest current).
-    follow_chains: bool = True
     # Whether the plan also acts on readings the judge's decision (`judge.decision.AutoApply.act`) would ask
     # a person about. False (nobody reviews: `compact --apply`, the evaluations, the learning's rollouts):
     # it supersedes and merges only where the decision applies the change by itself. True (a person
@@ -218,7 +215,7 @@ class HeuristicPolicy(PlanningPolicy):
         Their verdicts are kept for this compaction's episodes (`_verdicts`), an earlier one's dropped."""
         self.forget()
         pairs = [(keys[i], keys[j]) for i, j in candidate_pairs(vectors)]
-        records = {m.key: m for m in (bank.list() if self.judge_once else bank.get_many(sorted({k for pair in pairs for k in pair})))}
+        records = {m.key: m for m in bank.list()}
         known = [(records[a], records[b]) for a, b in pairs if a in records and b in records]
         verdicts = self._judged(known, among=list(records.values()))
         return [(a.key, b.key) for (a, b), v in zip(known, verdicts, strict=True) if v is not None and self._acts_on(v)]
@@ -226,9 +223,7 @@ class HeuristicPolicy(PlanningPolicy):
     def judge_ahead(self, bank: MemoryStore, keys: Sequence[str], vectors: np.ndarray, groups: Sequence[Sequence[str]]) -> int:
         """Judge, in one batch, every pair the episodes on `groups` (neighbourhoods of `bank`, whose
         memories `keys` have `vectors`) will meet, so each episode reads its verdicts and judges none;
-        how many pairs were judged. Nothing without `judge_once` (each episode judges its own pairs)."""
-        if not self.judge_once:
-            return 0
+        how many pairs were judged."""
         index = {key: i for i, key in enumerate(keys)}
         wanted: set[tuple[str, str]] = set()
         for group in groups:
@@ -244,9 +239,7 @@ class HeuristicPolicy(PlanningPolicy):
     def judge_banks(self, banks: Sequence[tuple[Sequence[MemoryRecord], np.ndarray]]) -> None:
         """Judge, in one batch, the pairs that meet in each of many small banks (its memories and their
         vectors), each bank's filter its own: a watcher's pass over many people reads them all at once,
-        and then `has_work` and the compactions judge none. Without `judge_once`, nothing."""
-        if not self.judge_once:
-            return
+        and then `has_work` and the compactions judge none."""
         fresh: list[tuple[MemoryRecord, MemoryRecord]] = []
         for memories, vectors in banks:
             met = candidate_pairs(vectors) if len(memories) > 1 else []
@@ -273,19 +266,15 @@ class HeuristicPolicy(PlanningPolicy):
 
     def forget(self) -> None:
         """Drop the verdicts read so far: a watcher's policy lives across passes and banks, and keeps one
-        compaction's verdicts (a pass's, once `judge_once` lets it read many banks' pairs at once)."""
-        if not self.judge_once or len(self._read) > MAX_REMEMBERED:
+        compaction's verdicts (a pass's: `judge_banks` reads many banks' pairs at once) up to MAX_REMEMBERED."""
+        if len(self._read) > MAX_REMEMBERED:
             self._read.clear()
             self._memo = None
 
     def remembering_judge(self) -> RememberingJudge:
-        """This policy's judge, remembering every pair it has read (on either path)."""
+        """This policy's judge, remembering every pair it has read: a compaction's review and the watcher's
+        trigger read it, so they judge no pair again."""
         return self._the_judge()
-
-    def review_judge(self) -> Any:
-        """The judge a compaction's review reads its changes with: with `judge_once`, this policy's
-        judge remembering what it read (`RememberingJudge`), so the review judges no pair again."""
-        return self._the_judge() if self.judge_once else self._the_judge().inner
 
     def _verdicts(self, bank: MemoryStore, memories: Sequence[MemoryRecord]) -> dict[frozenset[str], Verdict]:
         """The judge's reading of each pair of `memories` that meets (`judge.meeting`: each memory's
@@ -300,20 +289,17 @@ class HeuristicPolicy(PlanningPolicy):
 
     def _the_judge(self) -> RememberingJudge:
         if self.judge is None:
-            from memupdate.judge.judges import make_judge
-
             self.judge = make_judge()
         if self._memo is None or self._memo.inner is not self.judge:
             self._memo = RememberingJudge(self.judge)
         return self._memo
 
     def _judged(self, pairs: Sequence[tuple[MemoryRecord, MemoryRecord]], among: Sequence[MemoryRecord] = ()) -> list[Verdict | None]:
-        """The judge's verdicts, each pair read once per policy (a pair's keys and texts name it); with
-        `judge_once`, a pair sharing no rare word of `among` (its bank: `judge.meeting.worth_judging`) is
-        not judged (None)."""
+        """The judge's verdicts, each pair read once per policy (a pair's keys and texts name it); a pair
+        sharing no rare word of `among` (its bank: `judge.meeting.worth_judging`) is not judged (None)."""
         name = [_pair_name(a, b) for a, b in pairs]
         fresh = list({n: i for i, n in reversed(list(enumerate(name))) if n not in self._read}.values())
-        if self.judge_once and fresh:
+        if fresh:
             bank = {m.key: m for m in among}
             for i in fresh:
                 bank.setdefault(pairs[i][0].key, pairs[i][0])
@@ -331,9 +317,9 @@ class HeuristicPolicy(PlanningPolicy):
     def _supersessions(self, memories: Sequence[MemoryRecord], touched: set[str], verdicts: dict[frozenset[str], Verdict]) -> list[ToolCall]:
         """Each older memory is superseded by the newer one the judge reads as an update of its fact with
         the most confidence (surest pairs first; only readings the plan acts on, `_acts_on`: with `asks`,
-        two true facts it half reads as an update too, ranked by that probability), and with
-        `follow_chains` by the live end of that one's own chain (A -> B -> C: A and B by C); without, a
-        memory already superseded supersedes nothing."""
+        two true facts it half reads as an update too, ranked by that probability), and then by the live end
+        of that one's own chain (A -> B -> C: A and B by C), so a fact stated three times or more keeps only
+        its newest statement current."""
         dated = [m for m in memories if stated_at(m) and m.key not in touched]
         updates = []
         for i, a in enumerate(dated):
@@ -345,13 +331,13 @@ class HeuristicPolicy(PlanningPolicy):
                 updates.append((-change_chance(verdict), stated_at(newer), older, newer))
         successor: dict[str, tuple[MemoryRecord, MemoryRecord]] = {}
         for _, _, older, newer in sorted(updates, key=lambda u: (u[0], u[1], u[2].key)):
-            if older.key in successor or (not self.follow_chains and newer.key in successor):
+            if older.key in successor:
                 continue
             successor[older.key] = (older, newer)
         calls = []
         for older, newer in successor.values():
             seen = {older.key}
-            while self.follow_chains and newer.key in successor and newer.key not in seen:  # to the chain's live end
+            while newer.key in successor and newer.key not in seen:  # to the chain's live end
                 seen.add(newer.key)
                 newer = successor[newer.key][1]
             reason = f"{UPDATE_LABEL} {shared_head(older.content, newer.content) or newer.content}"  # the fact that changed first
