@@ -1,13 +1,13 @@
 """Compaction that runs beside a live app: banks that need work are compacted, the safe changes apply
 themselves, the rest wait for review, and nothing the app writes meanwhile is lost.
 
-    from memupdate.agent.background import BackgroundCompactor
+    from memupdate.agent.background import BackgroundCompactor, CompactorSettings
     from memupdate.store import MemoryStore
 
     root = MemoryStore.connect(("memupdate",))
-    compactor = BackgroundCompactor(root, "postgresql://app@db:5432/app", prefix=("memories",))
+    compactor = BackgroundCompactor(root, "postgresql://app@db:5432/app", CompactorSettings(prefix=("memories",)))
     compactor.run_once()            # one pass: [BankPass(bank="imported/memories/alice", applied=[41], queued=[42]), ...]
-    with BackgroundCompactor(root, "app/memories", interval=300):    # a bank path of memupdate's own database
+    with BackgroundCompactor(root, "app/memories", CompactorSettings(interval=300)):   # a bank path of memupdate's own database
         serve_my_app()              # a pass every 5 minutes in a thread; `compactor.wake()` runs one now
 
 SOURCE is a LangGraph `PostgresStore` URL (LangMem's usual store) or a path of memupdate's own
@@ -39,7 +39,6 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from types import EllipsisType
 from typing import Any
 
 from langchain_core.language_models import BaseChatModel
@@ -62,6 +61,8 @@ from memupdate.bank.namespaces import COMPACTION_LABEL, compaction_namespace
 from memupdate.bank.review_queue import known_signatures, propose_parts, shrink_fork, signature
 from memupdate.bank.source_kinds import live_kind
 from memupdate.errors import MemupdateError
+from memupdate.judge import RelationJudge, judge_memories
+from memupdate.judge.judges import make_judge
 from memupdate.store import (
     MemoryNotFound,
     MemoryStore,
@@ -123,33 +124,46 @@ def _count(count: int, noun: str) -> str:
     return f"{count} {noun}{'s' if count != 1 else ''}"
 
 
+@dataclass(frozen=True)
+class CompactorSettings:
+    """What a `BackgroundCompactor` does, each default defined here once (`memupdate watch` builds one
+    from its options)."""
+
+    prefix: tuple[str, ...] = ()  # a live store: the app's namespaces watched (those under this prefix)
+    into: Namespace | None = None  # a live store: where its banks are kept (None: the import's default)
+    policy: str | BaseChatModel = "heuristic"  # a name (heuristic, openai, hf; see `model`...) or a chat model
+    model: str | None = None
+    base_url: str | None = None
+    api_key: str | None = None
+    rule: SafetyRule = field(default_factory=SafetyRule)  # which changes apply themselves
+    grow_by: int = DEFAULT_GROW_BY  # compacted again once grown by this many memories
+    size: int | None = None  # memories per episode (None: the compaction's DEFAULT_NEIGHBOURHOOD)
+    interval: float = DEFAULT_INTERVAL  # seconds between passes in the background thread
+    # A bank's questions for the QA check (none by default): a change lowering their QA proxy waits.
+    questions: Callable[[MemoryStore], Sequence[Any]] | None = None
+    skip_labels: tuple[str, ...] = (COMPACTION_LABEL,)  # a path source: namespaces under these labels are no banks
+
+    def __post_init__(self) -> None:
+        if self.grow_by < 1:
+            raise MemupdateError(f"grow_by={self.grow_by}: a bank must grow by at least 1 memory to be compacted again")
+
+
 class BackgroundCompactor:
-    """Keeps the banks of `source` compact (see the module docstring). `policy`: a name
-    (`heuristic`, `openai`, `hf`, with `model`/`base_url`/`api_key`) or a chat model; `rule`: which changes
-    apply themselves; `questions(bank)`: a bank's questions for the QA check (none by default); `on_step(step, bank)` is called
-    before each step (tests kill the process there)."""
+    """Keeps the banks of `source` compact (see the module docstring) as `settings` say; `on_step(step,
+    bank)` is called before each step (tests kill the process there), `on_progress(done, total)` after
+    each bank of a pass."""
 
     def __init__(
-        self, root: MemoryStore, source: str, *, prefix: Sequence[str] = (), into: Namespace | None = None,
-        policy: str | BaseChatModel = "heuristic", model: str | None = None, base_url: str | None = None,
-        api_key: str | None = None, rule: SafetyRule | None = None, grow_by: int = DEFAULT_GROW_BY,
-        size: int | None = None, interval: float = DEFAULT_INTERVAL,
-        questions: Callable[[MemoryStore], Sequence[Any]] | None = None,
-        skip_labels: Sequence[str] = (COMPACTION_LABEL,), on_step: Callable[[str, str], None] | None = None,
-        batched: bool = True, on_progress: Callable[[int, int], None] | None = None,
+        self, root: MemoryStore, source: str, settings: CompactorSettings | None = None, *,
+        on_step: Callable[[str, str], None] | None = None, on_progress: Callable[[int, int], None] | None = None,
     ):
-        if grow_by < 1:
-            raise MemupdateError(f"grow_by={grow_by}: a bank must grow by at least 1 memory to be compacted again")
-        self.root, self.source, self.prefix, self.into = root, source, tuple(prefix), into
+        self.root, self.source = root, source
+        self.settings = settings or CompactorSettings()
         self.kind = live_kind(source)  # an app's store kept in step, else a path of memupdate's own banks
         self.live = self.kind is not None
         self.path = None if self.live else to_namespace(source)
-        self.rule, self.grow_by, self.size, self.interval = rule or SafetyRule(), grow_by, size, interval
-        self.questions = questions
-        self.skip_labels, self.on_step = set(skip_labels), on_step
-        self.batched = batched  # False: bank by bank, the pass before the batching (benchmarks' baseline)
-        self.on_progress = on_progress  # (banks done, banks in the pass), after each bank
-        self._policy_spec = (policy, model, base_url, api_key)
+        self.on_step, self.on_progress = on_step, on_progress
+        policy = self.settings.policy
         self._policy: BaseChatModel | None = policy if isinstance(policy, BaseChatModel) else None
         self._stop, self._wake = threading.Event(), threading.Event()
         self._thread: threading.Thread | None = None
@@ -191,34 +205,30 @@ class BackgroundCompactor:
                 self.last = self.run_once()
             except Exception as exc:  # a pass that fails (the store unreachable) is reported; the next one retries
                 self.errors.append(f"{datetime.now(UTC).isoformat(timespec='seconds')} {type(exc).__name__}: {exc}")
-            self._wake.wait(self.interval)
+            self._wake.wait(self.settings.interval)
             self._wake.clear()
 
     # -- one pass ------------------------------------------------------------------------------------
 
     def run_once(self) -> list[BankPass]:
-        """One pass over every bank of the source (see the module docstring)."""
+        """One pass over every bank of the source (see the module docstring): a live store's banks
+        imported first (steps 1, and 5 after each bank), then steps 2-4 on each."""
         self.passes += 1
-        if self.live:
-            return self._live_pass() if self.batched else self._live_pass_bank_by_bank()
-        if not self.batched:
-            return [self.compact_bank_if_needed(bank) for bank in self.banks() if not self._stop.is_set()]
-        banks = self.banks()
-        return self._bank_passes(banks, self._reasons(banks), lambda _bank, done: done)
+        banks, after = self._import() if self.live else (self.banks(), None)
+        return self._bank_passes(banks, self._reasons(banks), after)
 
     def _reasons(self, banks: Sequence[MemoryStore]) -> dict[str, str | None]:
         """Why each bank needs work (`needs_work_many`), the judge read once for every bank's new pairs,
         and every pair of the small banks that need work judged in the same batch for their compaction."""
-        unjudged = _needs_work_unjudged(banks, self.grow_by)
+        unjudged = _needs_work_unjudged(banks, self.settings.grow_by)
         if all(found is None for found in unjudged.values()):
             return unjudged  # an idle pass: no judge, no policy, no model loaded
         policy = self.policy()
         judging = isinstance(policy, JudgingPolicy)
-        reasons = _judged_reasons(unjudged, policy.remembering_judge() if judging else None)
+        # The policy's own judge where it has one (what it reads now it will not read again), else the default.
+        reasons = _judged_reasons(unjudged, policy.remembering_judge() if judging else make_judge())
         if judging:
-            from memupdate.agent.compaction import DEFAULT_NEIGHBOURHOOD
-
-            size = self.size or DEFAULT_NEIGHBOURHOOD
+            size = self._size()
             small = [bank for bank in banks if reasons[bank.path] is not None]
             read = []
             for bank in small:
@@ -230,7 +240,7 @@ class BackgroundCompactor:
         return reasons
 
     def _bank_passes(self, banks: Sequence[MemoryStore], reasons: dict[str, str | None],
-                     after: Callable[[MemoryStore, BankPass], BankPass]) -> list[BankPass]:
+                     after: Callable[[MemoryStore, BankPass], BankPass] | None) -> list[BankPass]:
         """Steps 2-4 on each bank (5 by `after`), progress reported; stopping leaves the rest for the next
         pass, which finds them by their state (never compacted, or grown since), not by this one's."""
         passes = []
@@ -238,8 +248,8 @@ class BackgroundCompactor:
         for number, bank in enumerate(banks, 1):
             if self._stop.is_set():
                 break
-            done = self.compact_bank_if_needed(bank, reason=reasons[bank.path], leftovers=bank.path in proposed)
-            passes.append(after(bank, done))
+            done = self.compact_bank_if_needed(bank, reasons[bank.path], leftovers=bank.path in proposed)
+            passes.append(after(bank, done) if after is not None else done)
             if self.on_progress is not None:
                 self.on_progress(number, len(banks))
         return passes
@@ -247,27 +257,28 @@ class BackgroundCompactor:
     def banks(self) -> list[MemoryStore]:
         """The banks of a path source: the path itself and every namespace under it but forks."""
         found = self.root.list_namespaces(prefix=self.path)
-        return [self.root.scoped(ns) for ns in found if not self.skip_labels & set(ns[len(self.path):])]
+        skip = set(self.settings.skip_labels)
+        return [self.root.scoped(ns) for ns in found if not skip & set(ns[len(self.path):])]
 
-    def _live_pass(self) -> list[BankPass]:
-        """Steps 1-5 over every bank of a live store, what every bank shares paid once a pass: the source
+    def _import(self) -> tuple[list[MemoryStore], Callable[[MemoryStore, BankPass], BankPass]]:
+        """Step 1 over every bank of a live store, what every bank shares paid once a pass: the source
         rows read in one query, only banks with changes the store has not had resumed, the store read
-        once, every new text embedded in one batch, unmoved banks imported without a query, the judge
-        read once for all (`_reasons`), and the store written only for banks a change applied to."""
+        once, every new text embedded in one batch, unmoved banks imported without a query. Returns the
+        banks and step 5 for each (the store written only for banks a change applied to)."""
         from memupdate.bank.live_sync import banks_with_pending_writes
         from memupdate.bank.source_import import import_items
         from memupdate.bank.sources import source_records
 
+        prefix = self.settings.prefix
         records = source_records(self.root, self.kind.kinds, self.kind.uri(self.source))
         for path in banks_with_pending_writes(self.root.engine, [r["namespace"] for r in records.values()]):
             self._step("resume", path)
             export_changes(self.root.scoped(path), url=self.source)
         self._step("import", "")
-        source, items = self.kind.read(self.source, self.prefix, self.into)
+        source, items = self.kind.read(self.source, prefix, self.settings.into)
         _embed_new(self.root, items, records)
         reports = import_items(self.root, items, source, mirror=True, records=records,
-                               namespaces=[ns for ns in records if ns[: len(self.prefix)] == self.prefix])
-        banks = [self.root.scoped(report.bank) for report in reports]
+                               namespaces=[ns for ns in records if ns[: len(prefix)] == prefix])
         by_bank = {report.bank: report for report in reports}
 
         def export(bank: MemoryStore, done: BankPass) -> BankPass:
@@ -280,44 +291,17 @@ class BackgroundCompactor:
                 done.dropped |= done.export.conflicts
             return done
 
-        return self._bank_passes(banks, self._reasons(banks), export)
+        return [self.root.scoped(report.bank) for report in reports], export
 
-    def _live_pass_bank_by_bank(self) -> list[BankPass]:
-        from memupdate.bank.source_import import import_items
-        from memupdate.bank.sources import banks_of_source
-
-        known = banks_of_source(self.root, self.kind.kinds, self.kind.uri(self.source))
-        for bank in known.values():
-            self._step("resume", bank.path)
-            export_changes(bank, url=self.source)
-        self._step("import", "")
-        source, items = self.kind.read(self.source, self.prefix, self.into)
-        reports = import_items(self.root, items, source, mirror=True,
-                               namespaces=[ns for ns in known if ns[: len(self.prefix)] == self.prefix])
-        passes = []
-        for report in reports:
-            if self._stop.is_set():
-                break
-            bank = self.root.scoped(report.bank)
-            done = self.compact_bank_if_needed(bank)
-            done.imported, done.from_app = report.summary(), report.from_app()
-            self._step("export", bank.path)
-            done.export = export_changes(bank, url=self.source, before_commit=lambda b=bank.path: self._step("export-commit", b),
-                                         after_commit=lambda b=bank.path: self._step("exported", b))
-            done.dropped |= done.export.conflicts
-            passes.append(done)
-        return passes
-
-    def compact_bank_if_needed(self, bank: MemoryStore, *, reason: str | None | EllipsisType = ..., leftovers: bool = True) -> BankPass:
-        """Steps 2-4 of the module docstring on one bank; `reason`: why it needs work, when already known;
-        `leftovers`: False when the bank is known to hold no proposed change (nothing a killed pass left)."""
+    def compact_bank_if_needed(self, bank: MemoryStore, reason: str | None, *, leftovers: bool = True) -> BankPass:
+        """Steps 2-4 of the module docstring on one bank; `reason`: why it needs work (None: it does not,
+        `needs_work`); `leftovers`: False when the bank is known to hold no proposed change (nothing a
+        killed pass left)."""
         started = time.perf_counter()
-        done = BankPass(bank.path, needs_work(bank, self.grow_by) if reason is ... else reason)
+        done = BankPass(bank.path, reason)
         if leftovers:
             self._apply_safe_leftovers(bank, done)
         if done.reason is not None:
-            if not self.batched:
-                self._drop_orphan_forks(bank)
             self._compact(bank, done)
             mark_compacted(bank, done)
         done.seconds = time.perf_counter() - started
@@ -326,16 +310,15 @@ class BackgroundCompactor:
     def _compact(self, bank: MemoryStore, done: BankPass) -> None:
         self._step("compact", bank.path)
         # Here, not at the top: compaction brings the scorers (nltk, ~2 s) that an idle pass never needs.
-        from memupdate.agent.compaction import DEFAULT_NEIGHBOURHOOD, compact
+        from memupdate.agent.compaction import compact
 
-        policy, size = self.policy(), self.size or DEFAULT_NEIGHBOURHOOD
-        if self.batched:
-            if isinstance(policy, JudgingPolicy) and not policy.has_work(bank, size):
-                return  # the policy would edit nothing: no fork, no episode, no review
-            self._drop_orphan_forks(bank)  # it scans every fork of the database: only before a compaction
+        policy, size, questions = self.policy(), self._size(), self.settings.questions
+        if isinstance(policy, JudgingPolicy) and not policy.has_work(bank, size):
+            return  # the policy would edit nothing: no fork, no episode, no review
+        self._drop_orphan_forks(bank)  # it scans every fork of the database: only before a compaction
         change_id = next_change_id(bank)
-        compacted = compact(self.policy(), bank, compaction_namespace(bank.namespace, change_id),
-                               self.questions(bank) if self.questions else (), size=self.size or DEFAULT_NEIGHBOURHOOD, check_moved=False)
+        compacted = compact(policy, bank, compaction_namespace(bank.namespace, change_id),
+                            questions(bank) if questions else (), size=size, check_moved=False)
         result, fork, review = compacted.result, compacted.fork, compacted.review
         touched = {e.memory_key for e in fork.events() if e.op in ("create", "update", "delete")}
         seen = known_signatures(bank)
@@ -343,7 +326,7 @@ class BackgroundCompactor:
         fresh = [c for c in ours if signature(c) not in seen]
         done.known = len(ours) - len(fresh)
         worse = compacted.qa.worse_keys if compacted.qa else frozenset()
-        held = {c.id: self.rule.holds(c, worse) for c in fresh}
+        held = {c.id: self.settings.rule.holds(c, worse) for c in fresh}
         self._step("propose", bank.path)
         compaction = {"fork_change": change_id, "episodes": result.episodes, "failed_episodes": len(result.failed_episodes)}
         parts = propose_parts(bank, fork, fresh, policy=self.policy_name, live=self.live, held=held, compaction=compaction)
@@ -382,19 +365,25 @@ class BackgroundCompactor:
 
     @property
     def policy_name(self) -> str:
-        name, model = self._policy_spec[0], self._policy_spec[1]
+        name, model = self.settings.policy, self.settings.model
         return name if isinstance(name, str) and not model else f"{name}:{model}" if isinstance(name, str) else type(name).__name__
 
     def policy(self) -> BaseChatModel:
         if self._policy is None:
             from memupdate.agent.policies import make_policy
 
-            name, model, base_url, api_key = self._policy_spec
+            name, settings = self.settings.policy, self.settings
             # Reviewed: what the judge asks about is proposed and waits in the queue (the safety rule holds it).
-            self._policy = make_policy(name, self.root, model=model, base_url=base_url, api_key=api_key, reviewed=True)
+            self._policy = make_policy(name, self.root, model=settings.model, base_url=settings.base_url,
+                                       api_key=settings.api_key, reviewed=True)
             if self._policy is None:
                 raise MemupdateError(f"policy {name!r} makes no edits: choose heuristic, openai or hf")
         return self._policy
+
+    def _size(self) -> int:
+        from memupdate.agent.compaction import DEFAULT_NEIGHBOURHOOD
+
+        return self.settings.size or DEFAULT_NEIGHBOURHOOD
 
     def _step(self, step: str, bank: str) -> None:
         if self.on_step is not None:
@@ -427,20 +416,20 @@ def _held(bank: MemoryStore, key: str) -> bool:
     return True
 
 
-def needs_work(bank: MemoryStore, grow_by: int, judge=None) -> str | None:
+def needs_work(bank: MemoryStore, grow_by: int, judge: RelationJudge) -> str | None:
     """Why the bank needs a compaction, or None: never compacted (2 memories or more), grown by
     `grow_by` memories since its last compaction, or a memory created since meets one the relation
-    judge (`judge`, None: the configured one) reads as a duplicate or an update of it: pairs meet when
-    they are written, as each new memory and its nearest live memories above a floor (`judge.meeting`)."""
+    judge `judge` reads as a duplicate or an update of it: pairs meet when they are written, as each new
+    memory and its nearest live memories above a floor (`judge.meeting`)."""
     return needs_work_many([bank], grow_by, judge)[bank.path]
 
 
-def needs_work_many(banks: Sequence[MemoryStore], grow_by: int, judge=None) -> dict[str, str | None]:
+def needs_work_many(banks: Sequence[MemoryStore], grow_by: int, judge: RelationJudge) -> dict[str, str | None]:
     """`needs_work` of each bank, by path, the judge reading every bank's new pairs in one batch."""
     return _judged_reasons(_needs_work_unjudged(banks, grow_by), judge)
 
 
-def _judged_reasons(unjudged: dict[str, str | list | None], judge=None) -> dict[str, str | None]:
+def _judged_reasons(unjudged: dict[str, str | list | None], judge: RelationJudge) -> dict[str, str | None]:
     """`_needs_work_unjudged`'s findings by bank, the pairs among them judged in one batch."""
     reasons: dict[str, str | None] = {}
     meeting: dict[str, list] = {}
@@ -451,10 +440,6 @@ def _judged_reasons(unjudged: dict[str, str | list | None], judge=None) -> dict[
     pairs = [pair for found in meeting.values() for pair in found]
     if not pairs:
         return reasons
-    from memupdate.judge import judge_memories
-    from memupdate.judge.judges import make_judge
-
-    judge = judge or make_judge()
     verdicts = iter(judge_memories(judge, pairs))
     for path, found in meeting.items():
         for (old, fresh), verdict in zip(found, verdicts, strict=False):

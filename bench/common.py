@@ -114,24 +114,6 @@ def bench_namespace(engine, embedder) -> Iterator[Any]:
         engine.dispose()
 
 
-@contextmanager
-def judge_screen(on: bool, judge: Any = None) -> Iterator[None]:
-    """The default judge (or `judge`) with its bfloat16 screen on or off (`judge.local.SCREEN_BELOW`): off
-    on a benchmark's path before it; restored after."""
-    from memupdate.judge.judges import make_judge
-
-    judge = judge if judge is not None else make_judge()
-    was = getattr(judge, "screen", None)
-    if was is None:  # a judge without a screen (the rule, an endpoint)
-        yield
-        return
-    judge.screen = on and was
-    try:
-        yield
-    finally:
-        judge.screen = was
-
-
 def server_line(engine, embedder) -> str:
     from memupdate.store import server_info
 

@@ -119,11 +119,11 @@ def write_latency(url: str, writes: int, tag: str) -> list[float]:
 
 def latency(root, engine, writes: int) -> dict:
     """The app's puts alone, then beside compactor passes run back to back in this process."""
-    from memupdate.agent.background import BackgroundCompactor
+    from memupdate.agent.background import BackgroundCompactor, CompactorSettings
 
     url = app_database(engine)
     into = (*root.namespace, "app")
-    compactor = BackgroundCompactor(root, url, prefix=("memories",), into=into, grow_by=20)
+    compactor = BackgroundCompactor(root, url, CompactorSettings(prefix=("memories",), into=into, grow_by=20))
     with console.status(f"first pass: importing and compacting {APP_ITEMS:,} app items ..."):
         start = time.perf_counter()
         compactor.run_once()

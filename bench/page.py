@@ -326,44 +326,51 @@ SECTIONS = {
 }
 
 
+def baseline_words(summary: dict[str, Any]) -> str:
+    """How a benchmark's rows name the code they measured: `now` today's, a commit's id the baseline's (a
+    summary measured otherwise says so in its `baseline_note`)."""
+    if summary.get("baseline_note"):
+        return summary["baseline_note"]
+    if summary.get("baseline"):
+        return (f"`now` is today's code, `{summary['baseline']}` the code of that commit, measured first in the same run "
+                "(a git worktree, a process and a database of its own: `bench/baseline.py`)")
+    return "`now` is today's code (no baseline measured: `--baseline COMMIT`)"
+
+
 def factconsolidation_section(fc: dict[str, Any]) -> list[str]:
-    """`bench factconsolidation`: each size, judge and path, with the plot of seconds against facts."""
+    """`bench factconsolidation`: each size, judge and code, with the plot of seconds against facts."""
+    from memupdate.bench.factconsolidation import versus_cell
+
     rows = []
     for size in fc["sizes"]:
         for r in size["runs"]:
             stale = " / ".join(f"{r['stale'][k]['share']}" for k in ("all", "judged", "true"))
-            versus = r.get("changes_vs_before")
             rows.append([f"{size['facts']:,}", r["judge"], r["path"], f"{r['compact_seconds']:.1f}", f"{r['review_seconds']:.1f}",
                          f"{r['judged_in_compaction']:,} + {r['judged_in_review']:,}", stale,
-                         "" if not versus else f"{versus['both']:,} both, +{versus['only_now']:,} / −{versus['only_before']:,}",
-                         str(r["load"][0])])
+                         versus_cell(r.get("changes_vs_baseline"), minus="−"), str(r["load"][0])])
     lines = ["## Compaction at scale", "",
              "`bench/factconsolidation.py`: FactConsolidation's 32k context repeated with renamed subjects to N facts, compacted "
-             "by the heuristic policy reading the local judge or the rule, on the path before the speed-ups (`before`: every "
-             "episode judges its own pairs, the review judges them again, the judge unscreened) and today's (`now`: each pair "
-             "judged once, in one batch, a pair sharing no rare word not judged, chains followed to their newest statement, the "
-             "judge's bfloat16 screen on). Stale share: of the "
+             f"by the heuristic policy reading the local judge or the rule; {baseline_words(fc)}. Stale share: of the "
              "stale facts whose update the judge's decision applies by itself, those superseded: over every pair that meets / the pairs worth judging / "
              "the template's true updates.", "",
-             *table(["facts", "judge", "path", "compact s", "review s", "pairs judged (compact + review)",
-                     "stale superseded (all / judged / true)", "retired vs before", "load"], rows, left=3)]
+             *table(["facts", "judge", "code", "compact s", "review s", "pairs judged (compact + review)",
+                     "stale superseded (all / judged / true)", "retired vs baseline", "load"], rows, left=3)]
     if fc.get("plot"):
         lines += ["", f"![compaction seconds against facts]({Path(fc['plot']).name})"]
     return lines
 
 
 def watch_section(watch: dict[str, Any]) -> list[str]:
-    """`bench watch`: a first and a steady `watch --once` pass over N people x M memories, both paths."""
+    """`bench watch`: a first and a steady `watch --once` pass over N people x M memories, today's code and the baseline's."""
     rows = [[f"{r['people']:,} × {r['memories']}", r["path"], f"{r['first']['seconds']:.1f}", str(r["first"]["load"]),
              f"{r['steady']['seconds']:.1f}", str(r["steady"]["load"]),
-             "" if r.get("same_changes_as_before") is None else ("yes" if r["same_changes_as_before"] else "no")]
+             "" if r.get("same_changes_as_baseline") is None else ("yes" if r["same_changes_as_baseline"] else "no")]
             for r in watch["runs"]]
     lines = ["## Many banks", "",
              "`bench/watch.py`: `memupdate watch --once` over a LangGraph store of N people × M everyday memories (one "
              "person in ten restating where they live), a first pass and a steady one after 10 people wrote a memory each; "
-             "`before` the pass bank by bank, the judge reading every pair in full precision; `now` what the banks share paid "
-             "once a pass, the judge screening in bfloat16 (pairs that could apply or ask read again in full precision).", "",
-             *table(["people × memories", "path", "first s", "load", "steady s", "load", "same changes"], rows, left=2)]
+             f"{baseline_words(watch)}; same changes: the baseline's, person by person.", "",
+             *table(["people × memories", "code", "first s", "load", "steady s", "load", "same changes"], rows, left=2)]
     if watch.get("plot"):
         lines += ["", f"![pass seconds against the store's size]({Path(watch['plot']).name})"]
     return lines

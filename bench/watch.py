@@ -1,5 +1,5 @@
-"""`memupdate watch --once` over a LangGraph store of many people: a first pass and a steady pass, on the
-pass before the per-pass batching and on today's, in one run.
+"""`memupdate watch --once` over a LangGraph store of many people: a first pass and a steady pass, by
+today's code and by a baseline commit's, in one run.
 
 A LangGraph app keeps one namespace per person. The benchmark writes N people x M everyday memories
 (`("memories", "person00042")`, `{"content": "Ana lives in Lisbon."}`: short facts from ~20 templates;
@@ -8,12 +8,13 @@ into LangGraph's own `PostgresStore` (a database of its own on the benchmark's s
 a fresh `BackgroundCompactor` each pass (as `memupdate watch --once` builds one):
 1. first: a pass that imports every person, compacts every bank and applies what is safe;
 2. steady: after CHANGED people put one new memory each, the next pass.
-Each path gets a store and banks of its own: `before` (`BackgroundCompactor(batched=False)`, bank by
-bank as before, the judge reading every pair in full precision) and `now` (the judge's bfloat16 screen
-on, where the CPU has it). Targets: the first pass over 1,000 x 20 in at most 60 s, a steady pass with
+The baseline (`--baseline COMMIT`, default `bench.baseline.BASELINE_COMMIT`) is this benchmark as that
+commit runs it, first, in a git worktree and a process and database of its own (`bench.baseline`); its
+rows are named by the commit, and `same changes` says whether today's code applied and queued the same
+changes for the same people. Targets: the first pass over 1,000 x 20 in at most 60 s, a steady pass with
 10 people changed in at most 5 s (2 cores).
 
-    python -m memupdate.bench.watch [--people 100,1000] [--memories 5,20] [--paths now,before] [--plot watch.png] [--out PATH]
+    python -m memupdate.bench.watch [--people 100,1000] [--memories 5,20] [--baseline COMMIT|none] [--plot watch.png] [--out PATH]
     memupdate bench watch
 """
 
@@ -24,11 +25,11 @@ import os
 import random
 import time
 
+from memupdate.bench.baseline import baseline_of, baseline_option, run_at
 from memupdate.bench.common import (
     bench_main,
     bench_namespace,
     console,
-    judge_screen,
     load_embedder,
     open_engine,
     plot_seconds,
@@ -67,9 +68,8 @@ VALUES = dict(
 
 
 def person_memories(person: int, count: int, salt: str = "") -> list[str]:
-    """`count` everyday memories of one person (deterministic per `salt`: each path gets texts of its own,
-    so neither finds the other's vectors in the embedder's cache), a later restatement of where they live
-    for every UPDATE_EVERY-th person."""
+    """`count` everyday memories of one person (deterministic per `salt`), a later restatement of where
+    they live for every UPDATE_EVERY-th person."""
     rng = random.Random(f"{salt}:{person}")
     name = NAMES[person % len(NAMES)]
     values = {key: rng.choice(options) for key, options in VALUES.items()} | {"name": name, "city": rng.choice(CITIES)}
@@ -121,58 +121,54 @@ def change_people(url: str, people: int, changed: int) -> None:
                      for person in range(0, people, step)[:changed]])
 
 
-def one_pass(root, url: str, into: tuple[str, ...], batched: bool) -> dict:
-    """One `watch --once` pass; `batched` False: the path before (bank by bank, the judge unscreened)."""
-    from memupdate.agent.background import BackgroundCompactor
+def one_pass(root, url: str, into: tuple[str, ...]) -> dict:
+    """One `watch --once` pass, as `memupdate watch --once` runs it."""
+    from memupdate.agent.background import BackgroundCompactor, CompactorSettings
 
     load = round(os.getloadavg()[0], 2)
     started = time.perf_counter()
-    compactor = BackgroundCompactor(root, url, prefix=("memories",), into=into, batched=batched)
-    with judge_screen(batched):
-        passes = compactor.run_once()
+    passes = BackgroundCompactor(root, url, CompactorSettings(prefix=("memories",), into=into)).run_once()
     seconds = time.perf_counter() - started
     return {"seconds": round(seconds, 2), "banks": len(passes), "compacted": sum(p.reason is not None for p in passes),
             "applied": sum(len(p.applied) for p in passes), "queued": sum(len(p.queued) for p in passes), "load": load,
-            "changes": sorted((p.bank.rsplit("/", 1)[-1], len(p.applied), len(p.queued)) for p in passes if p.applied or p.queued)}
+            "changes": sorted([p.bank.rsplit("/", 1)[-1], len(p.applied), len(p.queued)] for p in passes if p.applied or p.queued)}
 
 
 def run(args: argparse.Namespace) -> dict:
     engine = open_engine(args)
+    baseline = baseline_of(args.baseline)
+    summary: dict = {"baseline": baseline, "load_start": [round(x, 2) for x in os.getloadavg()], "runs": []}
+    # The baseline first, in a process of its own: this one has loaded nothing yet.
+    theirs = run_at(baseline, "watch", ["--people", args.people, "--memories", args.memories], engine)["runs"] if baseline else []
     embedder = load_embedder()
     console.print(server_line(engine, embedder))
-    summary: dict = {"load_start": [round(x, 2) for x in os.getloadavg()], "runs": []}
-    paths = [p.strip() for p in args.paths.split(",") if p.strip()]
     with bench_namespace(engine, embedder) as root:
         with console.status("warming up: the judge, the graph, the scorers' imports ..."):
             url = app_store(engine, "bench_watch_warmup", 3, 5, salt="warmup")
-            for path in paths:
-                one_pass(root, url, (*root.namespace, f"warmup-{path}"), path != "before")
+            one_pass(root, url, (*root.namespace, "warmup"))
             drop_store(engine, "bench_watch_warmup")
         for people in (int(n) for n in args.people.split(",")):
             for memories in (int(m) for m in args.memories.split(",")):
-                for path in paths:
-                    name = f"bench_watch_{path}_{people}x{memories}"
-                    with console.status(f"{people:,} people x {memories} memories: writing the app's store ..."):
-                        url = app_store(engine, name, people, memories)
-                    # The same texts on both paths (the same changes are expected): neither may find the
-                    # other's vectors in the embedder's cache, so it starts empty for each.
-                    root.embedder._cache.clear()
-                    into = (*root.namespace, f"{path}{people}x{memories}")
-                    with console.status(f"{people:,} x {memories}, {path}: the first pass ..."):
-                        first = one_pass(root, url, into, path != "before")
-                    change_people(url, people, CHANGED)
-                    with console.status(f"{people:,} x {memories}, {path}: a steady pass ({CHANGED} people changed) ..."):
-                        steady = one_pass(root, url, into, path != "before")
-                    drop_store(engine, name)
-                    summary["runs"].append({"people": people, "memories": memories, "path": path, "first": first, "steady": steady})
-                    console.print(f"{people:,} x {memories} {path}: first {first['seconds']:.1f} s (load {first['load']}), "
-                                  f"steady {steady['seconds']:.1f} s (load {steady['load']})", highlight=False)
+                name = f"bench_watch_{people}x{memories}"
+                with console.status(f"{people:,} people x {memories} memories: writing the app's store ..."):
+                    url = app_store(engine, name, people, memories)
+                into = (*root.namespace, f"{people}x{memories}")
+                root.embedder._cache.clear()  # the sizes share texts: each is embedded from scratch, as the baseline's are
+                with console.status(f"{people:,} x {memories}: the first pass ..."):
+                    first = one_pass(root, url, into)
+                change_people(url, people, CHANGED)
+                with console.status(f"{people:,} x {memories}: a steady pass ({CHANGED} people changed) ..."):
+                    steady = one_pass(root, url, into)
+                drop_store(engine, name)
+                mine = {"people": people, "memories": memories, "path": "now", "first": first, "steady": steady}
+                twin = next((r for r in theirs if (r["people"], r["memories"]) == (people, memories)), None)
+                if twin is not None:  # the same changes as the baseline's, for the same people
+                    summary["runs"].append({key: twin[key] for key in ("people", "memories", "first", "steady")} | {"path": baseline})
+                    mine["same_changes_as_baseline"] = all(mine[which]["changes"] == twin[which]["changes"] for which in ("first", "steady"))
+                summary["runs"].append(mine)
+                console.print(f"{people:,} x {memories}: first {first['seconds']:.1f} s (load {first['load']}), "
+                              f"steady {steady['seconds']:.1f} s (load {steady['load']})", highlight=False)
     summary["load_end"] = [round(x, 2) for x in os.getloadavg()]
-    for run_ in summary["runs"]:  # the same changes with and without the batching
-        twin = next((r for r in summary["runs"] if (r["people"], r["memories"]) == (run_["people"], run_["memories"])
-                     and r["path"] == "before"), None)
-        run_["same_changes_as_before"] = None if twin is None or twin is run_ else all(
-            run_[p]["changes"] == twin[p]["changes"] for p in ("first", "steady"))
     if args.plot:
         plot(summary, args.plot)
         summary["plot"] = args.plot
@@ -199,7 +195,7 @@ def report(summary: dict) -> None:
         rows.append([f"{r['people']:,} x {r['memories']}", r["path"], f"{f['seconds']:.1f}", f"{f['compacted']:,}",
                      f"{f['applied']} / {f['queued']}", str(f["load"]), f"{s['seconds']:.1f}", f"{s['compacted']:,}",
                      f"{s['applied']} / {s['queued']}", str(s["load"]),
-                     "" if r.get("same_changes_as_before") is None else ("yes" if r["same_changes_as_before"] else "no")])
+                     "" if r.get("same_changes_as_baseline") is None else ("yes" if r["same_changes_as_baseline"] else "no")])
     print_table(
         "memupdate watch --once over a LangGraph store, one namespace a person",
         ["people x memories", "path", "first s", "compacted", "applied / queued", "load", "steady s", "compacted",
@@ -207,8 +203,9 @@ def report(summary: dict) -> None:
         [f"load average at the start: {', '.join(map(str, summary['load_start']))}; at the end: "
          f"{', '.join(map(str, summary['load_end']))}",
          f"first: import, compaction and safe changes for everyone; steady: after {CHANGED} people wrote one memory each.",
-         "before: bank by bank as before the batching (BackgroundCompactor(batched=False)), the judge unscreened; now: the "
-         "per-pass batching and the judge's bfloat16 screen.",
+         f"now: today's code; {summary['baseline']}: the code of that commit, measured first in the same run "
+         "(a worktree, a process and a database of its own); same changes: as that commit's, person by person."
+         if summary.get("baseline") else "now: today's code (no baseline measured: --baseline COMMIT).",
          f"targets: the first pass over 1,000 x 20 in at most {TARGET_FIRST_SECONDS} s; a steady pass in at most "
          f"{TARGET_STEADY_SECONDS} s."],
     )
@@ -217,7 +214,7 @@ def report(summary: dict) -> None:
 def options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--people", default="100,1000", help="people (namespaces), comma-separated")
     parser.add_argument("--memories", default="5,20", help="memories a person, comma-separated")
-    parser.add_argument("--paths", default="now,before", help="now (the per-pass batching, the judge screened) and before")
+    baseline_option(parser)
     parser.add_argument("--plot", help="draw pass seconds against the store's size to this PNG")
 
 

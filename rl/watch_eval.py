@@ -53,7 +53,7 @@ def watch_banks(root: MemoryStore, banks: Sequence[StoreBank]) -> WatchReport:
     from langgraph.store.postgres import PostgresStore
     from sqlalchemy import text
 
-    from memupdate.agent.background import BackgroundCompactor
+    from memupdate.agent.background import BackgroundCompactor, CompactorSettings
 
     name = f"mu_watch_{uuid.uuid4().hex[:10]}"
     with root.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
@@ -65,7 +65,7 @@ def watch_banks(root: MemoryStore, banks: Sequence[StoreBank]) -> WatchReport:
             lg.setup()
             _write(lg, url, banks)
             started = time.perf_counter()
-            passes = BackgroundCompactor(root, url, prefix=(NAMESPACE,), into=into).run_once()
+            passes = BackgroundCompactor(root, url, CompactorSettings(prefix=(NAMESPACE,), into=into)).run_once()
             seconds = time.perf_counter() - started
             held = {item.key for bank in banks for item in lg.search(_person(bank), limit=10_000)}
         return _report(banks, held, passes, seconds)

@@ -128,13 +128,13 @@ def test_an_ambiguous_supersession_or_a_merge_of_an_update_waits_for_review() ->
 def test_a_live_langmem_store_keeps_the_newest_statement(fresh_database, store: MemoryStore) -> None:
     """The two cases of the live trial (issue 34), written by LangMem's own tool as an app writes them:
     the watcher supersedes the older statement in the app's store; it never merges them into the older text."""
-    from memupdate.agent.background import BackgroundCompactor
+    from memupdate.agent.background import BackgroundCompactor, CompactorSettings
 
     with langgraph_store(fresh_database) as (url, lg):
         first = remember(lg, "carol", ["Carol finished reading The Overstory", "Alice is vegetarian"])
         backdate(url, first, days=1)  # written a day before (writes seconds apart are one batch, not ordered)
         second = remember(lg, "carol", ["Carol is reading The Overstory again", "Alice is no longer vegetarian"])
-        (done,) = BackgroundCompactor(store, url, prefix=("memories",), into=store.namespace).run_once()
+        (done,) = BackgroundCompactor(store, url, CompactorSettings(prefix=("memories",), into=store.namespace)).run_once()
         assert done.applied and not done.queued, done
         held = {item.key: item.value["content"] for item in lg.search(("memories", "carol"), limit=100)}
         assert sorted(held.values()) == ["Alice is no longer vegetarian", "Carol is reading The Overstory again"]

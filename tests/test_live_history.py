@@ -10,7 +10,7 @@ from typing import Any
 from langgraph_source import backdate, langgraph_store, langmem_tool, remember
 from typer.testing import CliRunner
 
-from memupdate.agent.background import BackgroundCompactor
+from memupdate.agent.background import BackgroundCompactor, CompactorSettings
 from memupdate.agent.safety import SafetyRule
 from memupdate.bank.change_log import history
 from memupdate.cli import app
@@ -74,7 +74,7 @@ def test_review_under_a_path_with_no_bank_says_so(store: MemoryStore, database_u
 def test_undo_of_a_merge_whose_item_the_app_deleted_names_the_apps_key(fresh_database, database_url, store: MemoryStore) -> None:
     with langgraph_store(fresh_database) as (url, lg):
         remember(lg, "alice", FACTS)
-        compactor = BackgroundCompactor(store, url, prefix=("memories",), into=store.namespace)
+        compactor = BackgroundCompactor(store, url, CompactorSettings(prefix=("memories",), into=store.namespace))
         compactor.run_once()
         bank = store.scoped((*store.namespace, "alice"))
         merge = next(c for c in history(bank) if c.status == "applied" and c.details["review_change"]["kind"] == "merge")
@@ -114,7 +114,7 @@ def test_history_and_review_show_what_superseded_what_with_both_times(store: Mem
 
     if change.status == "applied":  # the watcher applied it: undo it, and ask for it in review instead
         invoke("undo", bank.path, "--change", change.id, "--url", database_url)
-        compactor = BackgroundCompactor(store, bank.path, rule=SafetyRule.review_everything())
+        compactor = BackgroundCompactor(store, bank.path, CompactorSettings(rule=SafetyRule.review_everything()))
         bank.update(pair["stale"]["key"], content="Alice's favourite colour is blue!")  # a source changed: proposed anew
         forget_compactions(bank)
         compactor.run_once()
@@ -135,7 +135,7 @@ def test_an_undone_supersession_restores_the_stale_item_with_its_first_times(fre
         (green,) = remember(lg, "alice", ["Alice's favourite colour is green"])
         remember(lg, "alice", FACTS[2:])
         first = lg.get(("memories", "alice"), blue)
-        compactor = BackgroundCompactor(store, url, prefix=("memories",), into=store.namespace)
+        compactor = BackgroundCompactor(store, url, CompactorSettings(prefix=("memories",), into=store.namespace))
         compactor.run_once()
         bank = store.scoped((*store.namespace, "alice"))
         (change,) = [c for c in history(bank) if c.details["review_change"]["kind"] == "supersede"]
@@ -153,7 +153,7 @@ def test_an_undone_supersession_restores_the_stale_item_with_its_first_times(fre
         invoke("data", "import", url, "--prefix", "memories", "--into", "/".join(into), "--url", database_url)
         fresh = store.scoped((*into, "alice"))
         assert {m.key: m.metadata["imported_from"]["created_at"] for m in fresh.list()}[blue] == first.created_at.isoformat()
-        BackgroundCompactor(store, fresh.path, rule=SafetyRule.review_everything()).run_once()
+        BackgroundCompactor(store, fresh.path, CompactorSettings(rule=SafetyRule.review_everything())).run_once()
         retired = [s["key"] for c in history(fresh) for s in c.details["review_change"]["sources"]
                    if c.details["review_change"]["kind"] == "supersede"]
         assert green not in retired and retired == [blue]  # the current statement stays current
@@ -166,7 +166,7 @@ def test_a_merge_keeps_the_app_key_of_its_newest_source(fresh_database, database
         older, newer = remember(lg, "alice", FACTS[:2])
         remember(lg, "alice", FACTS[2:])
         born = lg.get(("memories", "alice"), newer).created_at
-        compactor = BackgroundCompactor(store, url, prefix=("memories",), into=store.namespace)
+        compactor = BackgroundCompactor(store, url, CompactorSettings(prefix=("memories",), into=store.namespace))
         (done,) = compactor.run_once()
         bank = store.scoped((*store.namespace, "alice"))
         merge = next(c for c in history(bank) if c.details["review_change"]["kind"] == "merge")

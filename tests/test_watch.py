@@ -14,7 +14,7 @@ from langchain_core.messages import AIMessage, ToolMessage
 from langgraph_source import langgraph_store, langmem_tool, remember
 from typer.testing import CliRunner
 
-from memupdate.agent.background import BackgroundCompactor
+from memupdate.agent.background import BackgroundCompactor, CompactorSettings
 from memupdate.bank.change_log import history, superseded_rows
 from memupdate.cli import app
 from memupdate.store import MemoryStore, NewMemory
@@ -71,7 +71,7 @@ class MergeEverything(FakeMessagesListChatModel):
 def test_live_store_safe_changes_apply_in_place_and_undo_restores_the_store(fresh_database, database_url, store: MemoryStore) -> None:
     with langgraph_store(fresh_database) as (url, lg):
         keys = dict(zip(FACTS, remember(lg, "alice", FACTS), strict=True))
-        compactor = BackgroundCompactor(store, url, prefix=("memories",), into=store.namespace)
+        compactor = BackgroundCompactor(store, url, CompactorSettings(prefix=("memories",), into=store.namespace))
         (done,) = compactor.run_once()
         bank = store.scoped((*store.namespace, "alice"))
         assert done.bank == bank.path and done.reason.startswith("never compacted")
@@ -109,7 +109,7 @@ def bank_texts(bank: MemoryStore) -> list[str]:
 def test_a_merge_of_unrelated_memories_waits_for_review_and_is_decided_there(store: MemoryStore, tmp_path, database_url) -> None:
     bank = store.scoped((*store.namespace, "sam"))
     bank.create_many([NewMemory(text) for text in SAM])
-    compactor = BackgroundCompactor(store, bank.path, policy=MergeEverything())
+    compactor = BackgroundCompactor(store, bank.path, CompactorSettings(policy=MergeEverything()))
     (done,) = compactor.run_once()
     assert done.applied == [] and len(done.queued) == 1 and bank.count() == 4  # nothing applied itself
     (queued,) = [c for c in history(bank) if c.status == "proposed"]
@@ -237,7 +237,7 @@ def test_the_app_edits_what_the_compactor_wrote_with_langmem(fresh_database, sto
 
     with langgraph_store(fresh_database) as (url, lg):
         keys = remember(lg, "alice", FACTS)
-        compactor = BackgroundCompactor(store, url, prefix=("memories",), into=store.namespace)
+        compactor = BackgroundCompactor(store, url, CompactorSettings(prefix=("memories",), into=store.namespace))
         compactor.run_once()
         bank = store.scoped((*store.namespace, "alice"))
         (merged,) = [key for key, text in held(lg).items() if text in FACTS[:2]]

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from langgraph_source import langgraph_store, langmem_tool, remember
 
-from memupdate.agent.background import BackgroundCompactor
+from memupdate.agent.background import BackgroundCompactor, CompactorSettings
 from memupdate.bank.change_log import history, superseded_rows
 from memupdate.bank.sources import read_source, store_key
 from memupdate.store import MemoryStore, NewMemory
@@ -94,7 +94,7 @@ def test_langmem_writes_from_another_process_during_compaction_and_apply(fresh_d
                 (cello,) = app_writes(url, actions)
                 final.update({keys[1]: "Alice moved to Lisbon in 2021 and loves it", keys[2]: None, cello: "Alice plays the cello"})
 
-        compactor = BackgroundCompactor(store, url, prefix=("memories",), into=store.namespace, on_step=app_at)
+        compactor = BackgroundCompactor(store, url, CompactorSettings(prefix=("memories",), into=store.namespace), on_step=app_at)
         (done,) = compactor.run_once()
         bank = store.scoped((*store.namespace, "alice"))
         merge = next(c for c in history(bank) if c.details.get("review_change", {}).get("kind") == "merge")
@@ -115,7 +115,7 @@ def test_a_concurrent_langmem_writer_loses_nothing(fresh_database, store: Memory
         out = tmp_path / "app.json"
         writer = subprocess.Popen([sys.executable, str(HERE / "langmem_app_job.py"), url, "alice", "--loop", "60", str(out)],
                                   stderr=subprocess.PIPE, text=True)
-        compactor = BackgroundCompactor(store, url, prefix=("memories",), into=store.namespace, grow_by=4)
+        compactor = BackgroundCompactor(store, url, CompactorSettings(prefix=("memories",), into=store.namespace, grow_by=4))
         passes = 0
         while writer.poll() is None or passes < 2:
             compactor.run_once()
@@ -166,7 +166,7 @@ def test_the_compactor_killed_at_each_step_loses_nothing(step, fresh_database, d
         langmem_tool(lg, "delete", "alice", id=keys[2])
         cello = langmem_tool(lg, "create", "alice", content="Alice plays the cello").rsplit(" ", 1)[-1]
         final |= {keys[0]: "Alice moved to Lisbon in 2021, then to Porto", keys[2]: None, cello: "Alice plays the cello"}
-        compactor = BackgroundCompactor(store, url, prefix=("memories",), into=store.namespace)
+        compactor = BackgroundCompactor(store, url, CompactorSettings(prefix=("memories",), into=store.namespace))
         compactor.run_once()
         compactor.run_once()
         bank = store.scoped((*store.namespace, "alice"))
@@ -232,7 +232,7 @@ def test_the_trial_a_langmem_app_beside_a_watcher_killed_at_random_with_undo_and
         writer.wait(timeout=600)
         assert writer.returncode == 0, writer.stderr.read()[-2000:]
         final |= json.loads(out.read_text())
-        compactor = BackgroundCompactor(store, url, prefix=("memories",), into=store.namespace)
+        compactor = BackgroundCompactor(store, url, CompactorSettings(prefix=("memories",), into=store.namespace))
         compactor.run_once()
         compactor.run_once()
 

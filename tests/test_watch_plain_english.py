@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from langgraph_source import backdate, langgraph_store, remember
 
-from memupdate.agent.background import BackgroundCompactor
+from memupdate.agent.background import BackgroundCompactor, CompactorSettings
 from memupdate.bank import review_queue
 from memupdate.bank.change_log import history
 from memupdate.store import MemoryStore
@@ -51,7 +51,7 @@ def test_watch_once_keeps_a_plain_english_store_true(fresh_database, store: Memo
     with langgraph_store(fresh_database) as (url, lg):
         backdate(url, remember(lg, "ana", BEFORE), days=30)  # a month before the newer statements
         remember(lg, "ana", AFTER)
-        BackgroundCompactor(store, url, prefix=("memories",), into=store.namespace).run_once()
+        BackgroundCompactor(store, url, CompactorSettings(prefix=("memories",), into=store.namespace)).run_once()
         now = held(lg)
 
         def holds(text: str) -> bool:  # as written, or dated ("... last month (October 2026)")

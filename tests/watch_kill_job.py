@@ -13,7 +13,7 @@ import os
 import signal
 import sys
 
-from memupdate.agent.background import BackgroundCompactor
+from memupdate.agent.background import BackgroundCompactor, CompactorSettings
 from memupdate.store import MemoryStore, to_namespace
 from memupdate.store.database import get_engine
 from memupdate.store.embeddings import get_embedder
@@ -27,7 +27,7 @@ def main(database_url: str, langgraph_url: str, root: str, step: str) -> None:
             print(f"killed at {step}", flush=True)
             os.kill(os.getpid(), signal.SIGKILL)
 
-    BackgroundCompactor(store, langgraph_url, prefix=("memories",), into=store.namespace, on_step=kill_at).run_once()
+    BackgroundCompactor(store, langgraph_url, CompactorSettings(prefix=("memories",), into=store.namespace), on_step=kill_at).run_once()
     print("finished without reaching the step", flush=True)
 
 

@@ -4,10 +4,13 @@
     memupdate bench store --sizes 200,5000                    # one benchmark, smaller
     memupdate bench reward
     memupdate bench compactor                                 # memupdate watch: memories/s, the app's write latency
-    memupdate bench factconsolidation --plot fc-scale.png     # 2,000-18,000 facts compacted, judge and rule, before/now
-    memupdate bench watch --plot watch-scale.png              # watch --once over 100-1,000 people, before/now
-    memupdate bench dev_banks                                 # the dev banks: the same changes before/now
+    memupdate bench factconsolidation --plot fc-scale.png     # 2,000-18,000 facts compacted, judge and rule, now/baseline
+    memupdate bench watch --plot watch-scale.png              # watch --once over 100-1,000 people, now/baseline
+    memupdate bench dev_banks --baseline 07cbdca              # the dev banks: the same changes as that commit's
     memupdate bench judge                                     # the relation judge: ms a pair against the rule
+
+`factconsolidation`, `watch` and `dev_banks` measure today's code beside a baseline commit's (`--baseline`,
+default `bench.baseline.BASELINE_COMMIT`; `none`: today's alone), each in a git worktree of its own.
 
 The benchmarks live in the top-level `bench/` folder, importable as `memupdate.bench`; each also runs
 alone as `python -m memupdate.bench.<name>`. `all` runs them on one embedded server (or `--url`), and its JSON records
@@ -55,6 +58,8 @@ class Benchmark(StrEnum):
 ORDER = ["store", "tools", "reward", "rollouts", "student"]
 # Benchmarks that draw their time against size with --plot (the store draws its cost curve).
 PLOTTED = ("factconsolidation", "watch")
+# Benchmarks that measure a baseline commit beside today's code (`bench.baseline`).
+BASELINED = ("factconsolidation", "watch", "dev_banks")
 
 
 def load_benchmark(name: str):
@@ -99,6 +104,9 @@ def bench_command(
     url: str | None = typer.Option(None, "--url", help="postgresql://... of a server instead of the embedded one"),
     sizes: str = typer.Option("200,5000,100000", help="the store benchmark's sizes, comma-separated"),
     queries: int = typer.Option(200, help="the store benchmark's search queries per size"),
+    baseline: str | None = typer.Option(
+        None, "--baseline", metavar="COMMIT",
+        help=f"the commit {', '.join(BASELINED)} measure beside today's code (default bench.baseline.BASELINE_COMMIT; none: today's alone)"),
 ) -> None:
     """Run the benchmarks and print their tables (ratios against baselines measured in the same run)."""
     names = ORDER if which is Benchmark.all else [which.value]
@@ -108,12 +116,13 @@ def bench_command(
     from memupdate.cli.common import json_to_stdout, print_json
 
     with json_to_stdout(as_json):
-        summary = _run(names, json_out, plot, url, sizes, queries)
+        summary = _run(names, json_out, plot, url, sizes, queries, baseline)
     if as_json:
         print_json(summary)
 
 
-def _run(names: list[str], json_out: Path | None, plot: Path | None, url: str | None, sizes: str, queries: int) -> dict:
+def _run(names: list[str], json_out: Path | None, plot: Path | None, url: str | None, sizes: str, queries: int,
+         baseline: str | None = None) -> dict:
     data_dir = None
     if not url:  # one embedded server for every benchmark of the run
         from memupdate.store import temporary_data_dir
@@ -136,6 +145,8 @@ def _run(names: list[str], json_out: Path | None, plot: Path | None, url: str | 
             argv += ["--sizes", sizes, "--queries", str(queries)] + (["--plot", str(plot)] if plot else [])
         elif name in PLOTTED and plot:
             argv += ["--plot", str(plot)]
+        if name in BASELINED and baseline:
+            argv += ["--baseline", baseline]
         began = time.perf_counter()
         module.main(argv)
         result = json.loads(out.read_text()) if out.stat().st_size else {}

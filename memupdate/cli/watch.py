@@ -83,7 +83,7 @@ def watch_command(
     """Keep a live app's memory compact: each pass finds the banks that need work (never compacted, grown by
     --grow-by, or holding a new near-duplicate), compacts them, applies the changes the safety rule calls safe
     and queues the rest for `memupdate review`. Nothing the app writes meanwhile is overwritten or lost."""
-    from memupdate.agent.background import BackgroundCompactor
+    from memupdate.agent.background import BackgroundCompactor, CompactorSettings
     from memupdate.agent.policies import policy_kind
     from memupdate.agent.safety import SafetyRule
     from memupdate.bank.namespaces import COMPACTION_LABEL
@@ -102,11 +102,12 @@ def watch_command(
     if live_kind(source) is None:
         _require_banks(root, source)
     check_policy_endpoint(policy, model, base_url, api_key)
-    compactor = BackgroundCompactor(
-        root, source, prefix=tuple(p for p in prefix.split("/") if p), into=to_namespace(into) if into else None,
-        policy=policy, model=model, base_url=base_url, api_key=api_key, rule=rule, grow_by=grow_by, size=size,
+    settings = CompactorSettings(
+        prefix=tuple(p for p in prefix.split("/") if p), into=to_namespace(into) if into else None, policy=policy,
+        model=model, base_url=base_url, api_key=api_key, rule=rule, grow_by=grow_by, size=size, interval=interval,
         questions=_bank_questions(questions, locomo), skip_labels=(COMPACTION_LABEL, TRAJ_LABEL),
     )
+    compactor = BackgroundCompactor(root, source, settings)
     _print_pass(_pass_with_progress(compactor), as_json)  # the first pass: a bad source or policy stops here, in one line
     while not once:
         time.sleep(interval)
