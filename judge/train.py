@@ -48,6 +48,7 @@ class JudgeTrainConfig:
     target_precision: float = _option(TARGET_PRECISION, "Of the changes that apply themselves in the recipe banks.")
     unrelated: int = _option(4000, "Cross-person natural true pairs added to training (never evaluated).")
     threads: int = _option(2, "CPU threads.")
+    label_smoothing: float = _option(0.1, "Of the loss's targets: a judge less sure of everything ranks the pairs it is unsure of apart.")
 
 
 def trainable_names(model, train_layers: int) -> list[str]:
@@ -84,7 +85,8 @@ def train_judge(
     for step in range(steps):
         batch = [_draw(rng, *by_label[rng.choice(list(by_label))]) for _ in range(config.batch_size)]
         inputs = encode_pairs(tokenizer, batch)
-        loss = torch.nn.functional.cross_entropy(model(**inputs).logits, torch.tensor([label_id[p.label] for p in batch]))
+        loss = torch.nn.functional.cross_entropy(model(**inputs).logits, torch.tensor([label_id[p.label] for p in batch]),
+                                                 label_smoothing=config.label_smoothing)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         optimizer.step()

@@ -185,6 +185,7 @@ def test_a_watch_pass_over_peoples_stores_loses_no_true_fact(store, embedder) ->
     assert report.people == len(banks) and report.true_statements == sum(len(b.statements) for b in banks) - len(CHANGED)
     assert report.true_lost.hits == 0, report.lost
     assert report.updates_by_itself.total == len(CHANGED)
+    assert 0 <= report.asks_right <= report.waiting  # what waits is counted, and how much of it a label asks for
     with store.engine.connect() as conn:
         assert not conn.execute(text("SELECT 1 FROM pg_database WHERE datname LIKE 'mu_watch_%'")).first()
 
@@ -256,3 +257,16 @@ def test_asks_are_calibrated_to_be_mostly_changes() -> None:
     auto = calibrate_auto_apply(read, [False] * 6, changes=change)
     assert auto.update == NEVER and auto.ask == 0.6  # 2 of the 4 at or above 0.6 are changes; at 0.5, 2 of 5
     assert [auto.act(v) for v in read] == ["ask"] * 4 + ["leave"] * 2
+
+
+def test_an_ask_is_right_where_a_label_asks_for_its_change() -> None:
+    from types import SimpleNamespace
+
+    from memupdate.rl.watch_eval import _ask_is_right
+
+    old, new, other = (Statement(t, d) for t, d in (("I live in Paris.", "2024-01-01"), ("I moved to Berlin.", "2024-02-01"),
+                                                    ("I have a sister.", "2024-01-01")))
+    bank = StoreBank("p", "persona", (old, new, other), ((0, 1), (0, 2)), {(0, 1): "update"})
+    asking = lambda *texts: SimpleNamespace(sources=[SimpleNamespace(content=t) for t in texts])  # noqa: E731
+    assert _ask_is_right([bank], asking("I live in Paris."))  # retires what the update retires
+    assert not _ask_is_right([bank], asking("I have a sister."))  # retires a true fact

@@ -325,7 +325,7 @@ def watch_eval_command(
         report = watch_banks(open_store(url), banks)
     console.print(f"{report.people} people, {report.statements} statements: true facts no longer current {report.true_lost}; "
                   f"updates resolved by themselves {report.updates_by_itself}; {report.applied} changes applied by themselves, "
-                  f"{report.waiting} waiting; the pass took {report.seconds:.1f} s", highlight=False)
+                  f"{report.waiting} waiting for review ({report.asks_right} of them changes a label asks for); the pass took {report.seconds:.1f} s", highlight=False)
     for person, statement in report.lost[:10]:
         console.print(f"  lost: {person}: {statement}", highlight=False)
     if out:
