@@ -28,6 +28,15 @@ A pass, bank by bank:
 5. *Live store only:* write the applied changes to the store, each whole or not at all, never over
    an item the app changed meanwhile (such a change is undone in the bank instead).
 
+Several workers (`memupdate watch` processes against one database, on one machine or many) share a
+pass: each bank is claimed by one worker while it does steps 2-5 (`bank.claims`: a row lock, `SKIP
+LOCKED`), a bank another worker holds is skipped (it is being done), and one another worker compacted
+since this pass read it is left alone; a live store's import (step 1) is done by one worker at a time.
+A worker killed mid-bank holds nothing (PostgreSQL ends its transaction with its connection) and
+leaves nothing half done: each change applies in one transaction or not at all, a safe change it
+proposed but did not apply is applied by the next pass, and a bank it did not mark compacted is
+compacted again by the next pass (a change it already proposed is not proposed twice).
+
 Every applied change keeps the rows it replaced (`superseded_memories`); `memupdate undo` reverts it,
 and on a live store the next export (or `memupdate undo`'s own) puts the items back.
 """
@@ -56,6 +65,7 @@ from memupdate.bank.change_log import (
     proposed_forks,
     written_by_a_change,
 )
+from memupdate.bank.claims import claim
 from memupdate.bank.live_sync import LiveExport, export_changes
 from memupdate.bank.namespaces import COMPACTION_LABEL, compaction_namespace
 from memupdate.bank.review_queue import known_signatures, propose_parts, shrink_fork, signature
@@ -99,11 +109,14 @@ class BankPass:
     from_app: str = ""  # what the import brought from the app, in a phrase ("" for nothing)
     made: list[int] = field(default_factory=list)  # change ids this pass proposed (the others: an earlier pass's)
     export: LiveExport | None = None
+    elsewhere: str | None = None  # why another worker's (held by it now, or compacted by it during this pass)
     seconds: float = 0.0
 
     def summary(self) -> str:
         parts = [self.from_app] if self.from_app else []
-        if self.reason is None:
+        if self.elsewhere is not None:
+            parts.append(self.elsewhere)
+        elif self.reason is None:
             parts.append("nothing to compact")
         else:
             parts.append(f"{self.reason}; {_count(len(self.applied), 'change')} applied, {len(self.queued)} queued for review"
@@ -214,13 +227,19 @@ class BackgroundCompactor:
         """One pass over every bank of the source (see the module docstring): a live store's banks
         imported first (steps 1, and 5 after each bank), then steps 2-4 on each."""
         self.passes += 1
-        banks, after = self._import() if self.live else (self.banks(), None)
-        return self._bank_passes(banks, self._reasons(banks), after)
+        if self.live:
+            with claim(self.root.engine, f"import:{self.kind.uri(self.source)}", wait=True):  # one importer at a time
+                banks, after = self._import()
+        else:
+            banks, after = self.banks(), None
+        since = _since(banks)
+        marks = {path: found.mark.id if found.mark else None for path, found in since.items()}
+        return self._bank_passes(banks, self._reasons(banks, since), after, marks)
 
-    def _reasons(self, banks: Sequence[MemoryStore]) -> dict[str, str | None]:
+    def _reasons(self, banks: Sequence[MemoryStore], since: dict[str, SinceLast]) -> dict[str, str | None]:
         """Why each bank needs work (`needs_work_many`), the judge read once for every bank's new pairs,
         and every pair of the small banks that need work judged in the same batch for their compaction."""
-        unjudged = _needs_work_unjudged(banks, self.settings.grow_by)
+        unjudged = _needs_work_unjudged(banks, self.settings.grow_by, since)
         if all(found is None for found in unjudged.values()):
             return unjudged  # an idle pass: no judge, no policy, no model loaded
         policy = self.policy()
@@ -240,19 +259,36 @@ class BackgroundCompactor:
         return reasons
 
     def _bank_passes(self, banks: Sequence[MemoryStore], reasons: dict[str, str | None],
-                     after: Callable[[MemoryStore, BankPass], BankPass] | None) -> list[BankPass]:
-        """Steps 2-4 on each bank (5 by `after`), progress reported; stopping leaves the rest for the next
-        pass, which finds them by their state (never compacted, or grown since), not by this one's."""
+                     after: Callable[[MemoryStore, BankPass], BankPass] | None, marks: dict[str, int | None]) -> list[BankPass]:
+        """Steps 2-4 on each bank (5 by `after`), each bank with work claimed first, progress reported;
+        stopping leaves the rest for the next pass, which finds them by their state (never compacted, or
+        grown since), not by this one's. `marks`: each bank's last compacted mark as `reasons` read it."""
         passes = []
         proposed = banks_with_proposed(self.root.engine, [bank.path for bank in banks])
         for number, bank in enumerate(banks, 1):
             if self._stop.is_set():
                 break
-            done = self.compact_bank_if_needed(bank, reasons[bank.path], leftovers=bank.path in proposed)
-            passes.append(after(bank, done) if after is not None else done)
+            reason, leftovers = reasons[bank.path], bank.path in proposed
+            if reason is None and not leftovers:  # nothing to do here: no claim, no query
+                done = self.compact_bank_if_needed(bank, None, leftovers=False)
+                passes.append(after(bank, done) if after is not None else done)
+            else:
+                with claim(self.root.engine, bank.path) as held:  # step 5 too: the bank is this worker's until written
+                    done = self._claimed(bank, reason, leftovers, marks.get(bank.path)) if held else \
+                        BankPass(bank.path, elsewhere="being compacted by another worker")
+                    passes.append(after(bank, done) if after is not None else done)
             if self.on_progress is not None:
                 self.on_progress(number, len(banks))
         return passes
+
+    def _claimed(self, bank: MemoryStore, reason: str | None, leftovers: bool, mark: int | None) -> BankPass:
+        """Steps 2-4 on a bank this worker holds, unless another worker compacted it since `reasons` read it."""
+        self._step("claimed", bank.path)
+        if reason is not None:
+            found = _since([bank])[bank.path].mark
+            if (found.id if found else None) != mark:
+                return BankPass(bank.path, elsewhere="compacted by another worker during this pass")
+        return self.compact_bank_if_needed(bank, reason, leftovers=leftovers)
 
     def banks(self) -> list[MemoryStore]:
         """The banks of a path source: the path itself and every namespace under it but forks."""
@@ -272,8 +308,10 @@ class BackgroundCompactor:
         prefix = self.settings.prefix
         records = source_records(self.root, self.kind.kinds, self.kind.uri(self.source))
         for path in banks_with_pending_writes(self.root.engine, [r["namespace"] for r in records.values()]):
-            self._step("resume", path)
-            export_changes(self.root.scoped(path), url=self.source)
+            with claim(self.root.engine, path) as held:
+                if held:  # else the worker holding it writes its changes
+                    self._step("resume", path)
+                    export_changes(self.root.scoped(path), url=self.source)
         self._step("import", "")
         source, items = self.kind.read(self.source, prefix, self.settings.into)
         _embed_new(self.root, items, records)
@@ -449,14 +487,20 @@ def _judged_reasons(unjudged: dict[str, str | list | None], judge: RelationJudge
     return reasons
 
 
-def _needs_work_unjudged(banks: Sequence[MemoryStore], grow_by: int) -> dict[str, str | list | None]:
+def _needs_work_unjudged(banks: Sequence[MemoryStore], grow_by: int,
+                         since: dict[str, SinceLast] | None = None) -> dict[str, str | list | None]:
     """`needs_work` of each bank as far as it goes without the judge: a reason, None, or the pairs (an
-    older memory, a new one) the judge must read; what each bank did since it was last compacted read
-    for all of them at once (`store.since_last`)."""
+    older memory, a new one) the judge must read; what each bank did since it was last compacted
+    (`since`, else read for all of them at once)."""
+    since = _since(banks) if since is None else since
+    return {bank.path: _unjudged(bank, grow_by, since[bank.path]) for bank in banks}
+
+
+def _since(banks: Sequence[MemoryStore]) -> dict[str, SinceLast]:
+    """What each bank did since it was last compacted (`store.since_last`), in one read for all."""
     if not banks:
         return {}
-    since = since_last(banks[0].engine, [bank.path for bank in banks], mark=COMPACTED_OP, op="create")
-    return {bank.path: _unjudged(bank, grow_by, since[bank.path]) for bank in banks}
+    return since_last(banks[0].engine, [bank.path for bank in banks], mark=COMPACTED_OP, op="create")
 
 
 def _unjudged(bank: MemoryStore, grow_by: int, since: SinceLast) -> str | list | None:

@@ -1,5 +1,6 @@
 """The bank's tables: where an imported bank came from (`memory_sources`), its change sets
-(`memory_changes`) and the rows an applied change replaced (`superseded_memories`).
+(`memory_changes`), the rows an applied change replaced (`superseded_memories`) and what watchers
+claim while they work on it (`watch_claims`).
 
     from memupdate.bank.models import MemoryChange, SupersededMemory, MemorySource
     changes = MemoryChange.__table__      # bank.change_log and bank.review_queue write it
@@ -97,3 +98,12 @@ class SupersededMemory(Base):
     superseded_by: Mapped[list[str]] = mapped_column(JSONB, server_default="[]")
     reason: Mapped[str | None] = mapped_column(Text, nullable=True)
     superseded_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+
+
+class WatchClaim(Base):
+    """One row per thing a `memupdate watch` worker claims (a bank's path, or `import:<source>`): the row
+    is locked by the worker's open transaction while it works (`bank.claims`); the table holds no state."""
+
+    __tablename__ = "watch_claims"
+
+    name: Mapped[str] = mapped_column(Text, primary_key=True)

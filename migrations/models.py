@@ -2,7 +2,7 @@
 the store's `Base` where it uses them, and importing this module loads them all.
 
     from memupdate.migrations.models import metadata
-    metadata.tables.keys()   # memories, memory_events, memory_sources, memory_changes, superseded_memories, llm_replies
+    metadata.tables.keys()   # memories, memory_events, memory_sources, memory_changes, superseded_memories, watch_claims, llm_replies
 
 `migrations/env.py` (`alembic check`, autogenerate) and `memupdate.migrations.schema.drift` compare this
 metadata with the database: a table left out here would be neither checked nor created by autogenerate.

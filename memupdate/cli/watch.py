@@ -189,7 +189,10 @@ def _print_pass(passes, as_json: bool) -> None:
         console.print(done.summary(), highlight=False, markup=False, soft_wrap=True)
     stamp = time.strftime("%H:%M:%S")
     compacted = sum(p.reason is not None for p in passes)
-    console.print(f"{stamp} pass over {plural(len(passes), 'bank')}: {compacted} compacted; "
+    # Held or done by another `memupdate watch` on the same database: that worker reports them.
+    elsewhere = sum(p.elsewhere is not None for p in passes)
+    console.print(f"{stamp} pass over {plural(len(passes), 'bank')}: {compacted} compacted"
+                  + (f", {elsewhere} by other workers" if elsewhere else "") + "; "
                   f"{plural(sum(len(p.applied) for p in passes), 'change')} applied by itself, "
                   f"{plural(sum(len(p.queued) for p in passes), 'change')} waiting (`memupdate review`)", highlight=False)
 

@@ -1,0 +1,53 @@
+"""One worker at a time on a bank: any number of `memupdate watch` workers against one database share
+a pass, each bank worked on by the worker that claims it while the others skip it.
+
+    from memupdate.bank.claims import claim
+
+    with claim(engine, "app/memories/alice") as held:
+        if held:
+            ...        # this worker's until the block ends
+        else:
+            ...        # another worker holds it now: skip it (it is being done)
+    with claim(engine, "import:postgresql://app@db/app", wait=True):
+        ...            # waits for the worker that holds it
+
+A claim is a row lock on the name's row of `watch_claims` (`SELECT ... FOR UPDATE SKIP LOCKED`), held
+by a transaction open for the block on a connection of its own: it ends with the block, and PostgreSQL
+ends it when the worker's connection dies, so a killed worker holds nothing and leaves the bank to the
+next pass. Rows, not `pg_try_advisory_lock` on a hash of the path: a row names one bank exactly (two
+banks of a million never share a lock), and no key is shared with advisory locks the app may take on
+the same database. The table holds no state: a row is added the first time its name is claimed.
+(A server with `idle_in_transaction_session_timeout` shorter than a bank's compaction would end a claim
+early: leave it unset, or above the longest compaction, for the watcher's role.)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from sqlalchemy import Connection, Engine, select
+from sqlalchemy.dialects.postgresql import insert
+
+from memupdate.bank.models import WatchClaim
+
+claims = WatchClaim.__table__
+
+
+@contextmanager
+def claim(engine: Engine, name: str, *, wait: bool = False) -> Iterator[bool]:
+    """Hold `name` (a bank's path, or any name workers agree on) for the block: yields True when this
+    worker holds it, False when another does (with `wait`, waits for it and yields True)."""
+    with engine.connect() as conn, conn.begin():
+        held = _lock(conn, name, wait)
+        if not held and conn.execute(select(claims.c.name).where(claims.c.name == name)).first() is None:
+            # A name never claimed: its row added and committed apart, so an insert never waits on a holder.
+            with engine.begin() as other:
+                other.execute(insert(claims).values(name=name).on_conflict_do_nothing())
+            held = _lock(conn, name, wait)
+        yield held
+
+
+def _lock(conn: Connection, name: str, wait: bool) -> bool:
+    query = select(claims.c.name).where(claims.c.name == name).with_for_update(skip_locked=not wait)
+    return conn.execute(query).first() is not None

@@ -1,0 +1,156 @@
+"""Several `memupdate watch` workers share one pass over many banks through PostgreSQL (`bank.claims`:
+a row lock per bank, `SKIP LOCKED`): no bank is compacted twice, a bank another worker holds is skipped,
+and a worker killed while it holds a bank loses nothing and leaves the bank to the next pass. Real parts:
+the embedded PostgreSQL, the packaged embedding model, the heuristic policy; the rule judge
+(MEMUPDATE_JUDGE=rule) keeps the passes fast."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from memupdate.agent.background import COMPACTED_OP, BackgroundCompactor
+from memupdate.bank.change_log import history, superseded_rows
+from memupdate.bank.claims import claim
+from memupdate.store import MemoryStore, NewMemory, to_namespace
+
+HERE = Path(__file__).parent
+PEOPLE = ["ana", "ben", "chloe", "dev"]
+# A fact told twice (a merge applies itself) and a relative date (dated), as in test_watch.py.
+FACTS = [
+    "{name} moved to Lisbon in 2021",
+    "{name} moved to Lisbon in 2021.",
+    "{name} has a dog called Rex",
+    "{name} adopted a cat named Mia yesterday",
+    "{name} works as a nurse at the city hospital",
+]
+
+
+@pytest.fixture
+def rule_judge(monkeypatch):
+    from memupdate.settings import get_settings
+
+    monkeypatch.setenv("MEMUPDATE_JUDGE", "rule")
+    get_settings.cache_clear()
+    yield
+    monkeypatch.undo()
+    get_settings.cache_clear()
+
+
+def fill(store: MemoryStore) -> tuple[str, dict[str, MemoryStore]]:
+    """One bank per person under `<store>/people`, each with the same five facts in its own words."""
+    banks = {}
+    for person in PEOPLE:
+        bank = banks[person] = store.scoped((*store.namespace, "people", person))
+        texts = [fact.format(name=person.title()) for fact in FACTS]
+        bank.create_many([NewMemory(text, metadata={"date": "2023-05-08"}) for text in texts])
+    return f"{store.path}/people", banks
+
+
+def compactions(bank: MemoryStore) -> list[int]:
+    """The compactions whose changes the bank holds (each change names the compaction that made it)."""
+    return sorted({c.summary["compaction"]["fork_change"] for c in history(bank)})
+
+
+def kept_everything(bank: MemoryStore, person: str) -> bool:
+    """Every fact is in the bank, or kept whole as a row an applied change superseded (undo restores it)."""
+    held = {m.content for m in bank.list()} | {row["content"] for row in superseded_rows(bank)}
+    return {fact.format(name=person.title()) for fact in FACTS} <= held
+
+
+def test_two_workers_at_once_never_compact_a_bank_twice(store: MemoryStore, rule_judge) -> None:
+    path, banks = fill(store)
+    first = sorted(banks.values(), key=lambda b: b.path)[0]
+    holding, other_done = threading.Event(), threading.Event()
+
+    def hold_the_first_bank(step: str, bank: str) -> None:
+        if step == "claimed" and bank == first.path and not holding.is_set():
+            holding.set()  # worker A holds the first bank until worker B's pass is over
+            assert other_done.wait(120)
+
+    a = BackgroundCompactor(store, path, on_step=hold_the_first_bank)
+    a_passes: list = []
+    worker_a = threading.Thread(target=lambda: a_passes.extend(a.run_once()))
+    worker_a.start()
+    assert holding.wait(120)
+    b_passes = BackgroundCompactor(store, path).run_once()
+    other_done.set()
+    worker_a.join(120)
+
+    by_a, by_b = {p.bank: p for p in a_passes}, {p.bank: p for p in b_passes}
+    assert by_b[first.path].elsewhere == "being compacted by another worker" and by_b[first.path].reason is None
+    assert by_a[first.path].reason is not None and by_a[first.path].applied
+    for bank in banks.values():
+        if bank is not first:  # B did them while A held the first; A, reaching them after, leaves them alone
+            assert by_b[bank.path].reason is not None and by_b[bank.path].applied
+            assert by_a[bank.path].elsewhere == "compacted by another worker during this pass"
+    for person, bank in banks.items():
+        assert len(bank.events(op=COMPACTED_OP)) == 1 and len(compactions(bank)) == 1, person
+        assert kept_everything(bank, person), person
+    # Every bank got the same changes from its one compaction, whichever worker did it.
+    assert len({len([c for c in history(bank) if c.status == "applied"]) for bank in banks.values()}) == 1
+
+
+def test_a_worker_killed_holding_a_bank_loses_nothing_and_the_next_pass_does_it(
+    store: MemoryStore, database_url: str, rule_judge
+) -> None:
+    path, banks = fill(store)
+    env = {**os.environ, "MEMUPDATE_JUDGE": "rule"}
+    # Killed at "apply": the bank's changes are proposed (its fork kept), none applied yet.
+    job = subprocess.Popen([sys.executable, str(HERE / "watch_worker_job.py"), database_url, path, "apply"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        line = job.stdout.readline()
+        assert line.startswith("holding "), line + job.stderr.read()
+        held = line.split(" ", 1)[1].strip()
+        assert any(c.status == "proposed" for c in history(store.scoped(to_namespace(held))))
+
+        meanwhile = {p.bank: p for p in BackgroundCompactor(store, path).run_once()}  # a second worker, at the same time
+        assert meanwhile[held].elsewhere == "being compacted by another worker"
+        assert all(p.applied for bank, p in meanwhile.items() if bank != held)
+    finally:
+        os.kill(job.pid, signal.SIGKILL)
+        job.wait(30)
+    assert job.returncode == -signal.SIGKILL
+
+    deadline = time.monotonic() + 30  # PostgreSQL ends the killed worker's transaction as its connection closes
+    while True:
+        with claim(store.engine, held) as free:
+            if free:
+                break
+        assert time.monotonic() < deadline, "the killed worker's claim was never released"
+        time.sleep(0.2)
+
+    after = {p.bank: p for p in BackgroundCompactor(store, path).run_once()}
+    assert after[held].elsewhere is None and after[held].applied  # the killed worker's safe changes, applied now
+    assert all(p.reason is None and not p.applied for bank, p in after.items() if bank != held)
+    for person, bank in banks.items():
+        assert len(bank.events(op=COMPACTED_OP)) == 1, person
+        assert kept_everything(bank, person), person
+    # The killed bank ends as its siblings did: the same changes applied, none twice, nothing left proposed.
+    kinds = {tuple(sorted(c.details["review_change"]["kind"] for c in history(bank) if c.status == "applied")) for bank in banks.values()}
+    assert len(kinds) == 1 and next(iter(kinds))
+    assert not [c for c in history(store.scoped(to_namespace(held))) if c.status == "proposed"]
+    texts = {tuple(sorted(m.content.replace(person.title(), "X") for m in bank.list())) for person, bank in banks.items()}
+    assert len(texts) == 1
+
+
+@pytest.mark.slow
+def test_two_watch_commands_started_at_once_share_the_banks(store: MemoryStore, database_url: str) -> None:
+    """Two `memupdate watch PATH --once` processes, started together against one database."""
+    path, banks = fill(store)
+    env = {**os.environ, "MEMUPDATE_JUDGE": "rule"}
+    command = [sys.executable, "-m", "memupdate.cli", "watch", path, "--once", "--url", database_url]
+    jobs = [subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) for _ in range(2)]
+    outputs = [job.communicate(timeout=300) for job in jobs]
+    assert all(job.returncode == 0 for job in jobs), outputs
+    for person, bank in banks.items():
+        assert len(bank.events(op=COMPACTED_OP)) == 1 and len(compactions(bank)) == 1, person
+        assert kept_everything(bank, person), person
