@@ -116,3 +116,16 @@ def test_unreviewed_plans_act_only_where_the_judge_would_by_itself(store: Memory
     # Where the judge's decision asks a person (unsure of an update, or half reading two true facts as
     # one), only a reviewed plan (the watcher's) proposes the change; where it leaves, no plan does.
     assert superseded == ([{"reason": superseded[0]["reason"], "memory_id": old.key, "superseded_by": new.key}] if supersedes else [])
+
+
+def test_a_merge_never_drops_a_name(store: MemoryStore) -> None:
+    """Two people's alike facts read as one fact told twice are not merged: the kept wording would lose a
+    person ("Gina's ..." / "Jon's ..."); the same fact of one person told twice is."""
+    bank = store.scoped((*store.namespace, "dance"))
+    bank.create_many([NewMemory("Gina's favorite dance style is contemporary.", metadata={"date": "2023-01-20"}),
+                      NewMemory("Jon's favorite dance style is contemporary.", metadata={"date": "2023-01-20"}),
+                      NewMemory("Gina loves contemporary dance the most.", metadata={"date": "2023-01-20"})])
+    plan = HeuristicPolicy(store=bank, judge=_Reads("duplicate", 0.95, 0.0)).plan(bank, None)
+    merged = [{m.content for m in bank.get_many(args["memory_ids"])} for name, args in plan if name == "merge_memory"]
+    assert merged and all(not {"Gina's favorite dance style is contemporary.", "Jon's favorite dance style is contemporary."} <= m
+                          for m in merged)

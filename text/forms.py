@@ -198,6 +198,13 @@ def subject_of(texts: Sequence[str]) -> str | None:
     return found.most_common(1)[0][0] if found else None
 
 
+def names_in_text(text: str) -> set[str]:
+    """The capitalised words of `text` that name someone or somewhere ("Gina's" -> "Gina"), sentence
+    openers such as "The" or "My" left out."""
+    words = (w.strip(".,;:!?()\"'").removesuffix("'s").removesuffix("’s") for w in text.split())
+    return {w for w in words if w[:1].isupper() and w[1:].islower() and w not in _NOT_NAMES and w != "I"}
+
+
 def names_in(texts: Sequence[str]) -> list[str]:
     """The names `texts` begin with, most frequent first."""
     found = Counter()

@@ -50,6 +50,7 @@ from memupdate.settings import DEFAULT_MAX_OPERATIONS
 from memupdate.store import MemoryRecord, MemoryStore
 from memupdate.text.dates import anchor_relative_dates, anchored, datable, has_relative_time, memory_day
 from memupdate.text.facts import is_newer, shared_head, stated_at
+from memupdate.text.forms import names_in_text
 from memupdate.text.strategies import content_words, jaccard, split_thematic
 
 # A consolidated memory stays well inside the QA context budget (DEFAULT_CONTEXT_TOKENS) and the density limit (60).
@@ -378,7 +379,10 @@ class HeuristicPolicy(PlanningPolicy):
                 if verdict is not None and verdict.relation == "update":
                     continue  # one fact's two values: merging would keep the older beside (or over) the newer
                 # Two events told on two days are two events, however alike their words.
+                # A merge keeps one wording: one that drops a name the other holds ("Gina's favourite dance
+                # style ..." / "Jon's ...") is two people's facts, not one fact told twice.
                 judged = (verdict is not None and verdict.relation == "duplicate" and self._acts_on(verdict)
+                          and names_in_text(drop.content) <= names_in_text(keep.content)
                           and not (a.kind == b.kind == "episodic" and memory_day(a) != memory_day(b)))
                 if told_twice or judged:
                     # keep_fullest: the tool keeps `keep`'s words, dated (the longer one; `a` on a tie).
