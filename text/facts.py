@@ -10,8 +10,9 @@
 
 Two alike statements are a *duplicate* (one fact told twice: the words of one are all in the other, and
 neither says the state changed), an *update* (the same subject and attribute with another value or
-state: the same words up to a short differing end that shares no word, "The CEO of X is A" / "... is
-B" (not for events: another detail of an event is another event); or the same
+state: the same words up to a short differing end that shares no word, after a beginning that names
+something, "The CEO of X is A" / "... is B" but not "I am a librarian" / "I am a woman" (not for events:
+another detail of an event is another event); or the same
 words but for words that say a state changed, "no longer", "stopped", "again", "finished"), or
 *compatible* (both can be true). `relation` is the rule's reading, used by the heuristic policy (newest
 wins) and by the review (which change is a clear update); the tools never call it: which memory is
@@ -65,6 +66,7 @@ def relation(older: str, newer: str, *, events: bool = False) -> Relation:
     tail_a, tail_b = a[head:], b[head:]
     if (
         not events and head >= MIN_SHARED_HEAD and head >= MIN_SHARED_SHARE * max(len(a), len(b))
+        and content_words(" ".join(a[:head]))  # the head names the subject or attribute: not "I am a" / "I have a"
         and tail_a and tail_b and max(len(tail_a), len(tail_b)) <= MAX_DIFFERING_TAIL
         and not set(tail_a) & set(tail_b)  # "... in Soviet Union is A" / "... in United Kingdom is B": two subjects
         and not content_words(" ".join(tail_a)) <= content_words(" ".join(tail_b))

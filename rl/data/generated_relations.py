@@ -126,6 +126,22 @@ BROADER = {"Seattle": "the USA", "Lyon": "France", "Osaka": "Japan", "Toronto": 
            "Porto": "Portugal", "Munich": "Germany", "Cork": "Ireland", "Brooklyn": "New York", "Kyoto": "Japan",
            "Denver": "Colorado", "Bergen": "Norway", "Pune": "India", "Leeds": "the UK", "Cusco": "Peru"}
 BROADER_STATES = ("{s} lives in {v}", "{s} is based in {v}", "{s} grew up in {v}", "{s} works in {v}")
+# One frame, values of different kinds ("Sam is a vegetarian." / "Sam is a woman.", "Chen has a library card." /
+# "Chen has two sisters."): alike in words, two true facts. Two values of one kind in a frame that holds one
+# value at a time are an update ("Sam is single." -> "Sam is married.").
+FRAMES = {
+    "{s} is {v}": (("vegetarian", "vegan", "a meat eater"), ("single", "married", "divorced"), ("a woman", "a man"),
+                   ("left-handed", "right-handed"), ("a nurse", "a teacher", "a lawyer"), ("an only child", "the eldest of three"),
+                   ("afraid of heights", "allergic to cats"), ("retired", "a student")),
+    "{s} has {v}": (("a library card", "a gym membership"), ("two sisters", "one brother", "three cousins nearby"),
+                    ("a garden", "a balcony"), ("a dog named Max", "a cat named Luna"), ("a mortgage", "a student loan"),
+                    ("a driving licence", "a passport")),
+    "{s} collects {v}": (("old postcards", "vinyl records", "stamps", "comic books"),),
+    "{s} likes {v}": (("tacos", "sushi", "spicy food"), ("jazz", "country music", "techno"), ("rainy days", "long walks"),
+                      ("board games", "crossword puzzles")),
+}
+SINGLE_VALUED = {("single", "married", "divorced"), ("left-handed", "right-handed"), ("a nurse", "a teacher", "a lawyer"),
+                 ("retired", "a student"), ("vegetarian", "vegan", "a meat eater")}
 EVENT_PARAPHRASES = ["{s} made a trip to {p} in {y}", "In {y}, {s} visited {p}", "{s} travelled to {p} in {y}"]
 DAYS = ["2024-01-05", "2024-02-11", "2024-03-20", "2024-05-02", "2024-06-18", "2024-08-09", "2024-09-30", "2024-11-14"]
 
@@ -160,6 +176,10 @@ def generated_pairs(count: int, *, seed: int = 0) -> list[LabelledPair]:
 
 
 def _update(rng: random.Random, s: str) -> tuple[str, str, str, bool]:
+    if rng.random() < 0.1:  # one frame, two values of one kind that holds one at a time
+        values = rng.choice(sorted(SINGLE_VALUED))
+        old, new = rng.sample(values, 2)
+        return f"{s} is {old}", rng.choice((f"{s} is {new}", f"{s} is now {new}", f"{s} is no longer {old}")), "update", False
     attribute = rng.choice([a for a in ATTRIBUTES if not a.several])
     old, new = rng.sample(attribute.values, 2)
     first = rng.choice(attribute.states).format(s=s, v=old)
@@ -186,7 +206,15 @@ def _duplicate(rng: random.Random, s: str) -> tuple[str, str, str, bool]:
 
 def _compatible(rng: random.Random, s: str) -> tuple[str, str, str, bool]:
     kind = rng.random()
-    if kind < 0.1:  # one place within a broader one, either told first
+    if kind < 0.12:  # one frame, values of two kinds (or two frames), alike in words: both true
+        frame = rng.choice(list(FRAMES))
+        first_kind, second_kind = rng.sample(FRAMES[frame], 2) if len(FRAMES[frame]) > 1 else (FRAMES[frame][0],) * 2
+        other_frame = frame if first_kind is not second_kind else rng.choice([f for f in FRAMES if f != frame])
+        second_value = rng.choice(second_kind if other_frame == frame else rng.choice(FRAMES[other_frame]))
+        if first_kind is second_kind and other_frame == frame:
+            second_value = rng.choice([v for v in second_kind if v != first_kind[0]])
+        return frame.format(s=s, v=rng.choice(first_kind)), other_frame.format(s=s, v=second_value), "compatible", False
+    if kind < 0.2:  # one place within a broader one, either told first
         city = rng.choice(list(BROADER))
         template = rng.choice(BROADER_STATES)
         pair = [template.format(s=s, v=city), rng.choice((template,) + BROADER_STATES).format(s=s, v=BROADER[city])]
