@@ -1,5 +1,5 @@
 """`memupdate demo` shows the main job first (issue 55): the sample bank compacted (a relative date fixed,
-a fact told twice merged, a changed fact superseded), one HTML review, applied and undone, QA before ->
+a changed fact superseded, both copies of it where it was told twice), one HTML review, applied and undone, QA before ->
 after; then the training task. Every line fits an 80-column terminal."""
 
 from __future__ import annotations
@@ -27,9 +27,10 @@ def test_the_demo_compacts_reviews_applies_and_undoes_first(store: MemoryStore, 
     assert main_job < training
     first = " ".join(out[main_job:training].split())
     for shown in ("update (a relative date fixed): - Nadia ran her first 10k race", "(2 March 2024)",
-                  "merge (one fact told twice):", "supersede (a fact that changed: the older kept as history): - ", " superseded by: ",
+                  "supersede (a fact that changed: the older kept as history): - ", " superseded by: ",
                   "QA proxy on", "review page (one static HTML file): out/demo-review.html", "applied change", "undone"):
         assert shown in first, shown
+    assert first.count("superseded by: Owen no longer teaches chemistry") == 1 and "2 supersedes" in first  # both copies
     assert (tmp_path / "out" / "demo-review.html").read_text().count("<article") >= 3
     assert all(cell_len(line) <= 80 for line in out.splitlines()), [line for line in out.splitlines() if cell_len(line) > 80]
 
