@@ -54,8 +54,8 @@ class QueuedChange:
     @property
     def confidence(self) -> float:
         """The judge's least confidence over the pairs this change acts on that it reads as the change
-        (an update or a duplicate; 0 for a pair it read otherwise, e.g. two true facts it half read as an
-        update, or none): the review shows the surest first."""
+        (an update or a duplicate; 0 for a pair it read otherwise, or none): the review shows the surest
+        first."""
         review_change = self.change.review_change
         facts = review_change.facts if review_change else None
         read = [p.confidence if p.relation in ("update", "duplicate") else 0.0 for p in facts.pairs if p.confidence is not None] if facts else []

@@ -317,8 +317,8 @@ class HeuristicPolicy(PlanningPolicy):
 
     def _supersessions(self, memories: Sequence[MemoryRecord], touched: set[str], verdicts: dict[frozenset[str], Verdict]) -> list[ToolCall]:
         """Each older memory is superseded by the newer one the judge reads as an update of its fact with
-        the most confidence (surest pairs first; only readings the plan acts on, `_acts_on`: with `asks`,
-        two true facts it half reads as an update too, ranked by that probability), and then by the live end
+        the most chance of a change (`judge.decision.change_chance`, surest pairs first; only readings the plan
+        acts on, `_acts_on`: with `asks`, the unsure ones the decision asks about too), and then by the live end
         of that one's own chain (A -> B -> C: A and B by C), so a fact stated three times or more keeps only
         its newest statement current."""
         dated = [m for m in memories if stated_at(m) and m.key not in touched]
@@ -348,7 +348,7 @@ class HeuristicPolicy(PlanningPolicy):
 
     def _acts_on(self, verdict: Verdict) -> bool:
         """Whether the plan acts on `verdict`: where the judge's decision applies it, or (with `asks`) asks
-        about it (an update or a duplicate it is unsure of, or two true facts it half reads as an update)."""
+        about it (an update or a duplicate it is unsure of, with a real chance: never two true facts)."""
         act = self._the_judge().auto_apply.act(verdict)
         return act == "apply" or (act == "ask" and self.asks)
 
