@@ -102,8 +102,7 @@ def to_third(text: str, name: str) -> str:
 
     out = re.sub(r"\b[iI]\b" + _ADVERB_GROUP + r"\s+([A-Za-z'’]+)", verb, out)
     out = re.sub(r"\b[iI]\b", name, out)
-    possessive = f"{name}'s"
-    out, count = re.subn(r"\b[mM]y\b", possessive, out, count=1)
+    out = re.sub(r"\b[mM]y\b", f"{name}'s", out, count=1)  # the first "my" names the person, later ones "their"
     out = re.sub(r"\b[mM]y\b", "their", out)
     out = re.sub(r"\b[mM]yself\b", "themselves", out)
     out = re.sub(r"\b[mM]ine\b", "theirs", out)
