@@ -167,13 +167,9 @@ def relations_eval_command(
     from memupdate.judge.meeting import MEET_FLOOR, MEET_K, meeting_recall
     from memupdate.judge.pairs import (
         Rate,
-        paired_difference,
-        paired_f1_difference,
         read_pairs,
-        right,
         score_judge,
     )
-    from memupdate.judge.rule import RuleJudge
     from memupdate.store import get_embedder
 
     if store_view is not None:
@@ -215,6 +211,18 @@ def relations_eval_command(
             report.downstream = banks.to_json()
             console.print(f"  downstream ({banks.banks} banks): updates resolved {banks.updates_resolved}   compatible "
                           f"harmed {banks.compatible_harmed}   duplicates merged {banks.duplicates_merged}   lost {banks.lost}", highlight=False)
+    _compare_judges(pairs, reports)
+    if out:
+        out.write_text(json.dumps([r.to_json() | {"rule_wrong_right": r.rule_wrong, "minus_first": r.minus_first}
+                                   | ({"downstream": r.downstream} if r.downstream else {}) for r in reports], indent=2))
+
+
+def _compare_judges(pairs, reports) -> None:
+    """Each judge's share right where the rule is wrong, and each minus the first on the same pairs
+    (accuracy paired over pairs, update F1 by a paired bootstrap), printed and kept on its report."""
+    from memupdate.judge.pairs import paired_difference, paired_f1_difference, right
+    from memupdate.judge.rule import RuleJudge
+
     rule = RuleJudge().judge([p.statements for p in pairs])
     rule_wrong = [i for i, (p, v) in enumerate(zip(pairs, rule, strict=True)) if not right(p, v)]
     for report in reports:
@@ -226,9 +234,6 @@ def relations_eval_command(
         report.minus_first = {"accuracy": [mean, low, high], "update_f1": [f1, f1_low, f1_high], "of": reports[0].judge}
         console.print(f"{report.judge} - {reports[0].judge}: accuracy {mean:+.3f} [{low:+.3f}, {high:+.3f}] (paired over pairs), "
                       f"update F1 {f1:+.3f} [{f1_low:+.3f}, {f1_high:+.3f}] (paired bootstrap)", highlight=False)
-    if out:
-        out.write_text(json.dumps([r.to_json() | {"rule_wrong_right": r.rule_wrong, "minus_first": r.minus_first}
-                                   | ({"downstream": r.downstream} if r.downstream else {}) for r in reports], indent=2))
 
 
 relations_eval_command = user_errors(relations_eval_command)
