@@ -24,7 +24,8 @@ Sources, each pair with its `source` and `group` (the person, profile, question 
   ones its row names (an update); the bank's other facts stay true beside it. A bank a row, split by
   the bank's facts (rows that share them share a part).
 - DECODE: two turns of one speaker, the later contradicting the earlier or not (an update or two true
-  statements); noisy, so only short first-person turns that would meet in a store are read, a bank a pair.
+  statements); noisy, so only ProSeCCo's balanced set, turns of a few words that would meet in a store,
+  a bank a pair.
 Generated pairs (`generated_relations`) only ever join the training part.
 
 Natural sources are also read as a person's store (`store_banks`): one bank a person, profile or question,
@@ -60,8 +61,8 @@ RECIPE_LOCOMO = "conv-26"  # its pairs calibrate the judge and never train it
 RECIPE_FC_FACTS = 1500  # the 32k context's last facts outside the 6k one: a recipe bank, never trained on
 _PREFIX = re.compile(r"^(?:Information Update:\s*)?(?:[A-Z][\w &/-]{2,40}:\s*){0,2}")  # BEAM's plan labels
 _MARKER = re.compile(r"\s*->->\s*[\d, ]+$")  # BEAM's "->-> 1,27" step markers
-EVAL_SHARE, RECIPE_SHARE = 0.4, 0.2
-CALIBRATION_FORMS = ("given", "third", "first")  # the recipe banks' forms the auto-apply thresholds hold in  # of the natural groups (people, profiles, questions)
+EVAL_SHARE, RECIPE_SHARE = 0.4, 0.2  # of the natural groups (people, profiles, questions)
+CALIBRATION_FORMS = ("given", "third", "first")  # the recipe banks' forms the auto-apply thresholds hold in
 _SENTENCE = re.compile(r"(?<=[.!?])\s+")
 
 
