@@ -2,6 +2,7 @@
 
     from memupdate.judge.meeting import candidate_pairs
     candidate_pairs(vectors)            # [(0, 3), (1, 2), ...]: index pairs i < j, unit vectors in
+    worth_judging(texts, pairs, vectors, judge)   # [True, False, ...]: rare words shared, the judge's screen keeps
 
 A changed fact's two statements are rarely near-duplicates ("Based in New York City" / "Accepted job at
 startup in San Francisco": cosine 0.36), so the floor is low and the count is what bounds the work:
@@ -17,6 +18,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from memupdate.judge.screen import Screen
 from memupdate.text.strategies import content_words
 
 MEET_FLOOR = 0.25
@@ -59,18 +61,38 @@ def candidate_pairs(vectors: np.ndarray, floor: float = MEET_FLOOR, k: int = MEE
     return sorted(found)
 
 
-def worth_judging(texts: Sequence[str], pairs: Sequence[tuple[int, int]]) -> list[bool]:
+def worth_judging(texts: Sequence[str], pairs: Sequence[tuple[int, int]], vectors: Sequence[np.ndarray | None] | None = None,
+                  judge: object = None) -> list[bool]:
     """Which `pairs` (indices into `texts`, one bank's memories) can be one fact told twice or changed:
     those sharing a content word that at most max(2, min(RARE_MIN, half the bank), RARE_SHARE x the bank)
     of its memories hold (a subject's name, a thing; not the person every memory names, nor a relation
     many subjects share).
-    The others are never judged (see RARE_SHARE); in a bank of fewer than FILTER_FROM memories, all are."""
+    The others are never judged (see RARE_SHARE); in a bank of fewer than FILTER_FROM memories, all are.
+    With the memories' `vectors` (rows as `texts`, None where a memory has none) and the `judge` that will
+    read the pairs, only those its screen keeps too (`screened`)."""
     if len(texts) < FILTER_FROM:
+        worth = [True] * len(pairs)
+    else:
+        words = [content_words(text) for text in texts]
+        counts = Counter(word for bag in words for word in bag)
+        rare = max(2, min(RARE_MIN, len(texts) / 2), RARE_SHARE * len(texts))
+        worth = [any(counts[word] <= rare for word in words[i] & words[j]) for i, j in pairs]
+    if vectors is None or judge is None:
+        return worth
+    return [w and k for w, k in zip(worth, screened(vectors, pairs, judge), strict=True)]
+
+
+def screened(vectors: Sequence[np.ndarray | None], pairs: Sequence[tuple[int, int]], judge: object) -> list[bool]:
+    """Which `pairs` (indices into `vectors`, the memories' stored embeddings) `judge`'s screen keeps
+    (`judge.screen`: the pairs the judge would leave are dropped); all, where the judge has no screen
+    trained on it, or for a pair with a memory without a vector."""
+    screen = Screen.for_judge(judge)
+    whole = [vectors[i] is not None and vectors[j] is not None for i, j in pairs]
+    if screen is None or not any(whole):
         return [True] * len(pairs)
-    words = [content_words(text) for text in texts]
-    counts = Counter(word for bag in words for word in bag)
-    rare = max(2, min(RARE_MIN, len(texts) / 2), RARE_SHARE * len(texts))
-    return [any(counts[word] <= rare for word in words[i] & words[j]) for i, j in pairs]
+    chosen = [p for p, ok in zip(pairs, whole, strict=True) if ok]
+    kept = iter(screen.keep(np.stack([vectors[i] for i, _ in chosen]), np.stack([vectors[j] for _, j in chosen])).tolist())
+    return [not ok or next(kept) for ok in whole]
 
 
 def meeting_recall(pairs, embed, floor: float = MEET_FLOOR, k: int = MEET_K) -> dict[str, tuple[int, int]]:

@@ -2,6 +2,7 @@
 
     memupdate judge pairs --data ../shared/data --out data/relations     # train / recipe / eval .jsonl, by person
     memupdate judge train --data ../shared/data --out runs/judge         # ~20 min on 2 cores; --ship copies the weights
+    memupdate judge screen --data ../shared/data --out runs/screen --ship   # the screen over stored vectors
     memupdate judge learn --data ../shared/data --out runs/relation --sft-from runs/judge   # GRPO from SFT; --ship
                                                   # (= memupdate rl learn --task relation ..., the same options)
     memupdate eval relations --file data/relations/eval.jsonl --judge rule,local   # precision, recall, intervals
@@ -124,6 +125,39 @@ def calibrate_command(
                   f"{card['calibrated_on']['banks']} recipe banks)", highlight=False)
     if ship:
         _ship_judge(out, card)
+
+
+@app.command("screen")
+@user_errors
+def screen_command(
+    data: Path = typer.Option(DEV_DATA, "--data", help="The development data folder."),
+    out: Path = typer.Option(Path("runs/screen"), "--out", help="The folder for the judge's readings (cached: a rerun reads no pair) and the screen."),
+    ship: bool = typer.Option(False, "--ship", help="Copy the screen into judge/weights/ (used with the shipped judge)."),
+) -> None:
+    """Train the screen that drops, from the two memories' stored vectors, the pairs the shipped judge would
+    leave: fitted on the training part's pairs that meet, its threshold chosen on the recipe part's (at least
+    RECALL of the pairs the judge applies or asks about kept in every source)."""
+    from rich.progress import Progress
+    from rich.table import Table
+
+    from memupdate.judge.screen import RECALL, judge_digest
+    from memupdate.judge.screen_training import judge_readings, train_screen
+
+    _data_folder(data)
+    with console.status("the judge's readings of every pair that meets ...") as status:
+        readings = judge_readings(data, out, progress=status.update)
+    with Progress(console=console) as bar:
+        task = bar.add_task("training the screen", total=None)
+        screen, figures = train_screen(readings, judge_digest(), progress=lambda step, steps, loss: bar.update(task, completed=step, total=steps))
+    table = Table("source", "pairs that meet", "dropped", "applies + asks", "lost", title=f"the recipe part, threshold {screen.threshold:.3f} (recall {RECALL})")
+    for source, row in figures["sources"].items():
+        table.add_row(source, str(row["pairs"]), f"{row['dropped_share']:.1%}", str(row["worthy"]), f"{row['lost']} ({row['lost_share']:.2%})")
+    console.print(table)
+    console.print("dropped at each recall kept in every source: " + ", ".join(f"{r}: {d:.1%}" for r, d in figures["drop_at_recall"].items()), highlight=False)
+    path = screen.save(out / "relation-screen.npz")
+    console.print(f"screen: {path}", highlight=False)
+    if ship:
+        console.print(f"shipped: {screen.save()}", highlight=False)
 
 
 def _ship_judge(out: Path, card: dict) -> None:
@@ -283,9 +317,33 @@ def _store_view(data: Path, part: str, judges: str, sources: str | None, out: Pa
                               "n/a" if r.update_ap is None else f"{r.update_ap:.2f} (base {r.base_rate:.3f})")
             console.print(table)
             found.append({"judge": judge.name, "form": form, "auto_apply": judge.auto_apply.to_json(), "ms_a_pair": round(ms, 2),
-                          "part": part, "sources": {k: r.to_json() for k, r in reports.items()}})
+                          "part": part, "sources": {k: r.to_json() for k, r in reports.items()},
+                          "screen": _screen_table(judge, in_form, verdicts, ms)})
     if out:
         out.write_text(json.dumps(found, indent=2))
+
+
+def _screen_table(judge, banks, verdicts, judge_ms: float) -> dict | None:
+    """`eval relations --store-view`: what the judge's screen (`judge.screen`) drops of the pairs that meet,
+    per source, and the judge's applies and asks it loses; None for a judge without one."""
+    from rich.table import Table
+
+    from memupdate.judge.screen import Screen
+    from memupdate.judge.screen_training import screen_view
+
+    screen = Screen.for_judge(judge)
+    if screen is None:
+        return None
+    figures, micro = screen_view(screen, banks, [judge.auto_apply.act(v) for v in verdicts])
+    table = Table("source", "pairs that meet", "dropped", "applies + asks", "lost",
+                  title=f"its screen (threshold {screen.threshold:.2f}): {micro:.1f} µs a pair, the judge {judge_ms:.1f} ms")
+    for source, f in figures.items():
+        table.add_row(source, str(f.pairs), f"{f.dropped_share:.1%}", str(f.worthy), f"{f.lost} ({f.lost_share:.2%})")
+    total = sum(f.pairs for f in figures.values())
+    table.add_row("all", str(total), f"{sum(f.dropped for f in figures.values()) / max(1, total):.1%}",
+                  str(sum(f.worthy for f in figures.values())), str(sum(f.lost for f in figures.values())))
+    console.print(table)
+    return {"threshold": screen.threshold, "us_a_pair": round(micro, 2), "sources": {k: f.to_json() for k, f in figures.items()}}
 
 
 def _parts(data: Path):

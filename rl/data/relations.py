@@ -187,14 +187,15 @@ def store_banks(data: Path, embed=None, *, large: bool = True) -> dict[str, list
 
 def store_banks_large(data: Path, embed, parts: Sequence[str] = ("recipe", "eval")) -> dict[str, list[StoreBank]]:
     """LoCoMo's and FactConsolidation's banks as stores: conv-47/48 and the 6k context evaluate, conv-26
-    and the 32k context's last RECIPE_FC_FACTS facts (outside the 6k one) are recipe banks."""
+    and the 32k context's last RECIPE_FC_FACTS facts (outside the 6k one) are recipe banks; with "train" in
+    `parts`, the other conversations and the 32k context's other facts are training banks (the screen's)."""
     out: dict[str, list[StoreBank]] = {part: [] for part in parts}
     locomo = data / "locomo" / "locomo10-dev.json"
     if locomo.is_file():
         from memupdate.rl.data.locomo import load_locomo
 
         for conversation in load_locomo(locomo):
-            part = "eval" if conversation.sample_id in EVAL_LOCOMO else "recipe" if conversation.sample_id == RECIPE_LOCOMO else None
+            part = "eval" if conversation.sample_id in EVAL_LOCOMO else "recipe" if conversation.sample_id == RECIPE_LOCOMO else "train"
             if part not in out:
                 continue
             facts = list({f.text: f for f in conversation.facts}.values())
@@ -213,7 +214,8 @@ def store_banks_large(data: Path, embed, parts: Sequence[str] = ("recipe", "eval
             chosen = {"eval": list(contexts[small])}
             if big != small:
                 in_small = set(contexts[small])
-                chosen["recipe"] = [f for f in contexts[big] if f not in in_small][-RECIPE_FC_FACTS:]
+                outside = [f for f in contexts[big] if f not in in_small]
+                chosen["recipe"], chosen["train"] = outside[-RECIPE_FC_FACTS:], outside[:-RECIPE_FC_FACTS]
             for part, facts in chosen.items():
                 if part not in out:
                     continue
@@ -222,7 +224,8 @@ def store_banks_large(data: Path, embed, parts: Sequence[str] = ("recipe", "eval
                 statements = tuple(Statement(f, fact_time(serial[f])) for f in facts)
                 met = candidate_pairs(np.asarray(embed(facts)))
                 labels = {(i, j): template_relation(facts[i], facts[j]) for i, j in met}
-                out[part].append(StoreBank(f"fc-{'6k' if part == 'eval' else '32k-recipe'}", "factconsolidation", statements, tuple(met), labels))
+                name = {"eval": "6k", "recipe": "32k-recipe", "train": "32k-train"}[part]
+                out[part].append(StoreBank(f"fc-{name}", "factconsolidation", statements, tuple(met), labels))
     return out
 
 
