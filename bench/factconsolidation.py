@@ -215,10 +215,9 @@ def stale_superseded(judge, bank, fork) -> dict:
     among the pairs the rule, exact on FactConsolidation's template, reads as updates too (true updates
     of one subject: the judge also reads copies about other subjects as updates), `true`."""
     from memupdate.judge import judge_memories
+    from memupdate.judge.decision import operation
     from memupdate.judge.meeting import candidate_pairs, worth_judging
     from memupdate.judge.rule import RuleJudge
-    from memupdate.text.facts import is_newer
-
     keys, vectors = bank.vectors()
     records = {m.key: m for m in bank.list()}
     met = candidate_pairs(vectors)
@@ -227,8 +226,9 @@ def stale_superseded(judge, bank, fork) -> dict:
     rule = judge_memories(RuleJudge(), pairs)
     stale: dict[str, set[str]] = {"all": set(), "judged": set(), "true": set()}
     for (a, b), verdict, ok, ruled in zip(pairs, judge_memories(judge, pairs), worth, rule, strict=True):
-        if verdict.relation == "update" and judge.auto_apply.act(verdict) == "apply" and (newer := is_newer(b, a)) is not None:
-            older = a.key if newer else b.key
+        op = operation(verdict.relation, verdict.current, (a.content, b.content))
+        if verdict.relation == "update" and judge.auto_apply.act(verdict) == "apply" and op is not None:
+            older = op.of((a.key, b.key))[0]
             stale["all"].add(older)
             if ok:
                 stale["judged"].add(older)

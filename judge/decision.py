@@ -8,6 +8,7 @@
     auto.act(Verdict("update", 0.40, "second"))          # "leave": too little chance to be worth a person's minute
     auto.act(Verdict("compatible", 0.6, scores={"update": 0.35, "compatible": 0.6}))   # "leave": read as both true
     AutoApply.never().act(Verdict("update", 1.0, "second"))   # "ask": nothing applies itself
+    operation("update", "second", ("Sam lives in Paris", "Sam moved to Berlin"))   # Operation("supersede", retired=0, kept=1)
 
 An update applies itself only when the judge is at least `update` sure of it (`rule_update` where the
 rule read the update, its confidence then the model's that the two tell one fact: the two confidences
@@ -17,7 +18,9 @@ the model reads as two events leaves ("visited Rome in 2019" / "... in 2022"). A
 person: an update or a duplicate that does not apply itself asks only where the judge gives the change a
 real chance (`change_chance` at least `ask`, calibrated so that at least half of what asks in the recipe
 part's people is a change), and the review ranks asks by that chance; a pair the judge reads as both
-true never asks. The thresholds are the judge's own (its card, calibrated by `calibrate_auto_apply` on
+true never asks. What a decision asks of the bank (`operation`: supersede which, merge which) is read here
+too, one way for the heuristic, the learning code and the benchmarks: an update's direction is the
+verdict's `current`, a duplicate keeps the fuller wording. The thresholds are the judge's own (its card, calibrated by `calibrate_auto_apply` on
 every pair that meets in the recipe part's banks, where two true facts are the common case), so the
 confidence compared is the one they were fitted on. The heuristic, the review, the watcher and the
 learning code read `act`; none restates it.
@@ -27,11 +30,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Literal
+from typing import Literal, TypeVar
 
 from memupdate.judge.verdict import Verdict
 
 Act = Literal["apply", "ask", "leave"]
+T = TypeVar("T")
 TARGET_PRECISION = 0.99  # of the changes that apply themselves, in a person's store (issue 60's bar)
 ASK_PRECISION = 0.5  # of the asks, in a person's store: at least half of what a person is asked is a change
 NEVER = 1.01  # a threshold no confidence reaches
@@ -73,6 +77,33 @@ class AutoApply:
 
     def to_json(self) -> dict:
         return {k: round(v, 4) for k, v in asdict(self).items()}
+
+
+@dataclass(frozen=True)
+class Operation:
+    """What a decision asks of a bank about one pair (indices 0 and 1: the pair's first and second):
+    `supersede` the `retired` statement by the `kept` one (an update), or `merge` the two into the `kept`
+    one's words (a duplicate: `merge_memory`'s keep_fullest)."""
+
+    kind: Literal["supersede", "merge"]
+    retired: int
+    kept: int
+
+    def of(self, pair: tuple[T, T]) -> tuple[T, T]:
+        """The pair's (retired, kept) members."""
+        return pair[self.retired], pair[self.kept]
+
+
+def operation(relation: str, current: Literal["first", "second"] | None, texts: tuple[str, str]) -> Operation | None:
+    """The bank operation a pair read as `relation` asks for (`texts`: the pair's two statements, in the
+    order `current` names them): an update supersedes the statement that does not hold now (None where
+    neither was stated later: nothing says which holds); a duplicate keeps the longer wording (the first on
+    a tie); two true facts ask for nothing (None)."""
+    if relation == "update":
+        return None if current is None else Operation("supersede", *((0, 1) if current == "second" else (1, 0)))
+    if relation == "duplicate":
+        return Operation("merge", *((1, 0) if len(texts[0]) >= len(texts[1]) else (0, 1)))
+    return None
 
 
 def likeliest(verdict: Verdict) -> str | None:

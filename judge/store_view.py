@@ -21,7 +21,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from memupdate.judge.decision import AutoApply, change_chance
+from memupdate.judge.decision import AutoApply, change_chance, operation
 from memupdate.judge.pairs import Rate
 from memupdate.judge.verdict import DECISIONS, RelationJudge, Statement, Verdict, later
 
@@ -209,10 +209,7 @@ def store_view(judge: RelationJudge, banks: Sequence[StoreBank], *, auto_apply: 
             report.duplicates_applied += label == "duplicate"
             continue
         # A wrong change retires the statement it supersedes (the older), or the shorter of a merge.
-        if verdict.relation == "update":
-            lost = pair[0] if verdict.current == "second" else pair[1]
-        else:
-            lost = min(pair, key=lambda i: len(bank.statements[i].text))
+        lost, _ = operation(verdict.relation, verdict.current, (statements[0].text, statements[1].text)).of(pair)
         if lost not in stale[bank.group]:
             report.retired.add((bank.group, lost))
         report.wrong.append((statements[0].text, statements[1].text, verdict.relation, round(verdict.confidence, 3)))

@@ -19,7 +19,7 @@ labels, the watcher's safety rule, the student's labels. A judge never writes.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from memupdate.text.facts import stated_later
@@ -99,6 +99,11 @@ def later(first: Statement, second: Statement) -> Literal["first", "second"] | N
     day against a time on that day, or one batch of writes: `text.facts.stated_later`)."""
     first_later = stated_later(first.time, second.time)
     return None if first_later is None else ("first" if first_later else "second")
+
+
+def turned(verdict: Verdict) -> Verdict:
+    """The same reading of the pair given the other way round: `current` names the other statement."""
+    return replace(verdict, current={"first": "second", "second": "first"}.get(verdict.current or ""))
 
 
 def judge_memories(judge: RelationJudge, pairs: Sequence[tuple[MemoryRecord, MemoryRecord]]) -> list[Verdict]:

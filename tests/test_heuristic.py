@@ -9,7 +9,7 @@ import pytest
 from memupdate.agent.graph import run_episode
 from memupdate.agent.policies.heuristic import HeuristicPolicy
 from memupdate.judge import Verdict, later
-from memupdate.judge.decision import AutoApply
+from memupdate.judge.decision import AutoApply, operation
 from memupdate.rl.data.ingest import ingest_conversation
 from memupdate.rl.data.locomo import load_sample
 from memupdate.store import MemoryStore, NewMemory
@@ -129,3 +129,40 @@ def test_a_merge_never_drops_a_name(store: MemoryStore) -> None:
     merged = [{m.content for m in bank.get_many(args["memory_ids"])} for name, args in plan if name == "merge_memory"]
     assert merged and all(not {"Gina's favorite dance style is contemporary.", "Jon's favorite dance style is contemporary."} <= m
                           for m in merged)
+
+
+class _Holds:
+    """A judge that reads every pair as a sure update whose current statement is `holds` (whatever the times)."""
+
+    name = "scripted"
+    auto_apply = AutoApply(update=0.9, rule_update=0.9, duplicate=0.9, ask=0.2)
+
+    def __init__(self, holds: str):
+        self.holds = holds
+
+    def judge(self, pairs):
+        return [Verdict("update", 0.99, "first" if a.text == self.holds else "second", {"update": 0.99}) for a, _ in pairs]
+
+
+@pytest.mark.parametrize("holds", ["Ana lives in Paris.", "Ana moved to Berlin last month."])
+def test_the_direction_of_an_update_is_the_judges_current(store: MemoryStore, holds: str) -> None:
+    """The plan supersedes the statement the verdict's `current` does not name, in whichever order the pair
+    was read (here the judge says the earlier holds in one case: a correction of a later mistake)."""
+    bank = store.scoped((*store.namespace, "ana"))
+    paris, berlin = bank.create_many([NewMemory("Ana lives in Paris.", metadata={"date": "2024-01-01"}),
+                                      NewMemory("Ana moved to Berlin last month.", metadata={"date": "2024-06-01"})])
+    policy = HeuristicPolicy(store=bank, judge=_Holds(holds))
+    kept, retired = (paris, berlin) if holds == paris.content else (berlin, paris)
+    for _ in range(2):  # the second plan reads the remembered verdict
+        superseded = [args for name, args in policy.plan(bank, None) if name == "delete_memory"]
+        assert [(a["memory_id"], a["superseded_by"]) for a in superseded] == [(retired.key, kept.key)]
+
+
+def test_a_decision_is_one_bank_operation() -> None:
+    pair = ("Ana lives in Paris.", "Ana moved to Berlin last month.")
+    assert operation("update", "second", pair).of(pair) == (pair[0], pair[1])  # (retired, kept)
+    assert operation("update", "first", pair).of(pair) == (pair[1], pair[0])
+    assert operation("update", None, pair) is None  # neither stated later: nothing says which holds
+    assert operation("duplicate", None, ("Ana likes tea.", "Ana likes green tea.")).kept == 1  # the fuller wording
+    assert operation("duplicate", None, ("Ana likes tea.", "Ana likes tea!")).kept == 0  # the first on a tie
+    assert operation("compatible", None, pair) is None and operation("events", "second", pair) is None

@@ -11,7 +11,7 @@ import pytest
 from memupdate.judge.pairs import LabelledPair
 from memupdate.judge.verdict import RELATIONS
 from memupdate.rl.data.relation_rewards import RewardRow
-from memupdate.rl.data.relation_units import Probe, RelationBank, statement_memories
+from memupdate.rl.data.relation_units import Probe, RelationBank, letta_relation_banks, statement_memories
 from memupdate.rl.distill.config import LearnConfig, RelationConfig
 from memupdate.rl.distill.relation import RewardedPair, grpo, reward_table
 
@@ -43,6 +43,26 @@ def test_each_decision_is_rewarded_by_what_it_does_to_the_answers(store, tmp_pat
     lines = path.read_text().splitlines()
     again = reward_table(store, [profile_bank()], path)
     assert again == table and path.read_text().splitlines() == lines
+
+
+def test_a_letta_row_is_a_bank_whose_question_reads_the_change(store, tmp_path, embedder) -> None:
+    """A Letta row's question credits the answer after the change and counts its stale answer (the one name
+    the replaced fact holds that neither the question nor the answer does) against: superseding the
+    replaced fact by the contradicting one earns; keeping both does not."""
+    row = {"facts": ["Nora Fishel and Eliza Woodley collaborated on a charity event that combined music and literature.",
+                     "Joren Sullivar is a marine biologist specializing in coral reef restoration.",
+                     "Eliza Woodley is a published author known for her historical fiction novels."],
+           "supporting_fact_indices": [0],
+           "contradicting_fact": "Joren Sullivar and Eliza Woodley collaborated on a charity event that combined music and literature.",
+           "question": "Which person collaborated with Eliza Woodley on a charity event that combined music and literature?",
+           "answer": "Joren Sullivar", "contradicting_answer": "Joren Sullivar"}
+    [bank] = letta_relation_banks([row], embedder.embed)
+    assert [(p.answer, p.sign) for p in bank.probes] == [("Joren Sullivar", 1.0), ("Nora Fishel", -1.0)]
+    [change] = [p for p in bank.pairs if p.label == "update"]
+    assert (change.first, change.second) == (row["facts"][0], row["contradicting_fact"])
+    bank.part = "train"
+    rewards = reward_table(store, [bank], tmp_path / "rewards.jsonl")[json.dumps([bank.group, change.first, change.second])]
+    assert rewards.update > 0 == rewards.keep
 
 
 def tiny_judge(tmp_path):

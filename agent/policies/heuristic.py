@@ -33,7 +33,6 @@ import math
 import random
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -42,14 +41,14 @@ from pydantic import Field, PrivateAttr
 from memupdate.agent.policies.handles import UPDATE_LABEL
 from memupdate.agent.policies.planning import PlanningPolicy, ToolCall
 from memupdate.judge import Verdict, judge_memories
-from memupdate.judge.decision import change_chance
+from memupdate.judge.decision import change_chance, operation
 from memupdate.judge.judges import make_judge
 from memupdate.judge.meeting import candidate_pairs, worth_judging
-from memupdate.judge.verdict import Pair, later
+from memupdate.judge.verdict import Pair, later, turned
 from memupdate.settings import DEFAULT_MAX_OPERATIONS
 from memupdate.store import MemoryRecord, MemoryStore
 from memupdate.text.dates import anchor_relative_dates, anchored, datable, has_relative_time, memory_day
-from memupdate.text.facts import is_newer, shared_head, stated_at
+from memupdate.text.facts import shared_head, stated_at
 from memupdate.text.forms import names_in_text
 from memupdate.text.strategies import content_words, jaccard, split_thematic
 
@@ -91,11 +90,8 @@ class RememberingJudge:
     def _known(self, pair: Pair) -> Verdict | None:
         if (verdict := self._read.get(pair)) is not None:
             return verdict
-        turned = self._read.get((pair[1], pair[0]))
-        if turned is None or later(*pair) is None:
-            return None
-        current = {"first": "second", "second": "first"}.get(turned.current or "")
-        return replace(turned, current=current)
+        other = self._read.get((pair[1], pair[0]))
+        return None if other is None or later(*pair) is None else turned(other)
 
 
 class HeuristicPolicy(PlanningPolicy):
@@ -127,8 +123,9 @@ class HeuristicPolicy(PlanningPolicy):
 
     # Why each planned call is made (the rule behind it), for a compaction's review: `reason_for`.
     _reasons: dict[str, str] = PrivateAttr(default_factory=dict)
-    # The judge's verdict of each pair already read (`_judged`); None: not worth judging.
-    _read: dict[frozenset, Verdict | None] = PrivateAttr(default_factory=dict)
+    # The judge's verdict of each pair already read (`_judged`), with the key of the memory it read first (its
+    # `current` names the pair as read); None: not worth judging.
+    _read: dict[frozenset, tuple[str, Verdict] | None] = PrivateAttr(default_factory=dict)
     _memo: RememberingJudge | None = PrivateAttr(None)
 
     def reason_for(self, name: str, args: dict) -> str | None:
@@ -255,7 +252,7 @@ class HeuristicPolicy(PlanningPolicy):
                 else:
                     self._read[name] = None
         for pair, verdict in zip(fresh, judge_memories(self._the_judge(), fresh), strict=True):
-            self._read[_pair_name(*pair)] = verdict
+            self._read[_pair_name(*pair)] = (pair[0].key, verdict)
 
     def has_work(self, bank: MemoryStore, size: int) -> bool:
         """Whether compacting `bank` in neighbourhoods of `size` could edit it: for a bank that is one
@@ -277,16 +274,19 @@ class HeuristicPolicy(PlanningPolicy):
         trigger read it, so they judge no pair again."""
         return self._the_judge()
 
-    def _verdicts(self, bank: MemoryStore, memories: Sequence[MemoryRecord]) -> dict[frozenset[str], Verdict]:
+    def _verdicts(self, bank: MemoryStore, memories: Sequence[MemoryRecord]) -> dict[tuple[str, str], Verdict]:
         """The judge's reading of each pair of `memories` that meets (`judge.meeting`: each memory's
-        nearest others above a floor), by the pair's keys."""
+        nearest others above a floor), by the pair's keys in either order (`current` names them in it)."""
         vectors = bank.vectors_of([m.key for m in memories])
         shown = [m for m in memories if m.key in vectors]
         if len(shown) < 2:
             return {}
         pairs = [(shown[i], shown[j]) for i, j in candidate_pairs(np.stack([vectors[m.key] for m in shown]))]
-        return {frozenset((a.key, b.key)): v for (a, b), v in zip(pairs, self._judged(pairs, among=shown), strict=True)
-                if v is not None}
+        found = {}
+        for (a, b), verdict in zip(pairs, self._judged(pairs, among=shown), strict=True):
+            if verdict is not None:
+                found[a.key, b.key], found[b.key, a.key] = verdict, turned(verdict)
+        return found
 
     def _the_judge(self) -> RememberingJudge:
         if self.judge is None:
@@ -296,8 +296,9 @@ class HeuristicPolicy(PlanningPolicy):
         return self._memo
 
     def _judged(self, pairs: Sequence[tuple[MemoryRecord, MemoryRecord]], among: Sequence[MemoryRecord] = ()) -> list[Verdict | None]:
-        """The judge's verdicts, each pair read once per policy (a pair's keys and texts name it); a pair
-        sharing no rare word of `among` (its bank: `judge.meeting.worth_judging`) is not judged (None)."""
+        """The judge's verdicts, each pair read once per policy (a pair's keys and texts name it) and given
+        as the pair is (`current` names its members in this order); a pair sharing no rare word of `among`
+        (its bank: `judge.meeting.worth_judging`) is not judged (None)."""
         name = [_pair_name(a, b) for a, b in pairs]
         fresh = list({n: i for i, n in reversed(list(enumerate(name))) if n not in self._read}.values())
         if fresh:
@@ -312,10 +313,10 @@ class HeuristicPolicy(PlanningPolicy):
                 self._read[name[i]] = None
             fresh = [i for i, w in zip(fresh, worth, strict=True) if w]
         for i, verdict in zip(fresh, judge_memories(self._the_judge(), [pairs[i] for i in fresh]), strict=True):
-            self._read[name[i]] = verdict
-        return [self._read[n] for n in name]
+            self._read[name[i]] = (pairs[i][0].key, verdict)
+        return [_as_given(self._read[n], a.key) for n, (a, _) in zip(name, pairs, strict=True)]
 
-    def _supersessions(self, memories: Sequence[MemoryRecord], touched: set[str], verdicts: dict[frozenset[str], Verdict]) -> list[ToolCall]:
+    def _supersessions(self, memories: Sequence[MemoryRecord], touched: set[str], verdicts: dict[tuple[str, str], Verdict]) -> list[ToolCall]:
         """Each older memory is superseded by the newer one the judge reads as an update of its fact with
         the most chance of a change (`judge.decision.change_chance`, surest pairs first; only readings the plan
         acts on, `_acts_on`: with `asks`, the unsure ones the decision asks about too), and then by the live end
@@ -325,10 +326,12 @@ class HeuristicPolicy(PlanningPolicy):
         updates = []
         for i, a in enumerate(dated):
             for b in dated[i + 1 :]:
-                verdict = verdicts.get(frozenset((a.key, b.key)))
-                if verdict is None or verdict.relation == "duplicate" or not self._acts_on(verdict) or (later := is_newer(b, a)) is None:
+                verdict = verdicts.get((a.key, b.key))
+                if verdict is None or verdict.relation != "update" or not self._acts_on(verdict):
                     continue
-                older, newer = (a, b) if later else (b, a)
+                if (op := operation(verdict.relation, verdict.current, (a.content, b.content))) is None:
+                    continue  # neither stated later: nothing says which holds
+                older, newer = op.of((a, b))
                 updates.append((-change_chance(verdict), stated_at(newer), older, newer))
         successor: dict[str, tuple[MemoryRecord, MemoryRecord]] = {}
         for _, _, older, newer in sorted(updates, key=lambda u: (u[0], u[1], u[2].key)):
@@ -363,7 +366,7 @@ class HeuristicPolicy(PlanningPolicy):
                 touched.add(memory.key)
         return calls
 
-    def _merges(self, memories: Sequence[MemoryRecord], touched: set[str], verdicts: dict[frozenset[str], Verdict]) -> list[ToolCall]:
+    def _merges(self, memories: Sequence[MemoryRecord], touched: set[str], verdicts: dict[tuple[str, str], Verdict]) -> list[ToolCall]:
         calls = []
         words = {m.key: content_words(m.content) for m in memories}
         for i, a in enumerate(memories):
@@ -372,8 +375,8 @@ class HeuristicPolicy(PlanningPolicy):
             for b in memories[i + 1 :]:
                 if b.key in touched:
                     continue
-                verdict = verdicts.get(frozenset((a.key, b.key)))
-                keep, drop = sorted((a, b), key=lambda m: len(m.content), reverse=True)
+                verdict = verdicts.get((a.key, b.key))
+                drop, keep = operation("duplicate", None, (a.content, b.content)).of((a, b))
                 told_twice = (jaccard(words[a.key], words[b.key]) >= DUPLICATE_JACCARD and words[drop.key] <= words[keep.key]
                               and memory_day(drop) == memory_day(keep))
                 if verdict is not None and verdict.relation == "update":
@@ -415,6 +418,14 @@ def _lexical_top(memories: Sequence[MemoryRecord], question: str, k: int) -> lis
     idf = {word: math.log(1 + len(memories) / (1 + df[word])) for word in wanted}
     scored = [(sum(idf[w] for w in bag & wanted), key) for key, bag in bags.items()]
     return [key for score, key in sorted(scored, key=lambda s: (-s[0], s[1]))[:k] if score > 0]
+
+
+def _as_given(read: tuple[str, Verdict] | None, first: str) -> Verdict | None:
+    """A remembered reading (the key of the memory read first, the verdict) as the pair whose first
+    memory is `first` gives it."""
+    if read is None:
+        return None
+    return read[1] if read[0] == first else turned(read[1])
 
 
 def _pair_name(a: MemoryRecord, b: MemoryRecord) -> frozenset:

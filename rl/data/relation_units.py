@@ -7,7 +7,8 @@ statements and the questions its decisions are scored on.
     units = [RelationUnit(b.group, b.part, p) for b in banks for p in b.pairs]   # unit.key: its reward table row
 
 A bank is a Jenverse profile (its tests read the correct answer, and the wrong one against), a LongMemEval
-question (its answer), a BEAM conversation (its knowledge-update questions), a LoCoMo training conversation
+question (its answer), a BEAM conversation (its knowledge-update questions), a Letta row (its question: the
+answer after the change, and the stale one against), a LoCoMo training conversation
 or FactConsolidation's training facts (their own questions, a sample of their pairs). Training and recipe
 people only: the evaluation part never reaches the relation task (`rl.data.relations.split_of`).
 """
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +30,7 @@ from memupdate.store import MemoryStore, NewMemory
 # Jenverse tests whose wrong answer states a value (a stale one, another's); others' wrong answers are
 # refusals or generic sentences ("I don't recall ...", "I'll explain things clearly"), no value to count.
 VALUE_TESTS = ("contradiction_update", "consolidation", "temporal_relevance", "cross_session")
+FULL_NAME = re.compile(r"\b[A-Z][a-z]+(?: [A-Z][a-z]+)+")
 
 
 @dataclass(frozen=True)
@@ -94,6 +97,9 @@ def relation_banks(data: Path, *, locomo_units: int, fc_units: int, seed: int, e
     banks += longmemeval_banks(list(rows.values()), embed)
     if (natural / "beam-ku-dev.jsonl").is_file():
         banks += beam_relation_banks(natural, embed)
+    if (natural / "letta-core-memory-dev.jsonl").is_file():
+        banks += letta_relation_banks([json.loads(line) for line in (natural / "letta-core-memory-dev.jsonl").read_text().splitlines()
+                                       if line.strip()], embed)
     rng = random.Random(seed)
     banks += locomo_banks(data / "locomo" / "locomo10-dev.json", locomo_units, rng, embed)
     banks += factconsolidation_banks(data / "memoryagentbench" / "factconsolidation-dev.jsonl", fc_units, rng, embed)
@@ -192,6 +198,34 @@ def beam_relation_banks(natural: Path, embed) -> list[RelationBank]:
         # A namespace label holds no "/" ("beam-100K/4"): the bank is named without it, its part kept by the source's name.
         group = store.group.replace("/", "_")
         banks.append(RelationBank(group, split_of(store.group), probes, _meeting(said, embed, group, "beam", labels), memories))
+    return banks
+
+
+def letta_relation_banks(rows: Sequence[dict], embed) -> list[RelationBank]:
+    """A bank a Letta row (`rl.data.relations.letta_banks`: its ten facts, a day later the contradicting
+    fact). Its question reads the answer after the change (+) and the stale one (-), every statement their
+    evidence. The development file gives the answer after in both `answer` and `contradicting_answer`, so
+    the stale answer is the one name the replaced fact holds that neither the question nor the answer
+    does (no stale probe where that is not one name)."""
+    from memupdate.rl.data.relations import letta_banks, split_of
+
+    def names(text: str) -> set[str]:  # the full names a Letta text holds: "Eliza Woodley's" -> "Eliza Woodley"
+        return set(FULL_NAME.findall(text))
+
+    banks = []
+    for row, store in zip(rows, letta_banks(rows, embed), strict=True):
+        said = {st.text: st.time for st in store.statements}
+        memories, keys = statement_memories(said)
+        evidence = tuple(keys.values())
+        answer = str(row["contradicting_answer"])
+        probes = [Probe(row["question"], answer, evidence)]
+        replaced = [row["facts"][i] for i in row.get("supporting_fact_indices") or [] if 0 <= i < len(row["facts"])]
+        stale = set().union(*map(names, replaced)) - names(row["question"]) - names(answer)
+        if len(stale) == 1:
+            probes.append(Probe(row["question"], stale.pop(), evidence, sign=-1.0))
+        labels = {frozenset((store.statements[i].text, store.statements[j].text)): label for (i, j), label in store.labels.items()}
+        group = store.group.replace("#", "-")
+        banks.append(RelationBank(group, split_of(store.group), probes, _meeting(said, embed, group, "letta", labels), memories))
     return banks
 
 

@@ -52,6 +52,7 @@ from typing import Any
 import numpy as np
 
 from memupdate.errors import MemupdateError
+from memupdate.judge.decision import operation
 from memupdate.judge.pairs import LabelledPair
 from memupdate.judge.verdict import RELATIONS, later
 from memupdate.rl.data.relation_rewards import READER_REWARDS, REWARDS, RewardRow, read_rewards
@@ -211,11 +212,12 @@ def reward_table(store: MemoryStore, banks: Sequence[RelationBank], path: Path, 
                 touched = [i for i, s in enumerate(before) if a in s.retrieved or b in s.retrieved] if a and b else []
                 rewards: dict[str, float] = {}
                 errors: dict[str, str] = {}
+                current = later(*unit.pair.statements) or "second"  # a pair is given older first
                 for decision in ("update", "duplicate"):
                     if not touched:
                         rewards[decision] = 0.0
                         continue
-                    older, newer = (a, b) if later(*unit.pair.statements) != "first" else (b, a)
+                    older, newer = operation(decision, current, (unit.pair.first, unit.pair.second)).of((a, b))
                     call = (("delete_memory", {"memory_id": older, "superseded_by": newer}) if decision == "update"
                             else ("merge_memory", {"memory_ids": [a, b], "strategy": "keep_fullest"}))
                     fork = base.fork((*base.namespace, "rl-" + decision))
@@ -273,8 +275,8 @@ def reader_rewards(banks: Sequence[RelationBank], table: dict[str, RewardRow], r
             asks = {}
             for unit in todo:
                 a, b = unit.pair.first, unit.pair.second
-                older = a if later(*unit.pair.statements) != "first" else b
-                gone = {"keep": (), "update": (older,), "duplicate": (min((a, b), key=len),)}  # keep_fullest keeps the longer
+                current = later(*unit.pair.statements) or "second"  # a pair is given older first
+                gone = {"keep": ()} | {d: (operation(d, current, (a, b)).of((a, b))[0],) for d in ("update", "duplicate")}
                 asks[unit.key] = {d: answer_prompt(probe, _reader_context(nearness, when, set(g))).prompt for d, g in gone.items()}
             wanted = sorted({p for ask in asks.values() for p in ask.values()} - set(replies))
             for start in range(0, len(wanted), 8):
