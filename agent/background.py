@@ -30,7 +30,8 @@ A pass, bank by bank:
 
 Several workers (`memupdate watch` processes against one database, on one machine or many) share a
 pass: each bank is claimed by one worker while it does steps 2-5 (`bank.claims`: a row lock, `SKIP
-LOCKED`), a bank another worker holds is skipped (it is being done), and one another worker compacted
+LOCKED`; CLAIM_BATCH banks at a time, their pairs judged in one batch), a bank another worker holds is
+skipped (it is being done), and one another worker compacted
 since this pass read it is left alone; a live store's import (step 1) is done by one worker at a time.
 A worker killed mid-bank holds nothing (PostgreSQL ends its transaction with its connection) and
 leaves nothing half done: each change applies in one transaction or not at all, a safe change it
@@ -65,7 +66,7 @@ from memupdate.bank.change_log import (
     proposed_forks,
     written_by_a_change,
 )
-from memupdate.bank.claims import claim
+from memupdate.bank.claims import claim, claim_many
 from memupdate.bank.live_sync import LiveExport, export_changes
 from memupdate.bank.namespaces import COMPACTION_LABEL, compaction_namespace
 from memupdate.bank.review_queue import known_signatures, propose_parts, shrink_fork, signature
@@ -91,6 +92,9 @@ DEFAULT_GROW_BY = 20
 DEFAULT_INTERVAL = 60.0  # seconds between the watcher's passes
 # New texts embedded at a time before an import (within the embedder's cache of 20,000 vectors).
 EMBED_BATCH = 5000
+# Banks a worker claims at a time (their pairs judged in one batch): large enough that the judge's batches are
+# full (a 20-memory bank meets ~60 pairs), small enough that another worker finds banks left to claim.
+CLAIM_BATCH = 64
 # A fork no proposed change names and nobody wrote for this long is a killed run's leftover.
 ORPHAN_FORK_AGE = timedelta(minutes=15)
 
@@ -237,48 +241,54 @@ class BackgroundCompactor:
         return self._bank_passes(banks, self._reasons(banks, since), after, marks)
 
     def _reasons(self, banks: Sequence[MemoryStore], since: dict[str, SinceLast]) -> dict[str, str | None]:
-        """Why each bank needs work (`needs_work_many`), the judge read once for every bank's new pairs,
-        and every pair of the small banks that need work judged in the same batch for their compaction."""
+        """Why each bank needs work (`needs_work_many`), the judge read once for every bank's new pairs."""
         unjudged = _needs_work_unjudged(banks, self.settings.grow_by, since)
         if all(found is None for found in unjudged.values()):
             return unjudged  # an idle pass: no judge, no policy, no model loaded
         policy = self.policy()
-        judging = isinstance(policy, JudgingPolicy)
         # The policy's own judge where it has one (what it reads now it will not read again), else the default.
-        reasons = _judged_reasons(unjudged, policy.remembering_judge() if judging else make_judge())
-        if judging:
-            size = self._size()
-            small = [bank for bank in banks if reasons[bank.path] is not None]
-            read = []
-            for bank in small:
-                keys, vectors = bank.vectors()
-                if 1 < len(keys) <= size:
-                    records = {m.key: m for m in bank.get_many(keys)}
-                    read.append(([records[k] for k in keys], vectors))
-            policy.judge_banks(read)
-        return reasons
+        return _judged_reasons(unjudged, policy.remembering_judge() if isinstance(policy, JudgingPolicy) else make_judge())
+
+    def _judge_ahead(self, banks: Sequence[MemoryStore]) -> None:
+        """Every pair that meets in those of `banks` that are one neighbourhood, judged in one batch for
+        their compactions (a batch of banks pays the judge's per-call costs once)."""
+        policy = self.policy()
+        if not isinstance(policy, JudgingPolicy) or not banks:
+            return
+        size, read = self._size(), []
+        for bank in banks:
+            keys, vectors = bank.vectors()
+            if 1 < len(keys) <= size:
+                records = {m.key: m for m in bank.get_many(keys)}
+                read.append(([records[k] for k in keys], vectors))
+        policy.judge_banks(read)
 
     def _bank_passes(self, banks: Sequence[MemoryStore], reasons: dict[str, str | None],
                      after: Callable[[MemoryStore, BankPass], BankPass] | None, marks: dict[str, int | None]) -> list[BankPass]:
-        """Steps 2-4 on each bank (5 by `after`), each bank with work claimed first, progress reported;
-        stopping leaves the rest for the next pass, which finds them by their state (never compacted, or
-        grown since), not by this one's. `marks`: each bank's last compacted mark as `reasons` read it."""
+        """Steps 2-4 on each bank (5 by `after`), progress reported. Banks with work are claimed
+        CLAIM_BATCH at a time (the ones another worker holds are skipped), and the pairs of the claimed
+        ones judged in one batch; stopping leaves the rest for the next pass, which finds them by their
+        state (never compacted, or grown since), not by this one's. `marks`: each bank's last compacted
+        mark as `reasons` read it."""
         passes = []
         proposed = banks_with_proposed(self.root.engine, [bank.path for bank in banks])
-        for number, bank in enumerate(banks, 1):
-            if self._stop.is_set():
-                break
-            reason, leftovers = reasons[bank.path], bank.path in proposed
-            if reason is None and not leftovers:  # nothing to do here: no claim, no query
-                done = self.compact_bank_if_needed(bank, None, leftovers=False)
-                passes.append(after(bank, done) if after is not None else done)
-            else:
-                with claim(self.root.engine, bank.path) as held:  # step 5 too: the bank is this worker's until written
-                    done = self._claimed(bank, reason, leftovers, marks.get(bank.path)) if held else \
-                        BankPass(bank.path, elsewhere="being compacted by another worker")
+        for start in range(0, len(banks), CLAIM_BATCH):
+            batch = banks[start : start + CLAIM_BATCH]
+            work = [bank.path for bank in batch if reasons[bank.path] is not None or bank.path in proposed]
+            with claim_many(self.root.engine, work) as held:  # step 5 too: a bank is this worker's until written
+                self._judge_ahead([bank for bank in batch if bank.path in held and reasons[bank.path] is not None])
+                for number, bank in enumerate(batch, start + 1):
+                    if self._stop.is_set():
+                        return passes
+                    if bank.path not in work:  # nothing to do here: no claim, no query
+                        done = self.compact_bank_if_needed(bank, None, leftovers=False)
+                    elif bank.path in held:
+                        done = self._claimed(bank, reasons[bank.path], bank.path in proposed, marks.get(bank.path))
+                    else:
+                        done = BankPass(bank.path, elsewhere="being compacted by another worker")
                     passes.append(after(bank, done) if after is not None else done)
-            if self.on_progress is not None:
-                self.on_progress(number, len(banks))
+                    if self.on_progress is not None:
+                        self.on_progress(number, len(banks))
         return passes
 
     def _claimed(self, bank: MemoryStore, reason: str | None, leftovers: bool, mark: int | None) -> BankPass:

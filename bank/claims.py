@@ -10,6 +10,8 @@ a pass, each bank worked on by the worker that claims it while the others skip i
             ...        # another worker holds it now: skip it (it is being done)
     with claim(engine, "import:postgresql://app@db/app", wait=True):
         ...            # waits for the worker that holds it
+    with claim_many(engine, ["app/memories/alice", "app/memories/bo"]) as held:
+        ...            # the names this worker holds (a set): a batch of banks claimed in one query
 
 A claim is a row lock on the name's row of `watch_claims` (`SELECT ... FOR UPDATE SKIP LOCKED`), held
 by a transaction open for the block on a connection of its own: it ends with the block, and PostgreSQL
@@ -23,7 +25,7 @@ early: leave it unset, or above the longest compaction, for the watcher's role.)
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
 from sqlalchemy import Connection, Engine, select
@@ -51,3 +53,17 @@ def claim(engine: Engine, name: str, *, wait: bool = False) -> Iterator[bool]:
 def _lock(conn: Connection, name: str, wait: bool) -> bool:
     query = select(claims.c.name).where(claims.c.name == name).with_for_update(skip_locked=not wait)
     return conn.execute(query).first() is not None
+
+
+@contextmanager
+def claim_many(engine: Engine, names: Sequence[str]) -> Iterator[set[str]]:
+    """Hold, for the block, those of `names` no other worker holds (yields them): a batch of banks claimed
+    in one query, so a worker can read all of their pairs in one batch and the others skip the batch."""
+    if not names:
+        yield set()
+        return
+    with engine.begin() as other:  # rows for names never claimed, committed apart (an insert never waits on a holder)
+        other.execute(insert(claims).values([{"name": name} for name in names]).on_conflict_do_nothing())
+    with engine.connect() as conn, conn.begin():
+        query = select(claims.c.name).where(claims.c.name.in_(list(names))).with_for_update(skip_locked=True)
+        yield {row[0] for row in conn.execute(query)}

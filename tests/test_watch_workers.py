@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from memupdate.agent import background
 from memupdate.agent.background import COMPACTED_OP, BackgroundCompactor
 from memupdate.bank.change_log import history, superseded_rows
 from memupdate.bank.claims import claim
@@ -65,7 +66,11 @@ def kept_everything(bank: MemoryStore, person: str) -> bool:
     return {fact.format(name=person.title()) for fact in FACTS} <= held
 
 
-def test_two_workers_at_once_never_compact_a_bank_twice(store: MemoryStore, rule_judge) -> None:
+@pytest.mark.parametrize("batch", [1, background.CLAIM_BATCH])
+def test_two_workers_at_once_never_compact_a_bank_twice(store: MemoryStore, rule_judge, batch: int, monkeypatch) -> None:
+    """A claims banks `batch` at a time: with 1, B does every bank but the one A holds; with a batch holding
+    them all, B skips every one (A holds them) and A does them all. Either way, each bank once."""
+    monkeypatch.setattr(background, "CLAIM_BATCH", batch)
     path, banks = fill(store)
     first = sorted(banks.values(), key=lambda b: b.path)[0]
     holding, other_done = threading.Event(), threading.Event()
@@ -88,9 +93,14 @@ def test_two_workers_at_once_never_compact_a_bank_twice(store: MemoryStore, rule
     assert by_b[first.path].elsewhere == "being compacted by another worker" and by_b[first.path].reason is None
     assert by_a[first.path].reason is not None and by_a[first.path].applied
     for bank in banks.values():
-        if bank is not first:  # B did them while A held the first; A, reaching them after, leaves them alone
+        if bank is first:
+            continue
+        if batch == 1:  # B did them while A held the first; A, reaching them after, leaves them alone
             assert by_b[bank.path].reason is not None and by_b[bank.path].applied
             assert by_a[bank.path].elsewhere == "compacted by another worker during this pass"
+        else:  # A claimed them with the first: B skipped them, A did them
+            assert by_b[bank.path].elsewhere == "being compacted by another worker"
+            assert by_a[bank.path].reason is not None and by_a[bank.path].applied
     for person, bank in banks.items():
         assert len(bank.events(op=COMPACTED_OP)) == 1 and len(compactions(bank)) == 1, person
         assert kept_everything(bank, person), person

@@ -1,10 +1,11 @@
 """A `memupdate watch` worker over memupdate's own banks that stops at one step of its first bank and
 waits there, holding the bank, until it is killed (tests/test_watch_workers.py SIGKILLs it):
 
-    python tests/watch_worker_job.py DATABASE_URL PATH STEP
+    python tests/watch_worker_job.py DATABASE_URL PATH STEP [BATCH]
 
 PATH is a bank path (the banks under it are the pass's), STEP one of BackgroundCompactor's steps
-(claimed, compact, propose, apply). It prints `holding BANK` when it gets there, then sleeps.
+(claimed, compact, propose, apply), BATCH the banks it claims at a time (1 by default: it holds only the
+bank it stops in). It prints `holding BANK` when it gets there, then sleeps.
 """
 
 from __future__ import annotations
@@ -12,13 +13,15 @@ from __future__ import annotations
 import sys
 import time
 
+from memupdate.agent import background
 from memupdate.agent.background import BackgroundCompactor
 from memupdate.store import MemoryStore, to_namespace
 from memupdate.store.database import get_engine
 from memupdate.store.embeddings import get_embedder
 
 
-def main(database_url: str, path: str, step: str) -> None:
+def main(database_url: str, path: str, step: str, batch: str = "1") -> None:
+    background.CLAIM_BATCH = int(batch)
     root = MemoryStore(get_engine(database_url), get_embedder(), to_namespace(path))
 
     def hold_at(name: str, bank: str) -> None:

@@ -174,7 +174,7 @@ def reward_summary(rows: Sequence[RewardedPair]) -> dict[str, Any]:
 
 def grpo_stage(run: RelationRun, sft: str) -> dict[str, Any]:
     """GRPO from `sft` on the training units, read on the recipe units, calibrated on the recipe part."""
-    from memupdate.rl.data.relations import relation_pairs, store_banks
+    from memupdate.rl.data.relations import recipe_banks, relation_pairs, store_banks
 
     stores = store_banks(run.data)
     recipe_pairs = relation_pairs(run.data, banks=stores)["recipe"]
@@ -182,7 +182,8 @@ def grpo_stage(run: RelationRun, sft: str) -> dict[str, Any]:
     # The recipe reading is over the recipe units whose decisions earn different rewards (on the rest every judge earns the same).
     train = [r for r in rows if r.row.part == "train"]
     recipe = [r for r in rows if r.row.part == "recipe" and r.row.informative]
-    return grpo(sft, train, recipe, recipe_pairs, run.config.relation, run.config.seed, run.out / "rl", run.progress, stores["recipe"])
+    return grpo(sft, train, recipe, recipe_pairs, run.config.relation, run.config.seed, run.out / "rl", run.progress,
+                recipe_banks(run.data, banks=stores))  # calibrated as SFT is: the recipe banks in every calibration form
 
 
 # -- the reward table ----------------------------------------------------------------------------------
