@@ -8,13 +8,19 @@ into LangGraph's own `PostgresStore` (a database of its own on the benchmark's s
 a fresh `BackgroundCompactor` each pass (as `memupdate watch --once` builds one):
 1. first: a pass that imports every person, compacts every bank and applies what is safe;
 2. steady: after CHANGED people put one new memory each, the next pass.
+With `--workers 1,2`, each size is also passed over as commands: N `memupdate watch URL --once` processes
+started together against one memupdate database (start-up included), on a fresh copy of the app's store
+each, then, with one worker, a steady pass as a command after STEADY_CHANGED people wrote one memory each;
+`once` counts the banks compacted exactly once (the workers claim banks: `bank.claims`), and banks/s is
+banks over the wall time. Targets: two workers at least 1.4 times one worker's banks/s on 1,000 x 20;
+over 200 x 20, one command in at most 20 s and two together in at most 0.7 of one; a steady command in 5 s.
 The baseline (`--baseline COMMIT`, default `bench.baseline.BASELINE_COMMIT`) is this benchmark as that
 commit runs it, first, in a git worktree and a process and database of its own (`bench.baseline`); its
 rows are named by the commit, and `same changes` says whether today's code applied and queued the same
 changes for the same people. Targets: the first pass over 1,000 x 20 in at most 60 s, a steady pass with
 10 people changed in at most 5 s (2 cores).
 
-    python -m memupdate.bench.watch [--people 100,1000] [--memories 5,20] [--baseline COMMIT|none] [--plot watch.png] [--out PATH]
+    python -m memupdate.bench.watch [--people 100,1000] [--memories 5,20] [--workers 1,2] [--baseline COMMIT|none] [--plot watch.png] [--out PATH]
     memupdate bench watch
 """
 
@@ -23,6 +29,8 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import subprocess
+import sys
 import time
 
 from memupdate.bench.baseline import baseline_of, baseline_option, run_at
@@ -41,6 +49,10 @@ TARGET_FIRST_SECONDS = 60
 TARGET_STEADY_SECONDS = 5
 UPDATE_EVERY = 10
 CHANGED = 10
+STEADY_CHANGED = 5  # people who wrote since, before a steady pass as a command
+TARGET_WORKER_SPEEDUP = 1.4
+TARGET_COMMAND_SECONDS = 20  # 200 x 20, one `watch --once` command
+TARGET_TWO_COMMANDS = 0.7  # two commands together, of one's time
 NAMES = ["Ana", "Ben", "Chloe", "Dev", "Elif", "Femi", "Greta", "Hugo", "Ines", "Jonas", "Kai", "Lena", "Mateo", "Nora"]
 CITIES = ["Lisbon", "Boston", "Kyoto", "Denver", "Dublin", "Prague", "Seville", "Oslo", "Austin", "Porto"]
 EVERYDAY = [
@@ -134,6 +146,48 @@ def one_pass(root, url: str, into: tuple[str, ...]) -> dict:
             "changes": sorted([p.bank.rsplit("/", 1)[-1], len(p.applied), len(p.queued)] for p in passes if p.applied or p.queued)}
 
 
+def command_pass(root, url: str, into: str, workers: int) -> dict:
+    """`workers` `memupdate watch URL --once` processes started together against the benchmark's database,
+    their banks written under `into`; the wall time until the last exits (start-up included), and how many
+    banks were compacted once and more than once."""
+    from memupdate.agent.background import COMPACTED_OP
+    from memupdate.store import to_namespace
+
+    database = root.engine.url.render_as_string(hide_password=False)
+    command = [sys.executable, "-m", "memupdate.cli", "watch", url, "--once", "--prefix", "memories", "--into", into, "--url", database]
+    load = round(os.getloadavg()[0], 2)
+    started = time.perf_counter()
+    jobs = [subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) for _ in range(workers)]
+    failed = [err[-300:] for job in jobs if (err := job.communicate()[1]) is not None and job.returncode != 0]
+    seconds = time.perf_counter() - started
+    if failed:
+        raise RuntimeError(f"a watch worker failed: {failed[0]}")
+    under = to_namespace(into)  # the banks: one a person, under `into` (not their forks)
+    marks = [len(root.scoped(ns).events(op=COMPACTED_OP)) for ns in root.list_namespaces(under) if len(ns) == len(under) + 1]
+    return {"workers": workers, "seconds": round(seconds, 2), "banks": len(marks), "once": marks.count(1),
+            "twice": sum(m > 1 for m in marks), "banks_per_second": round(len(marks) / seconds, 2), "load": load}
+
+
+def workers_runs(engine, root, people: int, memories: int, counts: list[int]) -> list[dict]:
+    """The first pass as commands with each count of workers (a fresh app store each), and after the
+    one-worker pass, a steady pass as a command (STEADY_CHANGED people changed)."""
+    runs = []
+    for workers in counts:
+        name = f"bench_watch_{people}x{memories}_w{workers}"
+        with console.status(f"{people:,} x {memories}: {workers} watch command(s) at once ..."):
+            url = app_store(engine, name, people, memories)
+            into = f"{root.path}/{people}x{memories}-w{workers}"
+            first = command_pass(root, url, into, workers)
+            if workers == 1:
+                change_people(url, people, STEADY_CHANGED)
+                first["steady_command"] = command_pass(root, url, into, 1)["seconds"]
+            drop_store(engine, name)
+        runs.append({"people": people, "memories": memories} | first)
+        console.print(f"{people:,} x {memories}, {workers} worker(s): {first['seconds']:.1f} s, {first['banks_per_second']} banks/s, "
+                      f"{first['once']}/{first['banks']} compacted once (load {first['load']})", highlight=False)
+    return runs
+
+
 def run(args: argparse.Namespace) -> dict:
     engine = open_engine(args)
     baseline = baseline_of(args.baseline)
@@ -166,6 +220,9 @@ def run(args: argparse.Namespace) -> dict:
                     summary["runs"].append({key: twin[key] for key in ("people", "memories", "first", "steady")} | {"path": baseline})
                     mine["same_changes_as_baseline"] = all(mine[which]["changes"] == twin[which]["changes"] for which in ("first", "steady"))
                 summary["runs"].append(mine)
+                if args.workers:
+                    summary.setdefault("workers", []).extend(
+                        workers_runs(engine, root, people, memories, [int(n) for n in args.workers.split(",")]))
                 console.print(f"{people:,} x {memories}: first {first['seconds']:.1f} s (load {first['load']}), "
                               f"steady {steady['seconds']:.1f} s (load {steady['load']})", highlight=False)
     summary["load_end"] = [round(x, 2) for x in os.getloadavg()]
@@ -209,6 +266,25 @@ def report(summary: dict) -> None:
          f"targets: the first pass over 1,000 x 20 in at most {TARGET_FIRST_SECONDS} s; a steady pass in at most "
          f"{TARGET_STEADY_SECONDS} s."],
     )
+    if summary.get("workers"):
+        workers_report(summary["workers"])
+
+
+def workers_report(runs: list[dict]) -> None:
+    """Watch commands at once: seconds, banks/s and the ratio to one worker's, banks compacted once."""
+    one = {(r["people"], r["memories"]): r for r in runs if r["workers"] == 1}
+    rows = []
+    for r in runs:
+        alone = one.get((r["people"], r["memories"]))
+        rows.append([f"{r['people']:,} x {r['memories']}", str(r["workers"]), f"{r['seconds']:.1f}", f"{r['banks_per_second']:.1f}",
+                     f"{r['banks_per_second'] / alone['banks_per_second']:.2f}x" if alone else "", f"{r['once']:,} / {r['banks']:,}",
+                     str(r["twice"]), f"{r['steady_command']:.1f}" if "steady_command" in r else "", str(r["load"])])
+    print_table("memupdate watch --once as commands started together against one database", 
+                ["people x memories", "workers", "first s", "banks/s", "vs 1 worker", "compacted once", "twice", "steady s", "load"], rows,
+                ["each row: its own copy of the app's store; seconds from the processes' start (imports, models) to the last exit.",
+                 f"steady s: one command after {STEADY_CHANGED} people wrote one memory each.",
+                 f"targets: 2 workers at least {TARGET_WORKER_SPEEDUP}x one's banks/s on 1,000 x 20; 200 x 20 as one command in at most "
+                 f"{TARGET_COMMAND_SECONDS} s, two together in at most {TARGET_TWO_COMMANDS} of one; a steady command in at most {TARGET_STEADY_SECONDS} s."])
 
 
 def options(parser: argparse.ArgumentParser) -> None:
@@ -216,6 +292,7 @@ def options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--memories", default="5,20", help="memories a person, comma-separated")
     baseline_option(parser)
     parser.add_argument("--plot", help="draw pass seconds against the store's size to this PNG")
+    parser.add_argument("--workers", default="", help="also pass over each size as that many watch commands at once, comma-separated (1,2)")
 
 
 def main(argv: list[str] | None = None) -> None:
