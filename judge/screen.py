@@ -7,7 +7,7 @@
 Before the cross-encoder reads a pair (milliseconds), a small network over the pair's two embeddings
 (microseconds: numpy, no torch) drops the pairs the judge would leave; the judge reads the rest as
 before, so a kept pair's decision never changes. It is trained on the judge's own decisions over every
-pair that meets in the development data's stores (`judge.screen_training`, `memupdate judge screen`),
+pair that meets in the development data's stores (`rl.screen_training`, `memupdate judge screen`),
 its threshold chosen so that at least RECALL of the pairs the judge applies or asks about are kept in
 every source of the recipe part. It belongs to one judge: the shipped screen holds the digest of the
 judge it was trained on, and `for_judge` gives it only to that judge (any other judge reads every pair:

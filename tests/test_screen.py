@@ -8,7 +8,7 @@ import pytest
 
 from memupdate.judge.meeting import worth_judging
 from memupdate.judge.screen import Screen, features
-from memupdate.judge.screen_training import choose_threshold, screen_figures
+from memupdate.rl.screen_training import choose_threshold, screen_figures
 
 DIMS = 8
 

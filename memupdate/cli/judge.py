@@ -141,7 +141,7 @@ def screen_command(
     from rich.table import Table
 
     from memupdate.judge.screen import RECALL, judge_digest
-    from memupdate.judge.screen_training import judge_readings, train_screen
+    from memupdate.rl.screen_training import judge_readings, train_screen
 
     _data_folder(data)
     with console.status("the judge's readings of every pair that meets ...") as status:
@@ -329,7 +329,7 @@ def _screen_table(judge, banks, verdicts, judge_ms: float) -> dict | None:
     from rich.table import Table
 
     from memupdate.judge.screen import Screen
-    from memupdate.judge.screen_training import screen_view
+    from memupdate.rl.screen_training import screen_view
 
     screen = Screen.for_judge(judge)
     if screen is None:

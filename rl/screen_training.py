@@ -1,6 +1,6 @@
 """Train the screen (`judge.screen`) on the judge's own decisions over every pair that meets in people's stores.
 
-    from memupdate.judge.screen_training import judge_readings, train_screen
+    from memupdate.rl.screen_training import judge_readings, train_screen
     readings = judge_readings(Path("../shared/data"), Path("runs/screen"))   # cached: a rerun reads no pair
     screen, figures = train_screen(readings, judge_digest())   # fit on "train", threshold on "recipe"; never reads "eval"
     screen.save()                                 # judge/weights/relation-screen.npz
