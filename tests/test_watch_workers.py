@@ -19,7 +19,7 @@ import pytest
 from memupdate.agent import background
 from memupdate.agent.background import COMPACTED_OP, BackgroundCompactor
 from memupdate.bank.change_log import history, superseded_rows
-from memupdate.bank.claims import claim
+from memupdate.bank.claims import claim, claim_many
 from memupdate.store import MemoryStore, NewMemory, to_namespace
 
 HERE = Path(__file__).parent
@@ -164,3 +164,17 @@ def test_two_watch_commands_started_at_once_share_the_banks(store: MemoryStore, 
     for person, bank in banks.items():
         assert len(bank.events(op=COMPACTED_OP)) == 1 and len(compactions(bank)) == 1, person
         assert kept_everything(bank, person), person
+
+
+def test_a_batch_claim_holds_what_no_other_worker_holds(store: MemoryStore) -> None:
+    """`claim_many` holds the names free now (rows added for new ones), another worker's batch gets the
+    rest, and a single claim of a held name is refused until the batch's block ends."""
+    names = [f"{store.path}/batch/{n}" for n in range(4)]
+    with claim(store.engine, names[0]) as first:
+        assert first
+        with claim_many(store.engine, names[:3]) as mine, claim_many(store.engine, names) as theirs:
+            assert mine == set(names[1:3]) and theirs == {names[3]}
+            with claim(store.engine, names[1]) as again:
+                assert not again
+    with claim_many(store.engine, names) as everything:
+        assert everything == set(names)
