@@ -66,18 +66,17 @@ def kept_everything(bank: MemoryStore, person: str) -> bool:
     return {fact.format(name=person.title()) for fact in FACTS} <= held
 
 
-@pytest.mark.parametrize("batch", [1, background.CLAIM_BATCH])
-def test_two_workers_at_once_never_compact_a_bank_twice(store: MemoryStore, rule_judge, batch: int, monkeypatch) -> None:
-    """A claims banks `batch` at a time: with 1, B does every bank but the one A holds; with a batch holding
-    them all, B skips every one (A holds them) and A does them all. Either way, each bank once."""
-    monkeypatch.setattr(background, "CLAIM_BATCH", batch)
+def test_two_workers_at_once_never_compact_a_bank_twice(store: MemoryStore, rule_judge, monkeypatch) -> None:
+    """A claims its first batch (half of the banks: `claim_batches`) and stops in its first bank until B's
+    pass is over; B skips A's batch and does the rest; A, reaching those, leaves them alone."""
+    monkeypatch.setattr(background, "CLAIM_BATCH", 1)
     path, banks = fill(store)
     first = sorted(banks.values(), key=lambda b: b.path)[0]
     holding, other_done = threading.Event(), threading.Event()
 
     def hold_the_first_bank(step: str, bank: str) -> None:
         if step == "claimed" and bank == first.path and not holding.is_set():
-            holding.set()  # worker A holds the first bank until worker B's pass is over
+            holding.set()  # worker A holds its batch until worker B's pass is over
             assert other_done.wait(120)
 
     a = BackgroundCompactor(store, path, on_step=hold_the_first_bank)
@@ -90,17 +89,13 @@ def test_two_workers_at_once_never_compact_a_bank_twice(store: MemoryStore, rule
     worker_a.join(120)
 
     by_a, by_b = {p.bank: p for p in a_passes}, {p.bank: p for p in b_passes}
-    assert by_b[first.path].elsewhere == "being compacted by another worker" and by_b[first.path].reason is None
-    assert by_a[first.path].reason is not None and by_a[first.path].applied
-    for bank in banks.values():
-        if bank is first:
-            continue
-        if batch == 1:  # B did them while A held the first; A, reaching them after, leaves them alone
-            assert by_b[bank.path].reason is not None and by_b[bank.path].applied
-            assert by_a[bank.path].elsewhere == "compacted by another worker during this pass"
-        else:  # A claimed them with the first: B skipped them, A did them
-            assert by_b[bank.path].elsewhere == "being compacted by another worker"
-            assert by_a[bank.path].reason is not None and by_a[bank.path].applied
+    a_did = {bank for bank, p in by_a.items() if p.reason is not None}
+    b_did = {bank for bank, p in by_b.items() if p.reason is not None}
+    assert first.path in a_did and a_did and b_did and not a_did & b_did and a_did | b_did == {b.path for b in banks.values()}
+    for bank in a_did:  # B found them held
+        assert by_b[bank].elsewhere == "being compacted by another worker" and by_a[bank].applied
+    for bank in b_did:  # A, reaching them after B's pass, leaves them alone
+        assert by_a[bank].elsewhere == "compacted by another worker during this pass" and by_b[bank].applied
     for person, bank in banks.items():
         assert len(bank.events(op=COMPACTED_OP)) == 1 and len(compactions(bank)) == 1, person
         assert kept_everything(bank, person), person
@@ -123,8 +118,9 @@ def test_a_worker_killed_holding_a_bank_loses_nothing_and_the_next_pass_does_it(
         assert any(c.status == "proposed" for c in history(store.scoped(to_namespace(held))))
 
         meanwhile = {p.bank: p for p in BackgroundCompactor(store, path).run_once()}  # a second worker, at the same time
-        assert meanwhile[held].elsewhere == "being compacted by another worker"
-        assert all(p.applied for bank, p in meanwhile.items() if bank != held)
+        skipped = {bank for bank, p in meanwhile.items() if p.elsewhere == "being compacted by another worker"}
+        assert held in skipped and len(skipped) < len(banks)  # the killed worker's batch, not the whole pass
+        assert all(p.applied for bank, p in meanwhile.items() if bank not in skipped)
     finally:
         os.kill(job.pid, signal.SIGKILL)
         job.wait(30)
@@ -140,7 +136,8 @@ def test_a_worker_killed_holding_a_bank_loses_nothing_and_the_next_pass_does_it(
 
     after = {p.bank: p for p in BackgroundCompactor(store, path).run_once()}
     assert after[held].elsewhere is None and after[held].applied  # the killed worker's safe changes, applied now
-    assert all(p.reason is None and not p.applied for bank, p in after.items() if bank != held)
+    assert all(after[bank].elsewhere is None and after[bank].applied for bank in skipped)  # its batch, done now
+    assert all(p.reason is None and not p.applied for bank, p in after.items() if bank not in skipped)
     for person, bank in banks.items():
         assert len(bank.events(op=COMPACTED_OP)) == 1, person
         assert kept_everything(bank, person), person
@@ -178,3 +175,12 @@ def test_a_batch_claim_holds_what_no_other_worker_holds(store: MemoryStore) -> N
                 assert not again
     with claim_many(store.engine, names) as everything:
         assert everything == set(names)
+
+
+def test_claim_batches_halve_the_work_left(monkeypatch) -> None:
+    monkeypatch.setattr(background, "CLAIM_BATCH", 64)
+    banks = list(range(1000))  # every other bank has work
+    runs = background.claim_batches(banks, lambda bank: bank % 2 == 0)
+    assert [sum(b % 2 == 0 for b in run) for _, run in runs] == [250, 125, 64, 61]
+    assert [start for start, _ in runs] == [0, 499, 749, 877] and sum(len(run) for _, run in runs) == 1000
+    assert background.claim_batches(banks[:10], lambda bank: True) == [(0, banks[:10])]  # fewer than CLAIM_BATCH: one run

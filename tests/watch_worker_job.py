@@ -4,8 +4,8 @@ waits there, holding the bank, until it is killed (tests/test_watch_workers.py S
     python tests/watch_worker_job.py DATABASE_URL PATH STEP [BATCH]
 
 PATH is a bank path (the banks under it are the pass's), STEP one of BackgroundCompactor's steps
-(claimed, compact, propose, apply), BATCH the banks it claims at a time (1 by default: it holds only the
-bank it stops in). It prints `holding BANK` when it gets there, then sleeps.
+(claimed, compact, propose, apply), BATCH its CLAIM_BATCH (1 by default: it holds the first half of the banks,
+`claim_batches`, not all of them). It prints `holding BANK` when it gets there, then sleeps.
 """
 
 from __future__ import annotations
