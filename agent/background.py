@@ -30,7 +30,7 @@ A pass, bank by bank:
 
 Several workers (`memupdate watch` processes against one database, on one machine or many) share a
 pass: each bank is claimed by one worker while it does steps 2-5 (`bank.claims`: a row lock, `SKIP
-LOCKED`; banks in halving batches, each batch's pairs judged at once), a bank another worker holds is
+LOCKED`; CLAIM_BATCH banks at a time, each batch's pairs judged at once), a bank another worker holds is
 skipped (it is being done), and one another worker compacted
 since this pass read it is left alone; a live store's import (step 1) is done by one worker at a time.
 A worker killed mid-bank holds nothing (PostgreSQL ends its transaction with its connection) and
@@ -92,11 +92,11 @@ DEFAULT_GROW_BY = 20
 DEFAULT_INTERVAL = 60.0  # seconds between the watcher's passes
 # New texts embedded at a time before an import (within the embedder's cache of 20,000 vectors).
 EMBED_BATCH = 5000
-# Banks a worker claims at a time, their pairs judged in one batch: half of the pass's banks first, then half of
-# what is left, down to CLAIM_BATCH (`claim_batches`). A worker alone judges most pairs before any compaction
-# (judging after compactions began read pairs ~1.5 times slower here: 1,000 x 20 in batches of 64 took 92-99 s
-# against 71-76 s in one), and a worker started beside it finds the other half to claim.
-CLAIM_BATCH = 64
+# Banks with work a worker claims at a time, their pairs judged in one batch (`claim_batches`). The judge reads
+# fastest in large batches: 1,000 x 20 took 71-76 s judged in one batch, 92-99 s in batches of 64 banks and
+# 96-101 s in halving batches (the judge's time 33 s against 51-52 s); a pass over more banks than this is
+# what several workers share.
+CLAIM_BATCH = 500
 # A fork no proposed change names and nobody wrote for this long is a killed run's leftover.
 ORPHAN_FORK_AGE = timedelta(minutes=15)
 
@@ -451,16 +451,13 @@ class BackgroundCompactor:
 
 
 def claim_batches(banks: Sequence[MemoryStore], has_work: Callable[[MemoryStore], bool]) -> list[tuple[int, Sequence[MemoryStore]]]:
-    """`banks` cut into the runs a worker claims one at a time (each with its first index): each holds half
-    of the banks with work not in an earlier run (at least CLAIM_BATCH of them), and the banks without work
-    between them."""
-    left = sum(map(has_work, banks))
+    """`banks` cut into the runs a worker claims one at a time (each with its first index): CLAIM_BATCH
+    banks with work each (the last fewer), and the banks without work between them."""
     runs, start, taken = [], 0, 0
     for i, bank in enumerate(banks):
         taken += has_work(bank)
-        if taken >= max(CLAIM_BATCH, (left + 1) // 2) or i == len(banks) - 1:
+        if taken == CLAIM_BATCH or i == len(banks) - 1:
             runs.append((start, banks[start : i + 1]))
-            left -= taken
             start, taken = i + 1, 0
     return runs
 

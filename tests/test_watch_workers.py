@@ -67,9 +67,9 @@ def kept_everything(bank: MemoryStore, person: str) -> bool:
 
 
 def test_two_workers_at_once_never_compact_a_bank_twice(store: MemoryStore, rule_judge, monkeypatch) -> None:
-    """A claims its first batch (half of the banks: `claim_batches`) and stops in its first bank until B's
-    pass is over; B skips A's batch and does the rest; A, reaching those, leaves them alone."""
-    monkeypatch.setattr(background, "CLAIM_BATCH", 1)
+    """A claims its first batch (`claim_batches`: 2 banks) and stops in its first bank until B's pass is
+    over; B skips A's batch and does the rest; A, reaching those, leaves them alone."""
+    monkeypatch.setattr(background, "CLAIM_BATCH", 2)
     path, banks = fill(store)
     first = sorted(banks.values(), key=lambda b: b.path)[0]
     holding, other_done = threading.Event(), threading.Event()
@@ -177,10 +177,10 @@ def test_a_batch_claim_holds_what_no_other_worker_holds(store: MemoryStore) -> N
         assert everything == set(names)
 
 
-def test_claim_batches_halve_the_work_left(monkeypatch) -> None:
-    monkeypatch.setattr(background, "CLAIM_BATCH", 64)
+def test_claim_batches_hold_claim_batch_banks_with_work(monkeypatch) -> None:
+    monkeypatch.setattr(background, "CLAIM_BATCH", 200)
     banks = list(range(1000))  # every other bank has work
     runs = background.claim_batches(banks, lambda bank: bank % 2 == 0)
-    assert [sum(b % 2 == 0 for b in run) for _, run in runs] == [250, 125, 64, 61]
-    assert [start for start, _ in runs] == [0, 499, 749, 877] and sum(len(run) for _, run in runs) == 1000
+    assert [sum(b % 2 == 0 for b in run) for _, run in runs] == [200, 200, 100]
+    assert [start for start, _ in runs] == [0, 399, 799] and sum(len(run) for _, run in runs) == 1000
     assert background.claim_batches(banks[:10], lambda bank: True) == [(0, banks[:10])]  # fewer than CLAIM_BATCH: one run

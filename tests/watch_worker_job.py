@@ -4,7 +4,7 @@ waits there, holding the bank, until it is killed (tests/test_watch_workers.py S
     python tests/watch_worker_job.py DATABASE_URL PATH STEP [BATCH]
 
 PATH is a bank path (the banks under it are the pass's), STEP one of BackgroundCompactor's steps
-(claimed, compact, propose, apply), BATCH its CLAIM_BATCH (1 by default: it holds the first half of the banks,
+(claimed, compact, propose, apply), BATCH its CLAIM_BATCH (2 by default: it holds its first two banks,
 `claim_batches`, not all of them). It prints `holding BANK` when it gets there, then sleeps.
 """
 
@@ -20,7 +20,7 @@ from memupdate.store.database import get_engine
 from memupdate.store.embeddings import get_embedder
 
 
-def main(database_url: str, path: str, step: str, batch: str = "1") -> None:
+def main(database_url: str, path: str, step: str, batch: str = "2") -> None:
     background.CLAIM_BATCH = int(batch)
     root = MemoryStore(get_engine(database_url), get_embedder(), to_namespace(path))
 
