@@ -218,6 +218,7 @@ def stale_superseded(judge, bank, fork) -> dict:
     from memupdate.judge.decision import operation
     from memupdate.judge.meeting import candidate_pairs, worth_judging
     from memupdate.judge.rule import RuleJudge
+
     keys, vectors = bank.vectors()
     records = {m.key: m for m in bank.list()}
     met = candidate_pairs(vectors)
