@@ -1,6 +1,6 @@
 """What a bank may do by itself with a judge's reading of a pair: the one decision, in one place.
 
-    from memupdate.judge.decision import AutoApply
+    from memupdate.judge.decision import AutoApply, operation
     from memupdate.judge.verdict import Verdict
     auto = AutoApply(update=0.97, rule_update=0.99, duplicate=0.95, ask=0.5)
     auto.act(Verdict("update", 0.98, "second"))          # "apply": supersede the older by itself
