@@ -274,8 +274,11 @@ class BackgroundCompactor:
         mark as `reasons` read it."""
         passes = []
         proposed = banks_with_proposed(self.root.engine, [bank.path for bank in banks])
-        for start, batch in claim_batches(banks, lambda bank: reasons[bank.path] is not None or bank.path in proposed):
-            work = [bank.path for bank in batch if reasons[bank.path] is not None or bank.path in proposed]
+        def has_work(bank: MemoryStore) -> bool:
+            return reasons[bank.path] is not None or bank.path in proposed
+
+        for start, batch in claim_batches(banks, has_work):
+            work = [bank.path for bank in batch if has_work(bank)]
             with claim_many(self.root.engine, work) as held:  # step 5 too: a bank is this worker's until written
                 self._judge_ahead([bank for bank in batch if bank.path in held and reasons[bank.path] is not None])
                 for number, bank in enumerate(batch, start + 1):

@@ -279,7 +279,7 @@ def workers_report(runs: list[dict]) -> None:
         rows.append([f"{r['people']:,} x {r['memories']}", str(r["workers"]), f"{r['seconds']:.1f}", f"{r['banks_per_second']:.1f}",
                      f"{r['banks_per_second'] / alone['banks_per_second']:.2f}x" if alone else "", f"{r['once']:,} / {r['banks']:,}",
                      str(r["twice"]), f"{r['steady_command']:.1f}" if "steady_command" in r else "", str(r["load"])])
-    print_table("memupdate watch --once as commands started together against one database", 
+    print_table("memupdate watch --once as commands started together against one database",
                 ["people x memories", "workers", "first s", "banks/s", "vs 1 worker", "compacted once", "twice", "steady s", "load"], rows,
                 ["each row: its own copy of the app's store; seconds from the processes' start (imports, models) to the last exit.",
                  f"steady s: one command after {STEADY_CHANGED} people wrote one memory each.",

@@ -86,15 +86,10 @@ def judge_readings(data: Path, cache: Path, *, judge=None, embed=None,
                 if progress:
                     progress(f"{part}, {form}: reading {sum(len(b.met) for b in chosen)} pairs ...")
                 acts = [ACTS.index(judge.auto_apply.act(v)) for v in judge_banks(judge, chosen)]
-                firsts, seconds = [], []
-                for bank in chosen:
-                    if bank.met:
-                        vectors = np.asarray(embed([s.text for s in bank.statements]), dtype=np.float32)
-                        firsts.append(vectors[[i for i, _ in bank.met]])
-                        seconds.append(vectors[[j for _, j in bank.met]])
+                first, second = pair_vectors(chosen, embed)
                 met = met_pairs(chosen)
                 np.savez_compressed(
-                    path, first=_stack(firsts).astype(np.float16), second=_stack(seconds).astype(np.float16),
+                    path, first=first.astype(np.float16), second=second.astype(np.float16),
                     act=np.asarray(acts, dtype=np.int8), source=np.asarray([b.source for b, _ in met]),
                     group=np.asarray([b.group for b, _ in met]), seconds=time.perf_counter() - started)
             with np.load(path) as stored:
@@ -108,6 +103,18 @@ def _embed(texts):
     from memupdate.store import get_embedder
 
     return get_embedder().embed(texts)
+
+
+def pair_vectors(banks: Sequence, embed) -> tuple[np.ndarray, np.ndarray]:
+    """The two statements' vectors of every pair that meets in `banks` (`judge.store_view.StoreBank`s), in
+    `met_pairs` order: each bank's statements embedded as a store holds them."""
+    firsts, seconds = [], []
+    for bank in banks:
+        if bank.met:
+            vectors = np.asarray(embed([s.text for s in bank.statements]), dtype=np.float32)
+            firsts.append(vectors[[i for i, _ in bank.met]])
+            seconds.append(vectors[[j for _, j in bank.met]])
+    return _stack(firsts), _stack(seconds)
 
 
 def _stack(rows: list[np.ndarray]) -> np.ndarray:
@@ -228,15 +235,8 @@ def screen_view(screen: Screen, banks: Sequence, acts: Sequence[str], embed=None
     """What `screen` does to every pair that meets in `banks` (`judge.store_view.StoreBank`s), whose
     judge's decisions are `acts` (in `met_pairs` order): per source, and the screen's microseconds a pair
     (the statements embedded as a store holds them; the embedding is not counted: the store has it)."""
-    embed = embed or _embed
-    firsts, seconds, sources = [], [], []
-    for bank in banks:
-        if bank.met:
-            vectors = np.asarray(embed([s.text for s in bank.statements]), dtype=np.float32)
-            firsts.append(vectors[[i for i, _ in bank.met]])
-            seconds.append(vectors[[j for _, j in bank.met]])
-            sources += [bank.source] * len(bank.met)
-    first, second = _stack(firsts), _stack(seconds)
+    first, second = pair_vectors(banks, embed or _embed)
+    sources = [bank.source for bank in banks for _ in bank.met]
     started = time.perf_counter()
     keep = screen.keep(first, second)
     micro = 1e6 * (time.perf_counter() - started) / max(1, len(keep))

@@ -74,7 +74,7 @@ def relation_banks(data: Path, *, locomo_units: int, fc_units: int, seed: int, e
     """The training and recipe banks the development data in `data` gives (evaluation people and
     contexts left out: `rl.data.relations.split_of`), with up to `locomo_units` of LoCoMo's pairs and
     `fc_units` of FactConsolidation's, drawn with `seed` (a run's settings: they decide its units)."""
-    from memupdate.rl.data.relations import split_of
+    from memupdate.rl.data.relations import _jsonl, split_of
 
     if embed is None:
         from memupdate.store import get_embedder
@@ -97,9 +97,7 @@ def relation_banks(data: Path, *, locomo_units: int, fc_units: int, seed: int, e
     banks += longmemeval_banks(list(rows.values()), embed)
     if (natural / "beam-ku-dev.jsonl").is_file():
         banks += beam_relation_banks(natural, embed)
-    if (natural / "letta-core-memory-dev.jsonl").is_file():
-        banks += letta_relation_banks([json.loads(line) for line in (natural / "letta-core-memory-dev.jsonl").read_text().splitlines()
-                                       if line.strip()], embed)
+    banks += letta_relation_banks(_jsonl(natural / "letta-core-memory-dev.jsonl"), embed)
     rng = random.Random(seed)
     banks += locomo_banks(data / "locomo" / "locomo10-dev.json", locomo_units, rng, embed)
     banks += factconsolidation_banks(data / "memoryagentbench" / "factconsolidation-dev.jsonl", fc_units, rng, embed)
