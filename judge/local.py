@@ -101,14 +101,14 @@ class LocalJudge:
         if not card_path.is_file():
             raise MemupdateError(f"{folder} is not a relation judge checkpoint (no {CARD}): build one with `memupdate judge train` or `memupdate models get relation-judge`")
         import torch
-        from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+        from memupdate.store.minilm import Bert
 
         self.card: dict[str, Any] = json.loads(card_path.read_text())
         self.labels: list[str] = self.card["labels"]
         self.temperature = float(self.card.get("temperature", 1.0))
         self.auto_apply = AutoApply.of(self.card)
-        self.tokenizer = AutoTokenizer.from_pretrained(folder)
-        self.model = AutoModelForSequenceClassification.from_pretrained(folder).eval()
+        self.model = Bert.load(folder)  # transformers' BertForSequenceClassification, read without importing it
         self.batch_tokens = batch_tokens
         self.screen = bf16_native() if screen is None else screen
         self._screen_model = None
@@ -126,9 +126,8 @@ class LocalJudge:
             return out.numpy()
         # Batches of alike token counts pad little (sorted by characters, a third of the tokens read were
         # padding): every pair tokenized once, read in token order, answered in the given order.
-        encoded = self.tokenizer([encode_text(a) for a, _ in pairs], [encode_text(b) for _, b in pairs],
-                                 truncation=True, max_length=MAX_TOKENS)
-        order = sorted(range(len(pairs)), key=lambda i: len(encoded["input_ids"][i]))
+        encoded = self.model.tokenize([(encode_text(a), encode_text(b)) for a, b in pairs], MAX_TOKENS)
+        order = sorted(range(len(pairs)), key=lambda i: len(encoded[i][0]))
         if not (screen and self.screen):
             self._read(encoded, order, self.model, out)
             return out.numpy()
@@ -148,11 +147,8 @@ class LocalJudge:
 
     def _read(self, encoded, order: Sequence[int], model, out) -> None:
         """`out[i]`: pair i's probabilities read by `model`, for each i in `order` (batches in that order)."""
-        torch = self._torch
-        with torch.inference_mode():
-            for chosen in self._batches(encoded["input_ids"], order):
-                inputs = self.tokenizer.pad({name: [rows[i] for i in chosen] for name, rows in encoded.items()}, return_tensors="pt")
-                out[chosen] = torch.softmax(model(**inputs).logits.float() / self.temperature, dim=-1)
+        for chosen in self._batches([ids for ids, _ in encoded], order):
+            out[chosen] = self._torch.softmax(model.classify([encoded[i] for i in chosen]) / self.temperature, dim=-1)
 
     def _batches(self, ids: Sequence[Sequence[int]], order: Sequence[int]):
         """`order` cut into runs whose padded size (pairs x the longest's tokens) stays within `batch_tokens`."""
@@ -169,9 +165,7 @@ class LocalJudge:
 
     def _screened(self):
         if self._screen_model is None:
-            import copy
-
-            self._screen_model = copy.deepcopy(self.model).to(self._torch.bfloat16)
+            self._screen_model = self.model.to(self._torch.bfloat16)
         return self._screen_model
 
     def judge(self, pairs: Sequence[Pair]) -> list[Verdict]:

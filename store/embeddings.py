@@ -11,6 +11,7 @@ PyPI package of that name, no network), a local sentence-transformers directory,
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 from collections.abc import Sequence
@@ -70,7 +71,9 @@ class CachedEmbedder:
 
 
 def sentence_transformer_embedder(model: str) -> CachedEmbedder:
-    """A sentence-transformers model on the CPU: the packaged MiniLM by name, or a local directory."""
+    """A sentence-transformers model on the CPU: the packaged MiniLM by name, or a local directory. A BERT
+    folder with mean pooling (all-MiniLM-L6-v2's pipeline) is read by `store.minilm` without importing
+    sentence-transformers (7.3 s a command here); any other by sentence-transformers."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never reach for a hub at run time
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     if model == DEFAULT_EMBEDDING_MODEL:
@@ -84,6 +87,11 @@ def sentence_transformer_embedder(model: str) -> CachedEmbedder:
                 f"embedding model {model!r} is not a directory: set MEMUPDATE_EMBEDDING_MODEL to "
                 f"{DEFAULT_EMBEDDING_MODEL!r}, a local sentence-transformers folder, or openai:<model>"
             )
+    if (max_tokens := mean_pooled_bert(Path(path))) is not None:
+        from memupdate.store.minilm import Bert
+
+        bert = Bert.load(path)
+        return CachedEmbedder(model, bert.dims, lambda texts: bert.embed(texts, max_tokens=max_tokens).numpy())
     from sentence_transformers import SentenceTransformer
 
     st = SentenceTransformer(str(path), device="cpu")
@@ -93,6 +101,23 @@ def sentence_transformer_embedder(model: str) -> CachedEmbedder:
         return st.encode(texts, batch_size=64, normalize_embeddings=True, convert_to_numpy=True)
 
     return CachedEmbedder(model, int(dims), encode)
+
+
+def mean_pooled_bert(path: Path) -> int | None:
+    """The token limit of a sentence-transformers folder that is a BERT, mean pooling and a normalization
+    and nothing else (what `Bert.embed` computes); None for any other."""
+    try:
+        modules = [m["type"].rsplit(".", 1)[-1] for m in json.loads((path / "modules.json").read_text())]
+        pooling = json.loads((path / "1_Pooling" / "config.json").read_text())
+        config = json.loads((path / "config.json").read_text())
+        limit = json.loads((path / "sentence_bert_config.json").read_text())["max_seq_length"]
+    except (OSError, KeyError, TypeError, ValueError):
+        return None
+    means = pooling.get("pooling_mode_mean_tokens") and not any(
+        pooling.get(f"pooling_mode_{m}") for m in ("cls_token", "max_tokens", "mean_sqrt_len_tokens", "weightedmean_tokens", "lasttoken")
+    )
+    plain = config.get("model_type") == "bert" and config.get("hidden_act", "gelu") == "gelu"
+    return int(limit) if modules == ["Transformer", "Pooling", "Normalize"] and means and plain else None
 
 
 def openai_embedder(model: str, base_url: str | None, api_key: str | None, dims: int) -> CachedEmbedder:
