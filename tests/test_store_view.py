@@ -270,3 +270,23 @@ def test_an_ask_is_right_where_a_label_asks_for_its_change() -> None:
     asking = lambda *texts: SimpleNamespace(sources=[SimpleNamespace(content=t) for t in texts])  # noqa: E731
     assert _ask_is_right([bank], asking("I live in Paris."))  # retires what the update retires
     assert not _ask_is_right([bank], asking("I have a sister."))  # retires a true fact
+
+
+@pytest.mark.parametrize(("older", "newer", "label"), [
+    ("Terrance Dicks is a citizen of United Kingdom.", "Terrance Dicks is a citizen of United States of America.", "update"),
+    ("Justus Lipsius is affiliated with the religion of Catholic Church.", "Justus Lipsius is affiliated with the religion of Church of Scotland.", "update"),
+    ("The origianl broadcaster of Nightline is American Broadcasting Company.", "The origianl broadcaster of Nightline is British Broadcasting Corporation.", "update"),
+    ("Ken Burns's child is Sarah Burns.", "Ken Burns's child is Lilly Burns.", "update"),
+    # Two subjects, or two relations of one subject: both true (the last release read the first three as updates).
+    ("The type of music that Cleo Laine plays is jazz.", "The type of music that Archie Shepp plays is jazz.", "compatible"),
+    ("The author of Bleak House is Charles Dickens.", "The author of David Copperfield is Charles Dickens.", "compatible"),
+    ("Gran Turismo 4 was developed by Polyphony Digital.", "Gran Turismo 5 was developed by Polyphony Digital.", "compatible"),
+    ("The type of music that Cleo Laine plays is jazz.", "The type of music that Jay-Z plays is hip hop music.", "compatible"),
+    ("Geoffrey Chaucer is a citizen of Kingdom of England.", "Geoffrey Chaucer is famous for The Canterbury Tales.", "compatible"),
+    ("Martin O'Neill is associated with the sport of association football.", "Michael O'Neill is associated with the sport of cricket.", "compatible"),
+])
+def test_factconsolidations_labels_read_one_subject_and_relation(older: str, newer: str, label: str) -> None:
+    from memupdate.rl.data.relations import template_relation
+
+    assert template_relation(older, newer) == label
+    assert template_relation(newer, older) == label
