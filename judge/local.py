@@ -236,7 +236,12 @@ def ensure_judge(out: str | Path | None = None, *, force: bool = False) -> Path:
     card = out / CARD
     if card.is_file() and not force:
         built = json.loads(card.read_text())
-        if not SHIPPED_CARD.is_file() or built.get("digest") == json.loads(SHIPPED_CARD.read_text()).get("digest"):
+        if not SHIPPED_CARD.is_file():
+            return out
+        shipped = json.loads(SHIPPED_CARD.read_text())
+        if built.get("digest") == shipped.get("digest"):
+            if built != shipped:  # the same weights calibrated again (`judge calibrate --ship`): its thresholds
+                card.write_text(json.dumps(shipped, indent=2))
             return out
     return build_judge(out)
 

@@ -239,3 +239,20 @@ def test_training_writes_weights_that_build_into_a_judge(tmp_path) -> None:
     judge = LocalJudge(built)
     [verdict] = judge.judge([(Statement("Sam lives in Oslo"), Statement("Sam moved to Rome"))])
     assert verdict.relation in ("duplicate", "update", "compatible", "events") and judge.card["digest"] == card["digest"]
+
+
+def test_a_judge_calibrated_again_reaches_a_built_checkpoint(tmp_path, monkeypatch) -> None:
+    """`judge calibrate --ship` changes the shipped card, not the weights: a checkpoint built before reads
+    the new thresholds without being built again."""
+    import json
+
+    from memupdate.judge import local
+
+    card = json.loads(local.SHIPPED_CARD.read_text())
+    built = local.build_judge(tmp_path / "judge")
+    model = (built / "model.safetensors").stat().st_mtime_ns
+    again = tmp_path / "relation-judge.json"
+    again.write_text(json.dumps(card | {"auto_apply": card["auto_apply"] | {"ask": 0.5}}))
+    monkeypatch.setattr(local, "SHIPPED_CARD", again)
+    assert local.ensure_judge(built) == built and (built / "model.safetensors").stat().st_mtime_ns == model
+    assert local.LocalJudge(built).auto_apply.ask == 0.5
