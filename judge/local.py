@@ -50,8 +50,9 @@ BATCH_TOKENS = 4096
 # read in bfloat16 first, and only those it gives an update or a duplicate at least this (and those the rule
 # reads as an update) are read again in full precision, so every reading that can apply or ask is the
 # full-precision one. A pair under it cannot ask: of the pairs bfloat16 puts under it, full precision gives
-# P(update) + P(duplicate) at most 0.052 (the training, recipe and evaluation parts' banks, FactConsolidation's
-# and bench watch's pairs; bfloat16 moves it by at most 0.11 anywhere), and a pair asks only from its card's ask bound up (0.9889).
+# P(update) + P(duplicate) at most 0.055 (store.minilm's bfloat16 over the recipe and evaluation parts' banks,
+# 41,136 pairs; it moves it by at most 0.062; transformers' bfloat16 gave at most 0.052 over those and the
+# training part's, FactConsolidation's and bench watch's pairs), and a pair asks only from its card's ask bound up (0.9915).
 # It sends 7% of the training part's pairs and 20% of the recipe part's to the second reading, but 70-80% of
 # FactConsolidation's (its template's subjects half read as updates of each other), where reading twice costs
 # more than once: a window of pairs is screened while at most SCREEN_PAYS of the last window screened (in this
