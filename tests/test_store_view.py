@@ -277,6 +277,7 @@ def test_an_ask_is_right_where_a_label_asks_for_its_change() -> None:
     ("Justus Lipsius is affiliated with the religion of Catholic Church.", "Justus Lipsius is affiliated with the religion of Church of Scotland.", "update"),
     ("The origianl broadcaster of Nightline is American Broadcasting Company.", "The origianl broadcaster of Nightline is British Broadcasting Corporation.", "update"),
     ("Ken Burns's child is Sarah Burns.", "Ken Burns's child is Lilly Burns.", "update"),
+    ("The univeristy where Bill Frisell was educated is Berklee College of Music.", "The univeristy where Bill Frisell was educated is The University of the Arts.", "update"),
     # Two subjects, or two relations of one subject: both true (the last release read the first three as updates).
     ("The type of music that Cleo Laine plays is jazz.", "The type of music that Archie Shepp plays is jazz.", "compatible"),
     ("The author of Bleak House is Charles Dickens.", "The author of David Copperfield is Charles Dickens.", "compatible"),

@@ -495,7 +495,7 @@ def template_relation(a: str, b: str) -> str:
         rest_x, rest_y = x[cut:], y[cut:]
         if not (rest_x and rest_y) or x[cut - 1] not in RELATION_ENDS:
             continue
-        if x[cut - 1] in COPULAS and {rest_x[0], rest_y[0]} & {"a", "an", "the"}:
+        if x[cut - 1] in COPULAS and {rest_x[0], rest_y[0]} & {"a", "an", "the"} and not RELATION_ENDS & set(x[: cut - 1]):
             continue  # "X is a citizen of ..." / "X is married to ...": the relation is not shared
         return "compatible" if COPULAS & set(rest_x + rest_y) else "update"
     return "compatible"
