@@ -50,7 +50,7 @@ BATCH_TOKENS = 4096
 # read in bfloat16 first, and only those it gives an update or a duplicate at least this (and those the rule
 # reads as an update) are read again in full precision, so every reading that can apply or ask is the
 # full-precision one. A pair under it cannot ask: of the pairs bfloat16 puts under it, full precision gives
-# P(update) + P(duplicate) at most 0.055 (store.minilm's bfloat16 over the recipe and evaluation parts' banks,
+# P(update) + P(duplicate) at most 0.055 (memupdate.bert's bfloat16 over the recipe and evaluation parts' banks,
 # 41,136 pairs; it moves it by at most 0.062; transformers' bfloat16 gave at most 0.052 over those and the
 # training part's, FactConsolidation's and bench watch's pairs), and a pair asks only from its card's ask bound up (0.9915).
 # It sends 7% of the training part's pairs and 20% of the recipe part's to the second reading, but 70-80% of
@@ -103,13 +103,13 @@ class LocalJudge:
             raise MemupdateError(f"{folder} is not a relation judge checkpoint (no {CARD}): build one with `memupdate judge train` or `memupdate models get relation-judge`")
         import torch
 
-        from memupdate.store.minilm import Bert
+        from memupdate.bert import Bert
 
         self.card: dict[str, Any] = json.loads(card_path.read_text())
         self.labels: list[str] = self.card["labels"]
         self.temperature = float(self.card.get("temperature", 1.0))
         self.auto_apply = AutoApply.of(self.card)
-        self.model = Bert.load(folder)  # transformers' BertForSequenceClassification, read without importing it
+        self.model = Bert.load(folder, max_tokens=MAX_TOKENS)  # transformers' BertForSequenceClassification, read without importing it
         self.batch_tokens = batch_tokens
         self.screen = bf16_native() if screen is None else screen
         self._screen_model = None
@@ -127,7 +127,7 @@ class LocalJudge:
             return out.numpy()
         # Batches of alike token counts pad little (sorted by characters, a third of the tokens read were
         # padding): every pair tokenized once, read in token order, answered in the given order.
-        encoded = self.model.tokenize([(encode_text(a), encode_text(b)) for a, b in pairs], MAX_TOKENS)
+        encoded = self.model.tokenize([(encode_text(a), encode_text(b)) for a, b in pairs])
         order = sorted(range(len(pairs)), key=lambda i: len(encoded[i][0]))
         if not (screen and self.screen):
             self._read(encoded, order, self.model, out)

@@ -72,7 +72,7 @@ class CachedEmbedder:
 
 def sentence_transformer_embedder(model: str) -> CachedEmbedder:
     """A sentence-transformers model on the CPU: the packaged MiniLM by name, or a local directory. A BERT
-    folder with mean pooling (all-MiniLM-L6-v2's pipeline) is read by `store.minilm` without importing
+    folder with mean pooling (all-MiniLM-L6-v2's pipeline) is read by `memupdate.bert` without importing
     sentence-transformers (7.3 s a command here); any other by sentence-transformers."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never reach for a hub at run time
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -88,10 +88,10 @@ def sentence_transformer_embedder(model: str) -> CachedEmbedder:
                 f"{DEFAULT_EMBEDDING_MODEL!r}, a local sentence-transformers folder, or openai:<model>"
             )
     if (max_tokens := mean_pooled_bert(Path(path))) is not None:
-        from memupdate.store.minilm import Bert
+        from memupdate.bert import Bert
 
-        bert = Bert.load(path)
-        return CachedEmbedder(model, bert.dims, lambda texts: bert.embed(texts, max_tokens=max_tokens).numpy())
+        bert = Bert.load(path, max_tokens=max_tokens)
+        return CachedEmbedder(model, bert.dims, lambda texts: bert.embed(texts).numpy())
     from sentence_transformers import SentenceTransformer
 
     st = SentenceTransformer(str(path), device="cpu")

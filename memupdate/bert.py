@@ -1,15 +1,16 @@
 """A BERT checkpoint (all-MiniLM-L6-v2 and the judge trained from it) read without `transformers`: its
 forward in plain torch over the Rust `tokenizers`.
 
-    from memupdate.store.minilm import Bert
-    bert = Bert.load(folder)                          # a Hugging Face BERT folder: model.safetensors, tokenizer.json
+    from memupdate.bert import Bert
+    bert = Bert.load(folder, max_tokens=256)          # a Hugging Face BERT folder: model.safetensors, tokenizer.json
     bert.embed(["Sam lives in Paris"])                # (1, 384) mean-pooled, unit norm: sentence-transformers' output
-    bert.classify([("Sam lives in Paris", "Sam moved to Berlin")], max_tokens=96)   # (1, labels) logits
+    judge = Bert.load(judge_folder, max_tokens=96)    # a sequence classifier (the relation judge)
+    judge.classify(judge.tokenize([("Sam lives in Paris", "Sam moved to Berlin")]))   # (1, labels) logits
 
 What a command pays before its first vector: importing sentence-transformers (which imports transformers)
 takes 7.3 s on this machine, torch alone 1.6 s (benchmarks.md, "steady command"). A watcher's steady pass
 embeds a few new memories and judges a few pairs, so the few lines of BERT below are read instead; they
-compute what `BertModel` and `BertForSequenceClassification` compute (`tests/test_minilm.py` holds them to
+compute what `BertModel` and `BertForSequenceClassification` compute (`tests/test_bert.py` holds them to
 transformers' readings within 1e-5). Training still uses transformers (`judge/train.py`).
 """
 
@@ -40,7 +41,9 @@ class Bert:
     layers: int
 
     @classmethod
-    def load(cls, folder: str | Path) -> Bert:
+    def load(cls, folder: str | Path, *, max_tokens: int) -> Bert:
+        """The checkpoint in `folder`, its inputs cut to `max_tokens` (longest first, as transformers'
+        `truncation=True`; fixed here, so that threads can tokenize at once)."""
         folder = Path(folder)
         files = [folder / "model.safetensors", folder / "tokenizer.json", folder / "config.json"]
         if missing := [f.name for f in files if not f.is_file()]:
@@ -51,6 +54,7 @@ class Bert:
         weights = {name.removeprefix("bert."): tensor.float() for name, tensor in load_file(str(files[0])).items()}
         tokenizer = Tokenizer.from_file(str(files[1]))
         tokenizer.no_padding()
+        tokenizer.enable_truncation(max_tokens, strategy="longest_first")
         return cls(weights, tokenizer, int(config["num_attention_heads"]), float(config["layer_norm_eps"]), int(config["num_hidden_layers"]))
 
     @property
@@ -61,9 +65,8 @@ class Bert:
         """A copy computing in `dtype` (bfloat16: the judge's screen)."""
         return Bert({k: v.to(dtype) for k, v in self.weights.items()}, self.tokenizer, self.heads, self.eps, self.layers)
 
-    def tokenize(self, texts: Sequence[str] | Sequence[tuple[str, str]], max_tokens: int) -> list[tuple[list[int], list[int]]]:
-        """Each text (or pair, one input) as token ids and token types, cut to `max_tokens` longest first."""
-        self.tokenizer.enable_truncation(max_tokens, strategy="longest_first")
+    def tokenize(self, texts: Sequence[str] | Sequence[tuple[str, str]]) -> list[tuple[list[int], list[int]]]:
+        """Each text (or pair, one input) as token ids and token types, cut to the checkpoint's limit."""
         return [(e.ids, e.type_ids) for e in self.tokenizer.encode_batch(list(texts))]
 
     def hidden(self, batch: Sequence[tuple[list[int], list[int]]]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -90,9 +93,9 @@ class Bert:
             x = self._norm(self._linear(inner, p + "output.dense") + x, p + "output.LayerNorm")
         return x, mask
 
-    def embed(self, texts: Sequence[str], *, max_tokens: int = 256, batch_size: int = 64) -> torch.Tensor:
+    def embed(self, texts: Sequence[str], *, batch_size: int = 64) -> torch.Tensor:
         """Mean-pooled, unit-norm sentence vectors (all-MiniLM-L6-v2's pipeline), longest texts batched together."""
-        encoded = self.tokenize(texts, max_tokens)
+        encoded = self.tokenize(texts)
         out = torch.zeros((len(texts), self.dims))
         with torch.inference_mode():
             for chosen in _runs(sorted(range(len(texts)), key=lambda i: -len(encoded[i][0])), batch_size):
