@@ -52,7 +52,7 @@ BATCH_TOKENS = 4096
 # full-precision one. A pair under it cannot ask: of the pairs bfloat16 puts under it, full precision gives
 # P(update) + P(duplicate) at most 0.055 (memupdate.bert's bfloat16 over the recipe and evaluation parts' banks,
 # 41,136 pairs; it moves it by at most 0.062; transformers' bfloat16 gave at most 0.052 over those and the
-# training part's, FactConsolidation's and bench watch's pairs), and a pair asks only from its card's ask bound up (0.9915).
+# training part's, FactConsolidation's and bench watch's pairs), and a pair asks only from its card's ask bound up (0.9889).
 # It sends 7% of the training part's pairs and 20% of the recipe part's to the second reading, but 70-80% of
 # FactConsolidation's (its template's subjects half read as updates of each other), where reading twice costs
 # more than once: a window of pairs is screened while at most SCREEN_PAYS of the last window screened (in this
