@@ -6,14 +6,15 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 
+from memupdate.bert import Bert
 from memupdate.errors import MemupdateError
 from memupdate.judge.local import MAX_TOKENS, base_model_path, ensure_judge
 from memupdate.store.embeddings import mean_pooled_bert
-from memupdate.bert import Bert
 
 TEXTS = ["Caroline went to a LGBTQ support group", "Sam lives in Paris.", "", "word " * 400,  # cut at 256 tokens
          "Alex is no longer vegetarian, he said yesterday at the café (naïve ünïcode)."]
@@ -50,7 +51,7 @@ def test_a_folder_that_is_not_a_mean_pooled_bert_is_refused_or_left_to_sentence_
     with pytest.raises(MemupdateError, match="is not a BERT checkpoint"):
         Bert.load(tmp_path, max_tokens=MAX_TOKENS)
     assert mean_pooled_bert(tmp_path) is None  # sentence-transformers reads it (and says what is wrong)
-    assert mean_pooled_bert(__import__("pathlib").Path(base_model_path())) == 256
+    assert mean_pooled_bert(Path(base_model_path())) == 256
     with pytest.raises(MemupdateError, match="no classification head"):
         bert = Bert.load(base_model_path(), max_tokens=MAX_TOKENS)
         bert.classify(bert.tokenize(PAIRS))
