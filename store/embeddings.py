@@ -107,11 +107,12 @@ def mean_pooled_bert(path: Path) -> int | None:
     """The token limit of a sentence-transformers folder that is a BERT, mean pooling and a normalization
     and nothing else (what `Bert.embed` computes); None for any other."""
     try:
-        modules = [m["type"].rsplit(".", 1)[-1] for m in json.loads((path / "modules.json").read_text())]
-        pooling = json.loads((path / "1_Pooling" / "config.json").read_text())
+        listed = json.loads((path / "modules.json").read_text())
+        modules = [m["type"].rsplit(".", 1)[-1] for m in listed]
+        pooling = json.loads((path / listed[1]["path"] / "config.json").read_text())
         config = json.loads((path / "config.json").read_text())
         limit = json.loads((path / "sentence_bert_config.json").read_text())["max_seq_length"]
-    except (OSError, KeyError, TypeError, ValueError):
+    except (OSError, KeyError, IndexError, TypeError, ValueError):
         return None
     means = pooling.get("pooling_mode_mean_tokens") and not any(
         pooling.get(f"pooling_mode_{m}") for m in ("cls_token", "max_tokens", "mean_sqrt_len_tokens", "weightedmean_tokens", "lasttoken")

@@ -12,7 +12,8 @@ Sources, each pair with its `source` and `group` (the person, profile, question 
   evidence the same way, compatible (several events or facts that together answer a question).
 - FactConsolidation: each fact and its nearest facts; the same subject and relation with another object
   ("The author of X is A" / "... is B": `template_relation`, exact on this template; the last release's
-  read 107 of the 32k recipe facts' 524 updates across two subjects) an update, the rest compatible. Its 6k context is the evaluation part, the 32k context's other facts train.
+  read 107 of the 32k recipe facts' 524 updates across two subjects) an update, the rest compatible. Its
+  6k context is the evaluation part, the 32k context's other facts train.
 - LoCoMo: observations near each other are events (LoCoMo's facts rarely change), or duplicates where
   one session tells the same words twice (one's content words within the other's); conv-47 and
   conv-48 are the evaluation part, as elsewhere here.
