@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 from datetime import date
+from functools import cache
 
 from memupdate.scoring.metrics import normalized_tokens
 from memupdate.store import MemoryRecord, MemoryStore
@@ -32,7 +33,6 @@ from memupdate.text.strategies import STOPWORDS
 NEAREST_SOURCES = 3
 # Stop words cost nothing, except negations: "no" and "not" answer yes/no questions and turn facts around.
 NEGATIONS = frozenset({"no", "not", "nor"})
-FREE_TOKENS = frozenset(token for word in STOPWORDS - NEGATIONS for token in normalized_tokens(word))
 _ORDINAL = {1: "st", 2: "nd", 3: "rd", 21: "st", 22: "nd", 23: "rd", 31: "st"}
 
 
@@ -42,6 +42,12 @@ class Faithfulness:
     written_tokens: int  # content tokens written (stop words excluded)
     unsupported_tokens: int
     examples: tuple[str, ...]  # up to 12 unsupported tokens, for logs
+
+
+@cache
+def free_tokens() -> frozenset[str]:
+    """The stems of the stop words but negations (stemmed on first use: nltk loads with the first stem)."""
+    return frozenset(token for word in STOPWORDS - NEGATIONS for token in normalized_tokens(word))
 
 
 def date_tokens(day: date) -> set[str]:
@@ -119,7 +125,7 @@ def _support(source: MemoryRecord, before: Mapping[str, MemoryRecord], supports:
 
 
 def _content_tokens(text: str) -> Iterable[str]:
-    return (token for token in normalized_tokens(text) if token not in FREE_TOKENS)
+    return (token for token in normalized_tokens(text) if token not in free_tokens())
 
 
 def _day(value: object) -> date | None:

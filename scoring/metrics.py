@@ -29,9 +29,7 @@ import re
 import string
 from collections import Counter
 from collections.abc import Sequence
-from functools import lru_cache
-
-from nltk.stem import PorterStemmer
+from functools import cache, lru_cache
 
 from memupdate.scoring.categories import ADVERSARIAL, MULTI_HOP, OPEN_DOMAIN
 
@@ -39,7 +37,6 @@ REFUSALS = ("no information available", "not mentioned")
 # str.translate deletes these in C: the same text as dropping them one character at a time in Python.
 _NO_PUNCTUATION = str.maketrans("", "", string.punctuation)
 _ARTICLES = re.compile(r"\b(a|an|the|and)\b")
-_stemmer = PorterStemmer()
 
 
 def normalize_answer(text: str) -> str:
@@ -51,7 +48,16 @@ def normalize_answer(text: str) -> str:
 
 @lru_cache(maxsize=65536)
 def stem(word: str) -> str:
-    return _stemmer.stem(word)
+    return _stemmer().stem(word)
+
+
+@cache
+def _stemmer():
+    """nltk's Porter stemmer, imported on the first stem: importing nltk takes 1.4 s (scipy with it), which a
+    `watch --once` command that scores no answer need not pay."""
+    from nltk.stem import PorterStemmer
+
+    return PorterStemmer()
 
 
 def normalized_tokens(text: str) -> list[str]:

@@ -37,7 +37,7 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache, lru_cache
 from typing import Protocol
 
 import numpy as np
@@ -54,9 +54,14 @@ DEFAULT_CANDIDATES = 20
 # score_fork keeps this many times `candidates` of the base's hits per question: a fork that replaces
 # more than the surplus among them is searched directly instead.
 BASE_HITS_FACTOR = 2
-# What a question's content tokens leave out: stop words (question words, auxiliaries) as the proxy tokenises them.
-QUESTION_STOP_TOKENS = frozenset(token for word in STOPWORDS for token in normalized_tokens(word))
 
+
+
+@cache
+def question_stop_tokens() -> frozenset[str]:
+    """What a question's content tokens leave out: stop words (question words, auxiliaries) as the proxy
+    tokenises them (stemmed on first use: nltk loads with the first stem)."""
+    return frozenset(token for word in STOPWORDS for token in normalized_tokens(word))
 
 class Question(Protocol):
     """What the proxy reads of a question (LoCoMo's `QAItem` is one)."""
@@ -168,7 +173,7 @@ def phrase_f1(gold: Sequence[str], segments: Sequence[Sequence[str]]) -> float:
 @lru_cache(maxsize=65536)
 def question_words(question: str) -> frozenset[str]:
     """The question's content tokens: its normalised, stemmed tokens that are not stop words."""
-    return frozenset(normalized_tokens(question)) - QUESTION_STOP_TOKENS
+    return frozenset(normalized_tokens(question)) - question_stop_tokens()
 
 
 def qa_score(question: Question, context: Context) -> float:

@@ -279,3 +279,29 @@ def test_commands_that_only_read_rows_load_no_model(store: MemoryStore, database
     run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr
     assert "LOADED []" in run.stdout and "undid change" in run.stdout and "pass over 1 bank" in run.stdout
+
+
+def test_a_pass_that_compacts_imports_neither_transformers_nor_nltk(store: MemoryStore, database_url) -> None:
+    """Issue 70: a `watch --once` command paid 7.3 s importing sentence-transformers for a few new texts, and
+    1.4 s importing nltk (scipy with it) that no watch pass uses. Both are read without them now."""
+    import subprocess
+    import sys
+
+    import os
+    from pathlib import Path
+
+    from memupdate.judge.local import ensure_judge
+
+    # Built once on first use (from the shipped weights, with transformers): not what a pass pays.
+    ensure_judge(Path(os.environ["MEMUPDATE_DATA_DIR"]) / "models" / "relation-judge")
+    bank = store.scoped((*store.namespace, "alice"))
+    bank.create_many([NewMemory(text) for text in FACTS])  # never compacted: the pass embeds, judges and compacts it
+    script = (
+        "import sys\nfrom memupdate.cli import app\n"
+        f"app({['watch', bank.path, '--once', '--url', database_url]!r}, standalone_mode=False)\n"
+        "print('LOADED', [m for m in ('transformers', 'sentence_transformers', 'nltk', 'scipy') if m in sys.modules])"
+    )
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    assert "LOADED []" in run.stdout and "pass over 1 bank" in run.stdout, run.stdout
+    assert bank.events(op="compacted"), "the pass compacted the bank"
