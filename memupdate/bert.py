@@ -17,7 +17,7 @@ transformers' readings within 1e-5). Training still uses transformers (`judge/tr
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -98,7 +98,8 @@ class Bert:
         encoded = self.tokenize(texts)
         out = torch.zeros((len(texts), self.dims))
         with torch.inference_mode():
-            for chosen in _runs(sorted(range(len(texts)), key=lambda i: -len(encoded[i][0])), batch_size):
+            order = sorted(range(len(texts)), key=lambda i: -len(encoded[i][0]))
+            for chosen in (order[start : start + batch_size] for start in range(0, len(order), batch_size)):
                 states, mask = self.hidden([encoded[i] for i in chosen])
                 summed = (states.float() * mask[..., None]).sum(1) / mask.sum(1, keepdim=True).clamp(min=1)
                 out[chosen] = F.normalize(summed, dim=-1)
@@ -118,8 +119,3 @@ class Bert:
 
     def _norm(self, x: torch.Tensor, name: str) -> torch.Tensor:
         return F.layer_norm(x, x.shape[-1:], self.weights[name + ".weight"], self.weights[name + ".bias"], self.eps)
-
-
-def _runs(order: Sequence[int], size: int) -> Iterator[list[int]]:
-    for start in range(0, len(order), size):
-        yield list(order[start : start + size])

@@ -6,7 +6,11 @@ stands in for a student that merges unrelated memories (no LLM can be downloaded
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 from langchain_core.language_models.fake_chat_models import FakeMessagesListChatModel
@@ -258,12 +262,22 @@ def test_the_app_edits_what_the_compactor_wrote_with_langmem(fresh_database, sto
         assert {m.content for m in bank.list()} == set(held(lg).values())
 
 
+def loaded_by(commands: list[list[str]], modules: tuple[str, ...]) -> subprocess.CompletedProcess:
+    """`commands` run one after another by the `memupdate` app in a fresh process, which prints
+    `LOADED [...]`: those of `modules` imported by then."""
+    script = (
+        "import sys\nfrom memupdate.cli import app\n"
+        f"for args in {commands!r}:\n    app(args, standalone_mode=False)\n"
+        f"print('LOADED', [m for m in {modules!r} if m in sys.modules])"
+    )
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    return run
+
+
 def test_commands_that_only_read_rows_load_no_model(store: MemoryStore, database_url) -> None:
     """Issue 36: `review` took 11-24 s, an idle `watch --once` 13 s, loading torch and the embedding model
     to read rows. `review`, `history`, `undo` and an idle pass load neither (nor the scorers' nltk)."""
-    import subprocess
-    import sys
-
     bank = store.scoped((*store.namespace, "alice"))
     bank.create_many([NewMemory(text) for text in FACTS])
     (done,) = BackgroundCompactor(store, bank.path).run_once()  # compacted: the pass below has nothing to do
@@ -271,37 +285,19 @@ def test_commands_that_only_read_rows_load_no_model(store: MemoryStore, database
                 ["history", bank.path, "--change", str(done.applied[0]), "--url", database_url],
                 ["watch", bank.path, "--once", "--url", database_url],
                 ["undo", bank.path, "--change", str(done.applied[0]), "--url", database_url]]
-    script = (
-        "import sys\nfrom memupdate.cli import app\n"
-        f"for args in {commands!r}:\n    app(args, standalone_mode=False)\n"
-        "print('LOADED', [m for m in ('torch', 'sentence_transformers', 'nltk') if m in sys.modules])"
-    )
-    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
-    assert run.returncode == 0, run.stderr
+    run = loaded_by(commands, ("torch", "sentence_transformers", "nltk"))
     assert "LOADED []" in run.stdout and "undid change" in run.stdout and "pass over 1 bank" in run.stdout
 
 
 def test_a_pass_that_compacts_imports_neither_transformers_nor_nltk(store: MemoryStore, database_url) -> None:
     """Issue 70: a `watch --once` command paid 7.3 s importing sentence-transformers for a few new texts, and
     1.4 s importing nltk (scipy with it) that no watch pass uses. Both are read without them now."""
-    import subprocess
-    import sys
-
-    import os
-    from pathlib import Path
-
     from memupdate.judge.local import ensure_judge
 
     # Built once on first use (from the shipped weights, with transformers): not what a pass pays.
     ensure_judge(Path(os.environ["MEMUPDATE_DATA_DIR"]) / "models" / "relation-judge")
     bank = store.scoped((*store.namespace, "alice"))
     bank.create_many([NewMemory(text) for text in FACTS])  # never compacted: the pass embeds, judges and compacts it
-    script = (
-        "import sys\nfrom memupdate.cli import app\n"
-        f"app({['watch', bank.path, '--once', '--url', database_url]!r}, standalone_mode=False)\n"
-        "print('LOADED', [m for m in ('transformers', 'sentence_transformers', 'nltk', 'scipy') if m in sys.modules])"
-    )
-    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
-    assert run.returncode == 0, run.stderr
+    run = loaded_by([["watch", bank.path, "--once", "--url", database_url]], ("transformers", "sentence_transformers", "nltk", "scipy"))
     assert "LOADED []" in run.stdout and "pass over 1 bank" in run.stdout, run.stdout
     assert bank.events(op="compacted"), "the pass compacted the bank"
