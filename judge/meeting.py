@@ -79,11 +79,11 @@ def worth_judging(texts: Sequence[str], pairs: Sequence[tuple[int, int]], vector
         worth = [any(counts[word] <= rare for word in words[i] & words[j]) for i, j in pairs]
     if vectors is None or judge is None:
         return worth
-    return [w and k for w, k in zip(worth, screened(vectors, pairs, judge), strict=True)]
+    return [w and k for w, k in zip(worth, screened(texts, vectors, pairs, judge), strict=True)]
 
 
-def screened(vectors: Sequence[np.ndarray | None], pairs: Sequence[tuple[int, int]], judge: object) -> list[bool]:
-    """Which `pairs` (indices into `vectors`, the memories' stored embeddings) `judge`'s screen keeps
+def screened(texts: Sequence[str], vectors: Sequence[np.ndarray | None], pairs: Sequence[tuple[int, int]], judge: object) -> list[bool]:
+    """Which `pairs` (indices into `texts` and `vectors`, the memories' stored embeddings) `judge`'s screen keeps
     (`judge.screen`: the pairs the judge would leave are dropped); all, where the judge has no screen
     trained on it, or for a pair with a memory without a vector."""
     screen = Screen.for_judge(judge)
@@ -91,7 +91,8 @@ def screened(vectors: Sequence[np.ndarray | None], pairs: Sequence[tuple[int, in
     if screen is None or not any(whole):
         return [True] * len(pairs)
     chosen = [p for p, ok in zip(pairs, whole, strict=True) if ok]
-    kept = iter(screen.keep(np.stack([vectors[i] for i, _ in chosen]), np.stack([vectors[j] for _, j in chosen])).tolist())
+    kept = iter(screen.keep(np.stack([vectors[i] for i, _ in chosen]), np.stack([vectors[j] for _, j in chosen]),
+                            [(texts[i], texts[j]) for i, j in chosen]).tolist())
     return [not ok or next(kept) for ok in whole]
 
 

@@ -166,3 +166,40 @@ def test_a_decision_is_one_bank_operation() -> None:
     assert operation("duplicate", None, ("Ana likes tea.", "Ana likes green tea.")).kept == 1  # the fuller wording
     assert operation("duplicate", None, ("Ana likes tea.", "Ana likes tea!")).kept == 0  # the first on a tie
     assert operation("compatible", None, pair) is None and operation("events", "second", pair) is None
+
+
+class _Carded(_Reads):
+    """A sure reader of updates with a checkpoint's card (its digest: what a screen is trained on), counting
+    the pairs it reads."""
+
+    card = {"digest": "carded"}
+
+    def __init__(self):
+        super().__init__("update", 0.95, 0.95)
+        self.read = 0
+
+    def judge(self, pairs):
+        self.read += len(pairs)
+        return super().judge(pairs)
+
+
+@pytest.mark.parametrize("digest", ["carded", "another"])
+def test_a_compaction_reads_only_the_pairs_its_judges_screen_keeps(store: MemoryStore, tmp_path, monkeypatch, digest: str) -> None:
+    """A screen trained on the plan's judge that drops every pair (from the stored vectors and words) leaves
+    the judge nothing to read and the bank as it was; one trained on another judge drops nothing."""
+    import numpy as np
+
+    import memupdate.judge.screen as screen_module
+    from memupdate.judge.screen import FEATURES, WORD_FEATURES, Screen
+
+    dims = store.embedder.dims
+    dropping = Screen(np.zeros((2 * dims + 1 + WORD_FEATURES, 1), np.float32), np.zeros(1, np.float32), np.ones(1, np.float32),
+                      0.0, 1.0, {"digest": digest, "features": FEATURES})
+    monkeypatch.setattr(screen_module, "SHIPPED_SCREEN", dropping.save(tmp_path / "relation-screen.npz"))
+    bank = store.scoped((*store.namespace, "ana"))
+    bank.create_many([NewMemory("Ana lives in Paris.", metadata={"date": "2024-01-01"}),
+                      NewMemory("Ana moved to Berlin last month.", metadata={"date": "2024-06-01"})])
+    judge = _Carded()
+    plan = HeuristicPolicy(store=bank, judge=judge).plan(bank, None)
+    superseded = [name for name, _ in plan if name == "delete_memory"]
+    assert (judge.read, len(superseded)) == ((0, 0) if digest == "carded" else (1, 1))

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from memupdate.judge.meeting import worth_judging
-from memupdate.judge.screen import Screen, features
+from memupdate.judge.screen import FEATURES, WORD_FEATURES, Screen, features, word_features
 from memupdate.rl.screen_training import choose_threshold, screen_figures
 
 DIMS = 8
@@ -21,10 +21,15 @@ class CardJudge:
 
 
 def cosine_screen(threshold: float = 0.5, digest: str = "abc") -> Screen:
-    """A screen whose score is the pair's cosine (one hidden unit reading the last feature)."""
-    hidden = np.zeros((2 * DIMS + 1, 1), dtype=np.float32)
-    hidden[-1, 0] = 1.0
-    return Screen(hidden, np.zeros(1, np.float32), np.ones(1, np.float32), 0.0, threshold, {"digest": digest, "recall": 0.995})
+    """A screen whose score is the pair's cosine (one hidden unit reading the vectors' last feature)."""
+    hidden = np.zeros((2 * DIMS + 1 + WORD_FEATURES, 1), dtype=np.float32)
+    hidden[2 * DIMS, 0] = 1.0
+    return Screen(hidden, np.zeros(1, np.float32), np.ones(1, np.float32), 0.0, threshold,
+                  {"digest": digest, "features": FEATURES, "recall": 0.995})
+
+
+def texts_of(count: int) -> list[tuple[str, str]]:
+    return [("Ana lives in Paris", "Ana lives in Lyon")] * count
 
 
 def unit(rows) -> np.ndarray:
@@ -45,14 +50,28 @@ def pairs_at(cosines) -> tuple[np.ndarray, np.ndarray]:
 def test_features_are_symmetric():
     rng = np.random.default_rng(0)
     a, b = unit(rng.normal(size=(5, DIMS))), unit(rng.normal(size=(5, DIMS)))
-    assert features(a, b).shape == (5, 2 * DIMS + 1)
-    assert np.allclose(features(a, b), features(b, a))
+    texts = [("Ana lives in Paris", "Ana moved to Berlin last month"), ("The CEO of X is A.", "The CEO of X is B."),
+             ("I am vegetarian", "I am no longer vegetarian"), ("", "Bo has a cat"), ("Bo has a cat", "Bo has a cat")]
+    turned = [(y, x) for x, y in texts]
+    assert features(a, b, texts).shape == (5, 2 * DIMS + 1 + WORD_FEATURES)
+    assert np.allclose(features(a, b, texts), features(b, a, turned))
+
+
+def test_word_features_tell_which_words_differ():
+    value, subject, change, same = word_features([("The CEO of Acme is Ann Lee.", "The CEO of Acme is Bo Chan."),
+                                                  ("The CEO of Acme is Ann Lee.", "The CEO of Initech is Ann Lee."),
+                                                  ("Bo is vegetarian", "Bo is no longer vegetarian"),
+                                                  ("Bo has a cat", "bo has a cat")])
+    assert value[2] == pytest.approx(5 / 7) and value[3] == 0  # the same beginning, another value at the end
+    assert subject[2] == subject[3] == pytest.approx(3 / 7)  # another subject in the middle
+    assert change[8] == 1 and value[8] == subject[8] == 0  # a word that says a state changed, in one only
+    assert same[0] == same[1] == same[2] == same[3] == 1 and same[7] == 0  # one statement twice
 
 
 def test_keeps_pairs_at_or_above_its_threshold_and_drops_the_rest():
     first, second = pairs_at([0.9, 0.5, 0.3, 0.49])
-    assert cosine_screen(0.5).keep(first, second).tolist() == [True, True, False, False]
-    assert cosine_screen(0.5).keep(np.zeros((0, DIMS)), np.zeros((0, DIMS))).tolist() == []
+    assert cosine_screen(0.5).keep(first, second, texts_of(4)).tolist() == [True, True, False, False]
+    assert cosine_screen(0.5).keep(np.zeros((0, DIMS)), np.zeros((0, DIMS)), []).tolist() == []
 
 
 def test_save_and_load_give_the_same_screen(tmp_path):
@@ -60,7 +79,7 @@ def test_save_and_load_give_the_same_screen(tmp_path):
     path = screen.save(tmp_path / "relation-screen.npz")
     loaded = Screen.load(path)
     first, second = pairs_at([0.9, 0.45, 0.3])
-    assert np.allclose(loaded.scores(first, second), screen.scores(first, second))
+    assert np.allclose(loaded.scores(first, second, texts_of(3)), screen.scores(first, second, texts_of(3)))
     assert loaded.threshold == pytest.approx(0.4) and loaded.card == screen.card
 
 
@@ -70,6 +89,9 @@ def test_a_screen_serves_only_the_judge_it_was_trained_on(tmp_path):
     assert Screen.for_judge(CardJudge("other"), path) is None  # a stale screen drops nothing
     assert Screen.for_judge(CardJudge(None), path) is None  # the rule, an endpoint
     assert Screen.for_judge(CardJudge("abc"), tmp_path / "none.npz") is None
+    older = cosine_screen(digest="abc")
+    older.card.pop("features")  # a screen saved for other features
+    assert Screen.for_judge(CardJudge("abc"), older.save(tmp_path / "older.npz")) is None
 
 
 def test_worth_judging_with_vectors_drops_only_what_the_screen_drops(tmp_path, monkeypatch):
@@ -81,7 +103,8 @@ def test_worth_judging_with_vectors_drops_only_what_the_screen_drops(tmp_path, m
     texts = ["Ana lives in Paris", "Ana lives in Lyon", "Ana likes tea", "Ana owns a cat"]
     pairs = [(0, 1), (0, 2), (1, 2), (2, 3)]
     judge = CardJudge("abc")
-    expected = cosine_screen(0.5).keep(np.stack([vectors[i] for i, _ in pairs]), np.stack([vectors[j] for _, j in pairs])).tolist()
+    expected = cosine_screen(0.5).keep(np.stack([vectors[i] for i, _ in pairs]), np.stack([vectors[j] for _, j in pairs]),
+                                       [(texts[i], texts[j]) for i, j in pairs]).tolist()
     assert worth_judging(texts, pairs, vectors, judge) == expected == [True, False, True, True]
     assert worth_judging(texts, pairs) == [True] * 4  # no vectors: as before
     assert worth_judging(texts, pairs, vectors, CardJudge("other")) == [True] * 4  # not its judge: every pair

@@ -32,7 +32,7 @@ import json
 import math
 import random
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -215,7 +215,7 @@ class HeuristicPolicy(PlanningPolicy):
         pairs = [(keys[i], keys[j]) for i, j in candidate_pairs(vectors)]
         records = {m.key: m for m in bank.list()}
         known = [(records[a], records[b]) for a, b in pairs if a in records and b in records]
-        verdicts = self._judged(known, among=list(records.values()))
+        verdicts = self._judged(known, among=list(records.values()), vectors=dict(zip(keys, vectors, strict=True)))
         return [(a.key, b.key) for (a, b), v in zip(known, verdicts, strict=True) if v is not None and self._acts_on(v)]
 
     def judge_ahead(self, bank: MemoryStore, keys: Sequence[str], vectors: np.ndarray, groups: Sequence[Sequence[str]]) -> int:
@@ -231,7 +231,7 @@ class HeuristicPolicy(PlanningPolicy):
         records = {m.key: m for m in bank.list()}
         pairs = [(records[a], records[b]) for a, b in sorted(wanted) if a in records and b in records]
         before = len(self._read)
-        self._judged(pairs, among=list(records.values()))
+        self._judged(pairs, among=list(records.values()), vectors=dict(zip(keys, vectors, strict=True)))
         return len(self._read) - before
 
     def judge_banks(self, banks: Sequence[tuple[Sequence[MemoryRecord], np.ndarray]]) -> None:
@@ -239,10 +239,11 @@ class HeuristicPolicy(PlanningPolicy):
         vectors), each bank's filter its own: a watcher's pass over many people reads them all at once,
         and then `has_work` and the compactions judge none."""
         fresh: list[tuple[MemoryRecord, MemoryRecord]] = []
+        judge = self._the_judge()
         for memories, vectors in banks:
             met = candidate_pairs(vectors) if len(memories) > 1 else []
             pairs = [(memories[i], memories[j]) for i, j in met]
-            worth = worth_judging([m.content for m in memories], met)
+            worth = worth_judging([m.content for m in memories], met, list(vectors), judge)
             for pair, ok in zip(pairs, worth, strict=True):
                 name = _pair_name(*pair)
                 if name in self._read:
@@ -251,7 +252,7 @@ class HeuristicPolicy(PlanningPolicy):
                     fresh.append(pair)
                 else:
                     self._read[name] = None
-        for pair, verdict in zip(fresh, judge_memories(self._the_judge(), fresh), strict=True):
+        for pair, verdict in zip(fresh, judge_memories(judge, fresh), strict=True):
             self._read[_pair_name(*pair)] = (pair[0].key, verdict)
 
     def has_work(self, bank: MemoryStore, size: int) -> bool:
@@ -283,7 +284,7 @@ class HeuristicPolicy(PlanningPolicy):
             return {}
         pairs = [(shown[i], shown[j]) for i, j in candidate_pairs(np.stack([vectors[m.key] for m in shown]))]
         found = {}
-        for (a, b), verdict in zip(pairs, self._judged(pairs, among=shown), strict=True):
+        for (a, b), verdict in zip(pairs, self._judged(pairs, among=shown, vectors=vectors), strict=True):
             if verdict is not None:
                 found[a.key, b.key], found[b.key, a.key] = verdict, turned(verdict)
         return found
@@ -295,12 +296,15 @@ class HeuristicPolicy(PlanningPolicy):
             self._memo = RememberingJudge(self.judge)
         return self._memo
 
-    def _judged(self, pairs: Sequence[tuple[MemoryRecord, MemoryRecord]], among: Sequence[MemoryRecord] = ()) -> list[Verdict | None]:
+    def _judged(self, pairs: Sequence[tuple[MemoryRecord, MemoryRecord]], among: Sequence[MemoryRecord] = (),
+                vectors: Mapping[str, np.ndarray] | None = None) -> list[Verdict | None]:
         """The judge's verdicts, each pair read once per policy (a pair's keys and texts name it) and given
         as the pair is (`current` names its members in this order); a pair sharing no rare word of `among`
-        (its bank: `judge.meeting.worth_judging`) is not judged (None)."""
+        (its bank), or one the judge's screen drops from the memories' stored `vectors` (by key), is not
+        judged (None: `judge.meeting.worth_judging`)."""
         name = [_pair_name(a, b) for a, b in pairs]
         fresh = list({n: i for i, n in reversed(list(enumerate(name))) if n not in self._read}.values())
+        judge = self._the_judge()
         if fresh:
             bank = {m.key: m for m in among}
             for i in fresh:
@@ -308,11 +312,12 @@ class HeuristicPolicy(PlanningPolicy):
                 bank.setdefault(pairs[i][1].key, pairs[i][1])
             index = {key: i for i, key in enumerate(bank)}
             texts = [m.content for m in bank.values()]
-            worth = worth_judging(texts, [(index[pairs[i][0].key], index[pairs[i][1].key]) for i in fresh])
+            worth = worth_judging(texts, [(index[pairs[i][0].key], index[pairs[i][1].key]) for i in fresh],
+                                  None if vectors is None else [vectors.get(key) for key in bank], judge)
             for i in [i for i, w in zip(fresh, worth, strict=True) if not w]:
                 self._read[name[i]] = None
             fresh = [i for i, w in zip(fresh, worth, strict=True) if w]
-        for i, verdict in zip(fresh, judge_memories(self._the_judge(), [pairs[i] for i in fresh]), strict=True):
+        for i, verdict in zip(fresh, judge_memories(judge, [pairs[i] for i in fresh]), strict=True):
             self._read[name[i]] = (pairs[i][0].key, verdict)
         return [_as_given(self._read[n], a.key) for n, (a, _) in zip(name, pairs, strict=True)]
 
