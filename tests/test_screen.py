@@ -129,3 +129,34 @@ def test_the_screen_loads_without_torch():
             "Screen.for_judge(type('Judge', (), {'card': {'digest': judge_digest()}})()); "
             "assert 'torch' not in sys.modules, 'torch imported'")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def readings_of(count: int, part: str, seed: int):
+    """`count` pairs the judge reads: changes of a value ("lives in Paris" / "lives in Lyon") it applies or
+    asks about, two facts of one person ("likes tea" / "owns a cat") it leaves, over two sources."""
+    from memupdate.rl.screen_training import Readings
+
+    rng = np.random.default_rng(seed)
+    worthy = rng.random(count) < 0.2
+    cities, things = ["Paris", "Lyon", "Oslo", "Rome"], ["likes tea", "owns a cat", "plays chess", "sings"]
+    texts = [(f"Ana lives in {rng.choice(cities)}", f"Ana lives in {rng.choice(cities)}") if w else
+             (f"Ana {rng.choice(things)}", f"Ana {rng.choice(things)} on Sundays") for w in worthy]
+    first, second = unit(rng.normal(size=(count, DIMS))), unit(rng.normal(size=(count, DIMS)))
+    source = np.asarray(["letta", "beam"])[rng.integers(0, 2, count)]
+    return Readings(first, second, np.asarray(texts), worthy.astype(np.int8), source, np.full(count, part),
+                    np.full(count, "given"), np.full(count, "g"))
+
+
+def test_a_trained_screen_keeps_the_recall_on_the_recipe_part_and_its_card_says_what_it_read(tmp_path):
+    from memupdate.rl.screen_training import Readings, ScreenTrainConfig, train_screen
+
+    readings = Readings.joined([readings_of(600, "train", 0), readings_of(400, "recipe", 1)])
+    screen, figures = train_screen(readings, "abc", ScreenTrainConfig(epochs=5))
+    recipe = readings.where(readings.part == "recipe")
+    keep = screen.keep(recipe.first, recipe.second, recipe.texts)
+    assert keep[recipe.kept_worthy].all()  # fewer than 200 worthy pairs a source: every one kept
+    assert all(f["lost"] == 0 for f in figures["sources"].values())
+    assert screen.card["recipe_dropped_share"] == pytest.approx(1 - keep.mean(), abs=1e-4)
+    assert screen.card["recipe_dropped_share"] > 0.5  # the words tell the two kinds apart; random vectors do not
+    assert (screen.card["digest"], screen.card["features"]) == ("abc", FEATURES)
+    assert Screen.for_judge(CardJudge("abc"), screen.save(tmp_path / "relation-screen.npz")) is not None
