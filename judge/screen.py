@@ -1,15 +1,15 @@
-"""The screen: which pairs that meet the judge would leave, told from the two memories' stored vectors alone.
+"""The screen: which pairs that meet the judge would leave, told from the two memories' stored vectors and words.
 
     from memupdate.judge.screen import Screen
     screen = Screen.for_judge(judge)          # the shipped screen, or None where it was not trained on `judge`
-    keep = screen.keep(first, second, texts)  # rows of unit vectors (the store's embeddings), (text, text) per row -> bool per row
+    keep = screen.keep(first, second, texts)  # unit vectors (the store's embeddings), (text, text) a row -> bool a row
 
 Before the cross-encoder reads a pair (milliseconds), a small network over the pair's two embeddings
 and how their words meet (tens of microseconds: numpy, no torch) drops the pairs the judge would leave;
-the judge reads the rest as before, so a kept pair's decision never changes. It is trained on the judge's own decisions over every
-pair that meets in the development data's stores (`rl.screen_training`, `memupdate judge screen`),
-its threshold chosen so that at least RECALL of the pairs the judge applies or asks about are kept in
-every source of the recipe part. It belongs to one judge: the shipped screen holds the digest of the
+the judge reads the rest as before, so a kept pair's decision never changes. It is trained on the
+judge's own decisions over every pair that meets in the development data's stores
+(`rl.screen_training`, `memupdate judge screen`), its threshold chosen so that at least RECALL of the
+pairs the judge applies or asks about are kept in every source of the recipe part. It belongs to one judge: the shipped screen holds the digest of the
 judge it was trained on, and `for_judge` gives it only to that judge (any other judge reads every pair:
 a stale screen never drops a pair silently). Distinct from `LocalJudge`'s bfloat16 first reading,
 which reads every pair.
@@ -18,10 +18,10 @@ which reads every pair.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -55,8 +55,8 @@ def word_features(texts: Sequence[tuple[str, str]]) -> np.ndarray:
         words_x, words_y = set(x), set(y)
         shared, either, only = len(words_x & words_y), max(1, len(words_x | words_y)), len(words_x ^ words_y)
         shorter = max(1, min(len(x), len(y)))
-        head = next((k for k, (u, v) in enumerate(zip(x, y)) if u != v), shorter)
-        tail = next((k for k, (u, v) in enumerate(zip(reversed(x), reversed(y))) if u != v), shorter)
+        head = next((k for k, (u, v) in enumerate(zip(x, y, strict=False)) if u != v), shorter)
+        tail = next((k for k, (u, v) in enumerate(zip(reversed(x), reversed(y), strict=False)) if u != v), shorter)
         rows[row] = (shared / either, shared / max(1, min(len(words_x), len(words_y))), head / shorter, tail / shorter,
                      min(1.0, (head + tail) / shorter), abs(len(x) - len(y)) / max(1, len(x), len(y)), only / either,
                      np.log1p(only), float(bool((words_x ^ words_y) & CHANGE_WORDS)))
