@@ -16,7 +16,6 @@ import uuid
 from datetime import datetime
 from typing import Any
 
-from pgvector.sqlalchemy import Vector
 from sqlalchemy import BigInteger, CheckConstraint, DateTime, ForeignKey, Index, String, Text, func
 from sqlalchemy.dialects.postgresql import JSONB, UUID
 from sqlalchemy.orm import Mapped, mapped_column
@@ -24,6 +23,7 @@ from sqlalchemy.orm import Mapped, mapped_column
 from memupdate.bank.source_kinds import SOURCE_KINDS
 from memupdate.settings import get_settings
 from memupdate.store import Base
+from memupdate.store.codecs import Embedding
 
 CHANGE_STATUSES = ("proposed", "applied", "undone", "discarded")
 
@@ -91,7 +91,7 @@ class SupersededMemory(Base):
     content: Mapped[str] = mapped_column(Text)
     kind: Mapped[str] = mapped_column(String(16))
     meta: Mapped[dict[str, Any]] = mapped_column("metadata", JSONB)
-    embedding: Mapped[list[float] | None] = mapped_column(Vector(get_settings().embedding_dims), nullable=True)
+    embedding: Mapped[list[float] | None] = mapped_column(Embedding(get_settings().embedding_dims), nullable=True)
     seq: Mapped[int] = mapped_column(BigInteger)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))

@@ -94,8 +94,9 @@ SAMPLE_STRATEGIES: tuple[str, ...] = get_args(SampleStrategy)
 T = TypeVar("T")
 
 
-# Rows per multi-row INSERT (6 parameters each, under PostgreSQL's 65,535 a statement).
-INSERT_SLICE = 5000
+# `create_many(skip_existing=True)`'s statement: a row whose key the namespace holds is left out.
+INSERT_NEW = (pg_insert(memories).on_conflict_do_nothing(index_elements=[memories.c.namespace, memories.c.key])
+              .returning(*RECORD_COLUMNS))
 
 
 class MemoryStore:
@@ -419,17 +420,9 @@ class MemoryStore:
                 ]
                 try:
                     if skip_existing:  # ON CONFLICT waits for a concurrent insert of the key, then skips
-                        # A statement holds at most 65,535 parameters: rows go in slices, in this one transaction.
-                        result = [
-                            row
-                            for start in range(0, len(rows), INSERT_SLICE)
-                            for row in conn.execute(
-                                pg_insert(memories)
-                                .values(rows[start : start + INSERT_SLICE])
-                                .on_conflict_do_nothing(index_elements=[memories.c.namespace, memories.c.key])
-                                .returning(*RECORD_COLUMNS)
-                            )
-                        ]
+                        # One statement compiled once, its rows sent in pages (SQLAlchemy's "insertmanyvalues":
+                        # 1,000 rows a page, under PostgreSQL's 65,535 parameters), in this one transaction.
+                        result = conn.execute(INSERT_NEW, rows)
                     else:
                         result = conn.execute(insert(memories).returning(*RECORD_COLUMNS, sort_by_parameter_order=True), rows)
                 except IntegrityError as exc:

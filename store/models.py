@@ -15,7 +15,6 @@ import uuid
 from datetime import datetime
 from typing import Any, Literal, get_args
 
-from pgvector.sqlalchemy import Vector
 from sqlalchemy import (
     BigInteger,
     CheckConstraint,
@@ -31,6 +30,7 @@ from sqlalchemy.dialects.postgresql import JSONB, UUID
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from memupdate.settings import get_settings
+from memupdate.store.codecs import Embedding
 
 # One definition of the kinds: the tool schema types with MemoryKind, the CHECK constraint lists MEMORY_KINDS.
 MemoryKind = Literal["episodic", "semantic", "procedural"]
@@ -60,7 +60,7 @@ class Memory(Base):
     kind: Mapped[str] = mapped_column(String(16), server_default="semantic")
     # Provenance: dia_ids, session, session_date, speaker, source (and whatever a LangGraph app stores).
     meta: Mapped[dict[str, Any]] = mapped_column("metadata", JSONB, server_default="{}")
-    embedding: Mapped[list[float] | None] = mapped_column(Vector(get_settings().embedding_dims), nullable=True)
+    embedding: Mapped[list[float] | None] = mapped_column(Embedding(get_settings().embedding_dims), nullable=True)
     # Insertion order: timestamps tie within a transaction, and `list()` and forks keep this order.
     seq: Mapped[int] = mapped_column(BigInteger, Identity())
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())

@@ -271,13 +271,12 @@ def test_append_events_marks_the_log(store: MemoryStore) -> None:
     assert store.events(op="create", after=store.last_event("create").id) == []
 
 
-def test_a_bulk_insert_goes_in_slices_within_one_transaction(store: MemoryStore, monkeypatch) -> None:
-    """A multi-row INSERT holds at most 65,535 parameters (18,332 facts of a benchmark context need 109,992):
-    `create_many(skip_existing=True)` inserts in slices, every row returned in order, one event each."""
-    from memupdate.store import memory_store
-
-    monkeypatch.setattr(memory_store, "INSERT_SLICE", 3)
+def test_a_bulk_insert_skips_present_keys_and_returns_the_rest_in_order(store: MemoryStore) -> None:
+    """`create_many(skip_existing=True)` (an import's write) inserts what is new in one transaction, every
+    created row returned in order, one event each; keys already present are left out."""
     items = [NewMemory(f"fact number {i}", key=f"s{i:03d}") for i in range(8)]
     made = store.create_many(items[:2], skip_existing=True) + store.create_many(items, skip_existing=True)
     assert [m.key for m in made] == [f"s{i:03d}" for i in range(8)]  # the second call skips the two present
+    stored = store.vectors_of(["s005"])["s005"]  # written in pgvector's binary form: the very float32s
+    assert np.array_equal(stored, np.asarray(store.embedder.embed(["fact number 5"])[0], dtype=np.float32))
     assert store.count() == 8 and len([e for e in store.events() if e.op == "create"]) == 8
