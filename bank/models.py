@@ -22,8 +22,7 @@ from sqlalchemy.orm import Mapped, mapped_column
 
 from memupdate.bank.source_kinds import SOURCE_KINDS
 from memupdate.settings import get_settings
-from memupdate.store import Base
-from memupdate.store.codecs import Embedding
+from memupdate.store import Base, Embedding
 
 CHANGE_STATUSES = ("proposed", "applied", "undone", "discarded")
 

@@ -13,6 +13,7 @@ the fork-vs-base diff in SQL (`changes_from`), the LangGraph `BaseStore` adapter
 embeddings. Callers import `__all__` from here, never a submodule.
 """
 
+from memupdate.store.codecs import Embedding
 from memupdate.store.database import get_engine, resolve_url, server_info
 from memupdate.store.embedded import start_embedded_server, temporary_data_dir
 from memupdate.store.embeddings import get_embedder
@@ -62,6 +63,7 @@ def as_langgraph_store(store: MemoryStore | None = None, **kwargs):
 __all__ = [
     "Base",
     "DatabaseError",
+    "Embedding",
     "EmbeddingDimensionMismatch",
     "InvalidMemory",
     "InvalidNamespace",
