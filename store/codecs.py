@@ -20,7 +20,6 @@ from pgvector.sqlalchemy import Vector
 from psycopg.adapt import Dumper
 from psycopg.pq import Format
 from sqlalchemy import Row
-from sqlalchemy.types import UserDefinedType
 
 from memupdate.store.records import SEPARATOR, MemoryRecord
 
@@ -83,28 +82,16 @@ class _VectorSendDumper(Dumper):
 psycopg.adapters.register_dumper(VectorSend, _VectorSendDumper)
 
 
-class VectorParameter(UserDefinedType):
-    """A bound numpy vector sent in pgvector's binary form: no float-to-text on the client, no parsing
-    of ~400 numbers on the server; the server holds the very float4s the text form would give."""
-
-    cache_ok = True
-
-    def get_col_spec(self, **kw) -> str:
-        return "vector"
-
-    def bind_processor(self, dialect):
-        return lambda value: None if value is None else VectorSend.of(value)
-
-
-VECTOR_PARAMETER = VectorParameter()
-
-
 class Embedding(Vector):
-    """The embedding columns' type: pgvector's `vector(dims)`, each written value sent in its binary form
-    (the server infers the parameter's type from the column). pgvector's own type prints ~400 float64s
-    a row (200 µs) and has the server parse them: most of a first import's insert of 20,000 memories."""
+    """pgvector's `vector(dims)`, each bound value sent in its binary form: no float-to-text on the client
+    (pgvector's own type prints ~400 float64s, 200 µs a row), no parsing on the server, the very float4s
+    the text form would give. The embedding columns' type (the server infers a written parameter's type
+    from the column) and, without dims, a query vector's (`VECTOR_PARAMETER`, cast in the statement)."""
 
     cache_ok = True
 
     def bind_processor(self, dialect):
         return lambda value: None if value is None else VectorSend.of(value)
+
+
+VECTOR_PARAMETER = Embedding()
