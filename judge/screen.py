@@ -50,8 +50,9 @@ def word_features(texts: Sequence[tuple[str, str]]) -> np.ndarray:
     from memupdate.text.facts import CHANGE_WORDS, tokens
 
     rows = np.zeros((len(texts), WORD_FEATURES), dtype=np.float32)
+    known: dict[str, list[str]] = {}  # a memory meets several others: its words read once
     for row, (a, b) in enumerate(texts):
-        x, y = tokens(a), tokens(b)
+        x, y = (known[t] if t in known else known.setdefault(t, tokens(t)) for t in (a, b))
         words_x, words_y = set(x), set(y)
         shared, either, only = len(words_x & words_y), max(1, len(words_x | words_y)), len(words_x ^ words_y)
         shorter = max(1, min(len(x), len(y)))
