@@ -56,12 +56,12 @@ DEFAULT_CANDIDATES = 20
 BASE_HITS_FACTOR = 2
 
 
-
 @cache
 def question_stop_tokens() -> frozenset[str]:
     """What a question's content tokens leave out: stop words (question words, auxiliaries) as the proxy
     tokenises them (stemmed on first use: nltk loads with the first stem)."""
     return frozenset(token for word in STOPWORDS for token in normalized_tokens(word))
+
 
 class Question(Protocol):
     """What the proxy reads of a question (LoCoMo's `QAItem` is one)."""
