@@ -79,7 +79,8 @@ def worth_judging(texts: Sequence[str], pairs: Sequence[tuple[int, int]], vector
         worth = [any(counts[word] <= rare for word in words[i] & words[j]) for i, j in pairs]
     if vectors is None or judge is None:
         return worth
-    return [w and k for w, k in zip(worth, screened(texts, vectors, pairs, judge), strict=True)]
+    kept = iter(screened(texts, vectors, [p for p, w in zip(pairs, worth, strict=True) if w], judge))
+    return [w and next(kept) for w in worth]  # the screen reads only the pairs the words left
 
 
 def screened(texts: Sequence[str], vectors: Sequence[np.ndarray | None], pairs: Sequence[tuple[int, int]], judge: object) -> list[bool]:
