@@ -98,3 +98,19 @@ def test_the_judge_reads_every_form_of_a_pair_alike(local_judge) -> None:
             assert set(acts.values()) == {"leave"}, (older, forms)
         else:
             assert min(chances) >= 0.95 and max(chances) - min(chances) <= 0.02 and acts["third"] != "leave", (older, forms)
+
+
+def test_the_screen_keeps_every_form_of_a_change(local_judge) -> None:
+    """The screen before the judge (`judge.screen`, which reads the pair's words as well as its vectors)
+    drops no change of the battery in any form: a change reaches the judge however it is worded."""
+    import numpy as np
+
+    from memupdate.judge.screen import Screen
+    from memupdate.store import get_embedder
+
+    screen, embedder = Screen.for_judge(local_judge), get_embedder()
+    assert screen is not None, "the shipped screen serves the shipped judge"
+    changes = [pair for older, newer, what in BATTERY if what == "change" for pair in forms_of(older, newer).values()]
+    vectors = np.asarray(embedder.embed([text for pair in changes for text in pair]), dtype=np.float32)
+    kept = screen.keep(vectors[0::2], vectors[1::2], changes)
+    assert kept.all(), [pair for pair, ok in zip(changes, kept, strict=True) if not ok]
