@@ -31,8 +31,9 @@ A pass, bank by bank:
 Several workers (`memupdate watch` processes against one database, on one machine or many) share a
 pass: each bank is claimed by one worker while it does steps 2-5 (`bank.claims`: a row lock, `SKIP
 LOCKED`; CLAIM_BATCH banks at a time, each batch's pairs judged at once), a bank another worker holds is
-skipped (it is being done), and one another worker compacted
-since this pass read it is left alone; a live store's import (step 1) is done by one worker at a time.
+skipped (it is being done), and one another worker compacted since this pass read it is left alone. A live
+store's batch is claimed whole before its import: steps 1-5 of a bank are one worker's, and workers import
+side by side.
 A worker killed mid-bank holds nothing (PostgreSQL ends its transaction with its connection) and
 leaves nothing half done: each change applies in one transaction or not at all, a safe change it
 proposed but did not apply is applied by the next pass, and a bank it did not mark compacted is
@@ -94,9 +95,10 @@ DEFAULT_INTERVAL = 60.0  # seconds between the watcher's passes
 EMBED_BATCH = 5000
 # Banks with work a worker claims at a time, their pairs judged in one batch (`claim_batches`). The judge reads
 # fastest in large batches: 1,000 x 20 took 71-76 s judged in one batch, 92-99 s in batches of 64 banks and
-# 96-101 s in halving batches (the judge's time 33 s against 51-52 s); a pass over more banks than this is
-# what several workers share.
+# 96-101 s in halving batches (the judge's time 33 s against 51-52 s). A pass with fewer than twice this many
+# is cut in two halves (of at least MIN_CLAIM_BATCH), so that two workers started together share it.
 CLAIM_BATCH = 500
+MIN_CLAIM_BATCH = 50
 # A fork no proposed change names and nobody wrote for this long is a killed run's leftover.
 ORPHAN_FORK_AGE = timedelta(minutes=15)
 
@@ -231,16 +233,15 @@ class BackgroundCompactor:
 
     def run_once(self) -> list[BankPass]:
         """One pass over every bank of the source (see the module docstring): a live store's banks
-        imported first (steps 1, and 5 after each bank), then steps 2-4 on each."""
+        CLAIM_BATCH at a time, each batch imported, compacted and exported by the worker that claims it
+        (`_live_pass`); a path's banks compacted (steps 2-4)."""
         self.passes += 1
         if self.live:
-            with claim(self.root.engine, f"import:{self.kind.uri(self.source)}", wait=True):  # one importer at a time
-                banks, after = self._import()
-        else:
-            banks, after = self.banks(), None
+            return self._live_pass()
+        banks = self.banks()
         since = _since(banks)
         marks = {path: found.mark.id if found.mark else None for path, found in since.items()}
-        return self._bank_passes(banks, self._reasons(banks, since), after, marks)
+        return self._bank_passes(banks, self._reasons(banks, since), marks)
 
     def _reasons(self, banks: Sequence[MemoryStore], since: dict[str, SinceLast]) -> dict[str, str | None]:
         """Why each bank needs work (`needs_work_many`), the judge read once for every bank's new pairs."""
@@ -265,10 +266,9 @@ class BackgroundCompactor:
                 read.append(([records[k] for k in keys], vectors))
         policy.judge_banks(read)
 
-    def _bank_passes(self, banks: Sequence[MemoryStore], reasons: dict[str, str | None],
-                     after: Callable[[MemoryStore, BankPass], BankPass] | None, marks: dict[str, int | None]) -> list[BankPass]:
-        """Steps 2-4 on each bank (5 by `after`), progress reported. Banks with work are claimed
-        CLAIM_BATCH at a time (the ones another worker holds are skipped), and the pairs of the claimed
+    def _bank_passes(self, banks: Sequence[MemoryStore], reasons: dict[str, str | None], marks: dict[str, int | None]) -> list[BankPass]:
+        """Steps 2-4 on each bank of a path, progress reported. Banks with work are claimed a batch at a
+        time (`claim_batches`; the ones another worker holds are skipped), and the pairs of the claimed
         ones judged in one batch; stopping leaves the rest for the next pass, which finds them by their
         state (never compacted, or grown since), not by this one's. `marks`: each bank's last compacted
         mark as `reasons` read it."""
@@ -279,7 +279,7 @@ class BackgroundCompactor:
 
         for start, batch in claim_batches(banks, has_work):
             work = [bank.path for bank in batch if has_work(bank)]
-            with claim_many(self.root.engine, work) as held:  # step 5 too: a bank is this worker's until written
+            with claim_many(self.root.engine, work) as held:
                 self._judge_ahead([bank for bank in batch if bank.path in held and reasons[bank.path] is not None])
                 for number, bank in enumerate(batch, start + 1):
                     if self._stop.is_set():
@@ -290,7 +290,7 @@ class BackgroundCompactor:
                         done = self._claimed(bank, reasons[bank.path], bank.path in proposed, marks.get(bank.path))
                     else:
                         done = BankPass(bank.path, elsewhere="being compacted by another worker")
-                    passes.append(after(bank, done) if after is not None else done)
+                    passes.append(done)
                     if self.on_progress is not None:
                         self.on_progress(number, len(banks))
         return passes
@@ -310,13 +310,15 @@ class BackgroundCompactor:
         skip = set(self.settings.skip_labels)
         return [self.root.scoped(ns) for ns in found if not skip & set(ns[len(self.path):])]
 
-    def _import(self) -> tuple[list[MemoryStore], Callable[[MemoryStore, BankPass], BankPass]]:
-        """Step 1 over every bank of a live store, what every bank shares paid once a pass: the source
-        rows read in one query, only banks with changes the store has not had resumed, the store read
-        once, every new text embedded in one batch, unmoved banks imported without a query. Returns the
-        banks and step 5 for each (the store written only for banks a change applied to)."""
+    def _live_pass(self) -> list[BankPass]:
+        """Steps 1-5 over every bank of a live store. The store is read once (one query for its items, one
+        for the banks' source rows); then a batch of banks (`claim_batches`: those the app moved, or with
+        changes waiting, counted) is claimed whole and is this worker's from its import to its export:
+        several workers import, judge and compact batches side by side, never one bank twice, and a bank
+        is never compacted half imported. A batch's new texts are embedded at once, its unmoved banks
+        imported without a query, and its banks' new pairs judged in one batch."""
         from memupdate.bank.live_sync import banks_with_pending_writes
-        from memupdate.bank.source_import import import_items
+        from memupdate.bank.source_import import bank_namespace, unmoved
         from memupdate.bank.sources import source_records
 
         prefix = self.settings.prefix
@@ -326,24 +328,73 @@ class BackgroundCompactor:
                 if held:  # else the worker holding it writes its changes
                     self._step("resume", path)
                     export_changes(self.root.scoped(path), url=self.source)
-        self._step("import", "")
+        source, groups = self._read_items(records)
+        namespaces = sorted(groups)
+        banks = [self.root.scoped(bank_namespace(source, ns)) for ns in namespaces]
+        of_bank = {bank.path: ns for bank, ns in zip(banks, namespaces, strict=True)}
+        moved = {bank.path for bank, ns in zip(banks, namespaces, strict=True)
+                 if records.get(ns, {}).get("namespace") != bank.path or not unmoved(records[ns], groups[ns])}
+        proposed = banks_with_proposed(self.root.engine, list(of_bank))
+        passes: list[BankPass] = []
+        for start, batch in claim_batches(banks, lambda bank: bank.path in moved or bank.path in proposed):
+            with claim_many(self.root.engine, [bank.path for bank in batch]) as held:
+                mine = [bank for bank in batch if bank.path in held]
+                now = source_records(self.root, self.kind.kinds, self.kind.uri(self.source), banks=[bank.path for bank in mine])
+                if any(now.get(of_bank[bank.path]) != records.get(of_bank[bank.path]) for bank in mine):
+                    # Another worker imported or exported some of them since the store was read: read it again,
+                    # or an item its export removed would come back as new.
+                    records |= now
+                    source, groups = self._read_items(records, keep=groups)
+                self._step("import", "")
+                imported = self._import([of_bank[bank.path] for bank in mine], groups, records, source)
+                since = _since(mine)
+                reasons = self._reasons(mine, since)
+                self._judge_ahead([bank for bank in mine if reasons[bank.path] is not None])
+                for number, bank in enumerate(batch, start + 1):
+                    if self._stop.is_set():
+                        return passes
+                    if bank.path in held:
+                        done = self.compact_bank_if_needed(bank, reasons[bank.path], leftovers=bank.path in proposed)
+                        done = self._export(bank, done, imported[bank.path])
+                    else:
+                        done = BankPass(bank.path, elsewhere="being compacted by another worker")
+                    passes.append(done)
+                    if self.on_progress is not None:
+                        self.on_progress(number, len(banks))
+        return passes
+
+    def _read_items(self, records: dict[tuple[str, ...], dict[str, Any]],
+                    keep: dict[tuple[str, ...], list[Any]] | None = None) -> tuple[Any, dict[tuple[str, ...], list[Any]]]:
+        """The live store's items under the prefix, by source namespace (those of `records` with none left
+        too), and the `Source` their banks record; with `keep`, only its namespaces (this pass's banks)."""
+        prefix = self.settings.prefix
         source, items = self.kind.read(self.source, prefix, self.settings.into)
-        _embed_new(self.root, items, records)
-        reports = import_items(self.root, items, source, mirror=True, records=records,
-                               namespaces=[ns for ns in records if ns[: len(prefix)] == prefix])
-        by_bank = {report.bank: report for report in reports}
+        groups: dict[tuple[str, ...], list[Any]] = {ns: [] for ns in records if ns[: len(prefix)] == prefix}
+        for item in items:
+            groups.setdefault(tuple(item.namespace), []).append(item)
+        return source, groups if keep is None else {ns: groups.get(ns, []) for ns in keep}
 
-        def export(bank: MemoryStore, done: BankPass) -> BankPass:
-            report = by_bank[bank.path]
-            done.imported, done.from_app = report.summary(), report.from_app()
-            if done.applied:
-                self._step("export", bank.path)
-                done.export = export_changes(bank, url=self.source, before_commit=lambda b=bank.path: self._step("export-commit", b),
-                                             after_commit=lambda b=bank.path: self._step("exported", b))
-                done.dropped |= done.export.conflicts
-            return done
+    def _import(self, namespaces: Sequence[tuple[str, ...]], groups: dict[tuple[str, ...], list[Any]],
+                records: dict[tuple[str, ...], dict[str, Any]], source: Any) -> dict[str, Any]:
+        """Step 1 for the banks of `namespaces` (source namespaces this worker holds): their new texts
+        embedded in one batch, then each bank imported (one whose items did not move, without a query).
+        Returns each bank's `ImportReport`, by bank path."""
+        from memupdate.bank.source_import import import_items
 
-        return [self.root.scoped(report.bank) for report in reports], export
+        chosen = [item for ns in namespaces for item in groups[ns]]
+        _embed_new(self.root, chosen, records)
+        reports = import_items(self.root, chosen, source, mirror=True, records=records, namespaces=namespaces)
+        return {report.bank: report for report in reports}
+
+    def _export(self, bank: MemoryStore, done: BankPass, report: Any) -> BankPass:
+        """Step 5: the import's summary on the bank's pass, and its applied changes written to the store."""
+        done.imported, done.from_app = report.summary(), report.from_app()
+        if done.applied:
+            self._step("export", bank.path)
+            done.export = export_changes(bank, url=self.source, before_commit=lambda b=bank.path: self._step("export-commit", b),
+                                         after_commit=lambda b=bank.path: self._step("exported", b))
+            done.dropped |= done.export.conflicts
+        return done
 
     def compact_bank_if_needed(self, bank: MemoryStore, reason: str | None, *, leftovers: bool = True) -> BankPass:
         """Steps 2-4 of the module docstring on one bank; `reason`: why it needs work (None: it does not,
@@ -455,11 +506,14 @@ class BackgroundCompactor:
 
 def claim_batches(banks: Sequence[MemoryStore], has_work: Callable[[MemoryStore], bool]) -> list[tuple[int, Sequence[MemoryStore]]]:
     """`banks` cut into the runs a worker claims one at a time (each with its first index): CLAIM_BATCH
-    banks with work each (the last fewer), and the banks without work between them."""
+    banks with work each (the last fewer), and the banks without work between them. Where fewer than
+    twice CLAIM_BATCH have work, half of them a run (at least MIN_CLAIM_BATCH): a second worker started at
+    once takes the other half."""
+    size = min(CLAIM_BATCH, max(MIN_CLAIM_BATCH, -(-sum(map(has_work, banks)) // 2)))
     runs, start, taken = [], 0, 0
     for i, bank in enumerate(banks):
         taken += has_work(bank)
-        if taken == CLAIM_BATCH or i == len(banks) - 1:
+        if taken == size or i == len(banks) - 1:
             runs.append((start, banks[start : i + 1]))
             start, taken = i + 1, 0
     return runs

@@ -161,7 +161,7 @@ def _import_bank(
     bank = root.scoped(bank_namespace(source, source_namespace))
     record = read_source(bank) if records is None or (records.get(source_namespace) or {}).get("namespace") != bank.path \
         else records[source_namespace]
-    if record is not None and records is not None and _unmoved(record, items):
+    if record is not None and records is not None and unmoved(record, items):
         return ImportReport(bank.path, source_namespace, first_import=False, unchanged=len(items))
     if record is not None and (record["kind"], record["uri"]) != (source.kind, source.uri):
         raise SourceError(
@@ -217,7 +217,7 @@ def _import_bank(
     return report
 
 
-def _unmoved(record: dict[str, Any], items: list[SourceItem]) -> bool:
+def unmoved(record: dict[str, Any], items: list[SourceItem]) -> bool:
     """Whether the source holds exactly the items `record` saw, none changed since."""
     seen = record["items"]
     if len(seen) != len({item.key for item in items}):

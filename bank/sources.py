@@ -137,11 +137,15 @@ def banks_of_source(root: MemoryStore, kinds: Sequence[str], uri: str) -> dict[t
         return {tuple(ns): root.scoped(path) for path, ns in rows}
 
 
-def source_records(root: MemoryStore, kinds: Sequence[str], uri: str) -> dict[tuple[str, ...], dict[str, Any]]:
-    """The `memory_sources` rows of the banks imported from `uri` by a kind named in `kinds`, by their
-    source namespace, in one query (a pass over many banks reads them once, not bank by bank)."""
+def source_records(root: MemoryStore, kinds: Sequence[str], uri: str, *, banks: Sequence[str] | None = None) -> dict[tuple[str, ...], dict[str, Any]]:
+    """The `memory_sources` rows of the banks imported from `uri` by a kind named in `kinds` (of those
+    at the paths `banks` only, when given), by their source namespace, in one query (a pass over many
+    banks reads them once, not bank by bank)."""
+    query = select(sources).where(sources.c.kind.in_(kinds), sources.c.uri == uri)
+    if banks is not None:
+        query = query.where(sources.c.namespace.in_(list(banks)))
     with root.engine.connect() as conn:
-        rows = conn.execute(select(sources).where(sources.c.kind.in_(kinds), sources.c.uri == uri)).mappings()
+        rows = conn.execute(query).mappings()
         return {tuple(row["source_namespace"]): dict(row) for row in rows}
 
 

@@ -5,9 +5,12 @@ PostgreSQL, the packaged embedding model and the local relation judge."""
 
 from __future__ import annotations
 
+import threading
+
 from langgraph_source import backdate, langgraph_store
 from sqlalchemy import select
 
+from memupdate.agent import background
 from memupdate.agent.background import COMPACTED_OP, BackgroundCompactor, CompactorSettings
 from memupdate.bank.models import MemorySource
 from memupdate.store import MemoryStore
@@ -78,3 +81,38 @@ def test_a_pass_over_many_people_stops_resumes_and_skips_the_unmoved(fresh_datab
         steady = BackgroundCompactor(store, url, CompactorSettings(prefix=("memories",), into=into)).run_once()
         moved = [p.bank.rsplit("/", 1)[-1] for p in steady if p.from_app]
         assert moved == ["elif"] and {k for k, v in imported_at().items() if v != rows[k]} == {banks["elif"].path}
+
+
+def test_two_workers_import_a_live_store_side_by_side_never_one_bank_twice(fresh_database, store: MemoryStore, monkeypatch) -> None:
+    """A claims its batch (ana, ben, chloe) and stops before importing it until B's pass is over: B skips
+    that batch and imports and compacts the other; A then imports its own and finds B's done."""
+    monkeypatch.setattr(background, "MIN_CLAIM_BATCH", 1)  # six people: two batches of three
+    with langgraph_store(fresh_database) as (url, lg):
+        _fill(url, lg)
+        settings = CompactorSettings(prefix=("memories",), into=(*store.namespace, "now"))
+        holding, other_done = threading.Event(), threading.Event()
+
+        def hold_before_the_import(step: str, bank: str) -> None:
+            if step == "import" and not holding.is_set():
+                holding.set()
+                assert other_done.wait(120)
+
+        a_passes: list = []
+        worker_a = threading.Thread(target=lambda: a_passes.extend(BackgroundCompactor(store, url, settings, on_step=hold_before_the_import).run_once()))
+        worker_a.start()
+        assert holding.wait(120)
+        b = {p.bank.rsplit("/", 1)[-1]: p for p in BackgroundCompactor(store, url, settings).run_once()}
+        other_done.set()
+        worker_a.join(120)
+        a = {p.bank.rsplit("/", 1)[-1]: p for p in a_passes}
+
+        first, second = ["ana", "ben", "chloe"], ["dev", "elif", "femi"]
+        assert all(b[person].elsewhere == "being compacted by another worker" and b[person].imported is None for person in first)
+        assert all(b[person].from_app == "imported 3 items from the app" and b[person].reason for person in second)
+        assert all(a[person].from_app == "imported 3 items from the app" and a[person].reason for person in first)
+        assert all(a[person].from_app == "" and a[person].reason is None for person in second)  # B's, done
+        banks = {person: store.scoped((*settings.into, person)) for person in PEOPLE}
+        assert all(_marks(bank) == 1 for bank in banks.values())  # each compacted once
+        # Dev's move applied by B and written to the app; A's later read of the store does not bring it back.
+        assert sorted(m.content for m in banks["dev"].list()) == ["Dev is allergic to peanuts.", "Dev lives in Boston now."]
+        assert all(sorted(m.content for m in bank.list()) == sorted(PEOPLE[person]) for person, bank in banks.items() if person != "dev")
