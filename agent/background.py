@@ -319,7 +319,7 @@ class BackgroundCompactor:
         imported without a query, and its banks' new pairs judged in one batch."""
         from memupdate.bank.live_sync import banks_with_pending_writes
         from memupdate.bank.source_import import bank_namespace, unmoved
-        from memupdate.bank.sources import source_records
+        from memupdate.bank.sources import source_records, written_since
 
         prefix = self.settings.prefix
         records = source_records(self.root, self.kind.kinds, self.kind.uri(self.source))
@@ -339,11 +339,10 @@ class BackgroundCompactor:
         for start, batch in claim_batches(banks, lambda bank: bank.path in moved or bank.path in proposed):
             with claim_many(self.root.engine, [bank.path for bank in batch]) as held:
                 mine = [bank for bank in batch if bank.path in held]
-                now = source_records(self.root, self.kind.kinds, self.kind.uri(self.source), banks=[bank.path for bank in mine])
-                if any(now.get(of_bank[bank.path]) != records.get(of_bank[bank.path]) for bank in mine):
+                if written := written_since(self.root, records, [bank.path for bank in mine]):
                     # Another worker imported or exported some of them since the store was read: read it again,
                     # or an item its export removed would come back as new.
-                    records |= now
+                    records |= source_records(self.root, self.kind.kinds, self.kind.uri(self.source), banks=written)
                     source, groups = self._read_items(records, keep=groups)
                 self._step("import", "")
                 imported = self._import([of_bank[bank.path] for bank in mine], groups, records, source)

@@ -149,6 +149,18 @@ def source_records(root: MemoryStore, kinds: Sequence[str], uri: str, *, banks: 
         return {tuple(row["source_namespace"]): dict(row) for row in rows}
 
 
+def written_since(root: MemoryStore, records: dict[tuple[str, ...], dict[str, Any]], banks: Sequence[str]) -> list[str]:
+    """Those of `banks` whose source row was written (an import or an export) since `records` were read:
+    one query of their times, not of their items."""
+    if not banks:
+        return []
+    seen = {row["namespace"]: (row["imported_at"], row["exported_at"]) for row in records.values()}
+    query = select(sources.c.namespace, sources.c.imported_at, sources.c.exported_at).where(sources.c.namespace.in_(list(banks)))
+    with root.engine.connect() as conn:
+        now = {path: (imported, exported) for path, imported, exported in conn.execute(query)}
+    return [path for path in banks if now.get(path) != seen.get(path)]
+
+
 def write_source(bank: MemoryStore, source: Source, source_namespace: tuple[str, ...], items: dict[str, Any], *, exported: bool = False) -> None:
     """Record `items` (source key -> {key, updated_at, value_hash, content_hash}) as the bank's source state."""
     values = {"namespace": bank.path, "kind": source.kind, "uri": source.uri, "source_namespace": list(source_namespace), "items": items}
