@@ -113,6 +113,8 @@ class LocalJudge:
         self.batch_tokens = batch_tokens
         self.screen = bf16_native() if screen is None else screen
         self._screen_model = None
+        self._confirmer = None  # a cascade's (`judge.confirm`, when the card names one), loaded at its first pair
+        self._folder = folder
         self._lately = (0, 0)  # the pairs of the last window screened, and how many of them were read again
         self._unscreened = 0.0  # windows read unscreened since the screen was last tried
         self._torch = torch
@@ -173,8 +175,20 @@ class LocalJudge:
         # One text told twice needs no model (and a bank holds many such pairs).
         asked = [pair for pair in pairs if not told_twice(*pair)]
         ruled = rule_updates(asked)  # read in full precision whatever the screen says: their confidence is compared
-        probabilities = self.probabilities([ordered(a, b)[:2] for a, b in asked], screen=True, exact=ruled)
+        oriented = [ordered(a, b)[:2] for a, b in asked]
+        probabilities = self.probabilities(oriented, screen=True, exact=ruled)
+        if self.card.get("confirmer"):  # a cascade: the pairs this judge does not leave are read again, and that reading stands
+            probabilities = self.confirmer().confirm(oriented, probabilities, self.labels)
         return read_verdicts(pairs, probabilities, self.labels, ruled=ruled)
+
+    def confirmer(self):
+        """The confirmer the card names (`judge.confirm.Confirmer`), loaded once."""
+        if self._confirmer is None:
+            from memupdate.judge.confirm import Confirmer
+
+            named = self.card["confirmer"]
+            self._confirmer = Confirmer(self._folder / named["folder"], named["reads_from"])
+        return self._confirmer
 
 
 def bf16_native() -> bool:

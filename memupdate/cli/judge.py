@@ -3,6 +3,7 @@
     memupdate judge pairs --data ../shared/data --out data/relations     # train / recipe / eval .jsonl, by person
     memupdate judge train --data ../shared/data --out runs/judge         # ~20 min on 2 cores; --ship copies the weights
     memupdate judge screen --data ../shared/data --out runs/screen --ship   # the screen over stored vectors
+    memupdate judge confirm --data ../shared/data --out runs/cascade      # the judge with a larger confirmer (opt-in)
     memupdate judge learn --data ../shared/data --out runs/relation --sft-from runs/judge   # GRPO from SFT; --ship
                                                   # (= memupdate rl learn --task relation ..., the same options)
     memupdate eval relations --file data/relations/eval.jsonl --judge rule,local   # precision, recall, intervals
@@ -53,13 +54,13 @@ TRAIN_INPUTS = [
 ]
 
 
-def recipe_parameters() -> list[inspect.Parameter]:
-    """One option per field of `JudgeTrainConfig`: `--name-with-dashes`, its default and help."""
-    types = get_type_hints(JudgeTrainConfig)
+def recipe_parameters(config: type = JudgeTrainConfig) -> list[inspect.Parameter]:
+    """One option per field of `config` (a recipe dataclass): `--name-with-dashes`, its default and help."""
+    types = get_type_hints(config)
     return [inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, annotation=types[f.name],
                               default=typer.Option(f.default, f"--{f.name.replace('_', '-')}", help=f.metadata["help"],
                                                    rich_help_panel="The recipe"))
-            for f in fields(JudgeTrainConfig)]
+            for f in fields(config)]
 
 
 @user_errors
@@ -104,6 +105,48 @@ def train_command(**given: Any) -> None:
 # Typer reads the options from the signature, as `rl learn` reads LearnConfig's.
 train_command.__signature__ = inspect.Signature([*TRAIN_INPUTS, *recipe_parameters()])
 app.command("train")(train_command)
+
+
+@user_errors
+def confirm_command(**given: Any) -> None:
+    """Train a confirmer (all-mpnet-base-v2) that reads again the pairs the local judge does not leave, and
+    calibrate the two together on the recipe part: a judge folder to pass as --judge or MEMUPDATE_JUDGE."""
+    from rich.progress import Progress
+
+    from memupdate.judge.confirm import ConfirmTrainConfig, mpnet_base, train_confirmer
+    from memupdate.rl.data.relations import judge_data
+
+    data, out = given["data"], given["out"]
+    config = ConfirmTrainConfig(**{f.name: given[f.name] for f in fields(ConfirmTrainConfig)})
+    _data_folder(data)
+    base = mpnet_base()  # before the data: a missing base stops here, in one line
+    with console.status("reading the development data ..."):
+        got = judge_data(data, generated=JudgeTrainConfig.generated, unrelated=JudgeTrainConfig.unrelated, seed=config.seed)
+    started = time.time()
+    with Progress(console=console) as bar:
+        task = bar.add_task("training the confirmer", total=None)
+
+        def progress(step: int, steps: int, loss: float) -> None:
+            bar.update(task, completed=step, total=steps, description=f"training the confirmer (loss {loss:.3f})")
+
+        card = train_confirmer(got.train, got.recipe_banks, config, out, judge_dir=given["judge"], base=base, progress=progress)
+    console.print(f"trained on {card['confirmer']['candidates']} of {len(got.train)} pairs in {(time.time() - started) / 60:.1f} min; "
+                  f"the two apply by themselves at {card['auto_apply']} (calibrated on {card['calibrated_on']['pairs']} pairs that meet "
+                  f"in {card['calibrated_on']['banks']} recipe banks); use it with --judge {out} or MEMUPDATE_JUDGE={out}", highlight=False)
+
+
+def _confirm_parameters() -> list[inspect.Parameter]:
+    from memupdate.judge.confirm import ConfirmTrainConfig
+
+    out = inspect.Parameter("out", inspect.Parameter.KEYWORD_ONLY, annotation=Path,
+                            default=typer.Option(Path("runs/cascade"), "--out", help="The judge folder to write (the local judge and its confirmer)."))
+    judge = inspect.Parameter("judge", inspect.Parameter.KEYWORD_ONLY, annotation=Path | None,
+                              default=typer.Option(None, "--judge", help="The local judge's checkpoint folder (default the built one)."))
+    return [TRAIN_INPUTS[0], out, judge, *recipe_parameters(ConfirmTrainConfig)]
+
+
+confirm_command.__signature__ = inspect.Signature(_confirm_parameters())
+app.command("confirm")(confirm_command)
 
 
 @app.command("calibrate")
