@@ -281,19 +281,29 @@ class BackgroundCompactor:
             work = [bank.path for bank in batch if has_work(bank)]
             with claim_many(self.root.engine, work) as held:
                 self._judge_ahead([bank for bank in batch if bank.path in held and reasons[bank.path] is not None])
-                for number, bank in enumerate(batch, start + 1):
-                    if self._stop.is_set():
-                        return passes
+
+                def do(bank: MemoryStore, work: list[str] = work, held: set[str] = held) -> BankPass:
                     if bank.path not in work:  # nothing to do here: no claim, no query
-                        done = self.compact_bank_if_needed(bank, None, leftovers=False)
-                    elif bank.path in held:
-                        done = self._claimed(bank, reasons[bank.path], bank.path in proposed, marks.get(bank.path))
-                    else:
-                        done = BankPass(bank.path, elsewhere="being compacted by another worker")
-                    passes.append(done)
-                    if self.on_progress is not None:
-                        self.on_progress(number, len(banks))
+                        return self.compact_bank_if_needed(bank, None, leftovers=False)
+                    if bank.path in held:
+                        return self._claimed(bank, reasons[bank.path], bank.path in proposed, marks.get(bank.path))
+                    return BankPass(bank.path, elsewhere="being compacted by another worker")
+
+                if not self._each(batch, start, len(banks), do, passes):
+                    break
         return passes
+
+    def _each(self, batch: Sequence[MemoryStore], start: int, total: int, do: Callable[[MemoryStore], BankPass],
+              passes: list[BankPass]) -> bool:
+        """`do` on each bank of a batch in order, its pass added to `passes` and progress reported; False
+        when asked to stop (the rest is left for the next pass)."""
+        for number, bank in enumerate(batch, start + 1):
+            if self._stop.is_set():
+                return False
+            passes.append(do(bank))
+            if self.on_progress is not None:
+                self.on_progress(number, total)
+        return True
 
     def _claimed(self, bank: MemoryStore, reason: str | None, leftovers: bool, mark: int | None) -> BankPass:
         """Steps 2-4 on a bank this worker holds, unless another worker compacted it since `reasons` read it."""
@@ -321,7 +331,6 @@ class BackgroundCompactor:
         from memupdate.bank.source_import import bank_namespace, unmoved
         from memupdate.bank.sources import source_records, written_since
 
-        prefix = self.settings.prefix
         records = source_records(self.root, self.kind.kinds, self.kind.uri(self.source))
         for path in banks_with_pending_writes(self.root.engine, [r["namespace"] for r in records.values()]):
             with claim(self.root.engine, path) as held:
@@ -349,17 +358,15 @@ class BackgroundCompactor:
                 since = _since(mine)
                 reasons = self._reasons(mine, since)
                 self._judge_ahead([bank for bank in mine if reasons[bank.path] is not None])
-                for number, bank in enumerate(batch, start + 1):
-                    if self._stop.is_set():
-                        return passes
-                    if bank.path in held:
-                        done = self.compact_bank_if_needed(bank, reasons[bank.path], leftovers=bank.path in proposed)
-                        done = self._export(bank, done, imported[bank.path])
-                    else:
-                        done = BankPass(bank.path, elsewhere="being compacted by another worker")
-                    passes.append(done)
-                    if self.on_progress is not None:
-                        self.on_progress(number, len(banks))
+
+                def do(bank: MemoryStore, held: set[str] = held, reasons: dict = reasons, imported: dict = imported) -> BankPass:
+                    if bank.path not in held:
+                        return BankPass(bank.path, elsewhere="being compacted by another worker")
+                    done = self.compact_bank_if_needed(bank, reasons[bank.path], leftovers=bank.path in proposed)
+                    return self._export(bank, done, imported[bank.path])
+
+                if not self._each(batch, start, len(banks), do, passes):
+                    break
         return passes
 
     def _read_items(self, records: dict[tuple[str, ...], dict[str, Any]],

@@ -21,6 +21,9 @@ and the pairs it could read as an update or a duplicate are read again in full p
 so every reading that can apply itself or ask is the full-precision one; a person's everyday pairs are
 read 1.6-2.1 times as fast. `probabilities` (what training and calibration read) never screens;
 `LocalJudge(screen=False)` turns it off.
+
+A checkpoint whose card names a `confirmer` (`memupdate judge confirm`: opt-in, `judge.confirm`) is a
+cascade: the pairs this judge does not leave are read again by the larger confirmer, whose reading stands.
 """
 
 from __future__ import annotations

@@ -15,6 +15,8 @@ import inspect
 import json
 import shutil
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import fields
 from pathlib import Path
 from typing import Any, get_type_hints
@@ -67,8 +69,6 @@ def recipe_parameters(config: type = JudgeTrainConfig) -> list[inspect.Parameter
 def train_command(**given: Any) -> None:
     """Train the local judge on the training part (plus generated pairs and every pair once more in another
     form), calibrate on the recipe part."""
-    from rich.progress import Progress
-
     from memupdate.judge.train import train_judge
     from memupdate.rl.data.relations import judge_data
 
@@ -78,12 +78,7 @@ def train_command(**given: Any) -> None:
     with console.status("reading the development data ..."):
         got = judge_data(data, generated=config.generated, unrelated=config.unrelated, seed=config.seed)
     started = time.time()
-    with Progress(console=console) as bar:
-        task = bar.add_task("training the judge", total=None)
-
-        def progress(step: int, steps: int, loss: float) -> None:
-            bar.update(task, completed=step, total=steps, description=f"training the judge (loss {loss:.3f})")
-
+    with _training_bar("the judge") as progress:
         card = train_judge(got.train, got.recipe, config, out, recipe_banks=got.recipe_banks, progress=progress)
     console.print(f"trained on {len(got.train)} pairs in {(time.time() - started) / 60:.1f} min; temperature "
                   f"{card['temperature']}, applies itself at {card['auto_apply']} (calibrated on {card['calibrated_on']['pairs']} "
@@ -111,8 +106,6 @@ app.command("train")(train_command)
 def confirm_command(**given: Any) -> None:
     """Train a confirmer (all-mpnet-base-v2) that reads again the pairs the local judge does not leave, and
     calibrate the two together on the recipe part: a judge folder to pass as --judge or MEMUPDATE_JUDGE."""
-    from rich.progress import Progress
-
     from memupdate.judge.confirm import ConfirmTrainConfig, mpnet_base, train_confirmer
     from memupdate.rl.data.relations import judge_data
 
@@ -123,16 +116,21 @@ def confirm_command(**given: Any) -> None:
     with console.status("reading the development data ..."):
         got = judge_data(data, generated=JudgeTrainConfig.generated, unrelated=JudgeTrainConfig.unrelated, seed=config.seed)
     started = time.time()
-    with Progress(console=console) as bar:
-        task = bar.add_task("training the confirmer", total=None)
-
-        def progress(step: int, steps: int, loss: float) -> None:
-            bar.update(task, completed=step, total=steps, description=f"training the confirmer (loss {loss:.3f})")
-
+    with _training_bar("the confirmer") as progress:
         card = train_confirmer(got.train, got.recipe_banks, config, out, judge_dir=given["judge"], base=base, progress=progress)
     console.print(f"trained on {card['confirmer']['candidates']} of {len(got.train)} pairs in {(time.time() - started) / 60:.1f} min; "
                   f"the two apply by themselves at {card['auto_apply']} (calibrated on {card['calibrated_on']['pairs']} pairs that meet "
                   f"in {card['calibrated_on']['banks']} recipe banks); use it with --judge {out} or MEMUPDATE_JUDGE={out}", highlight=False)
+
+
+@contextmanager
+def _training_bar(what: str) -> Iterator[Callable[[int, int, float], None]]:
+    """A progress bar for training `what`; yields the `progress(step, steps, loss)` a training loop calls."""
+    from rich.progress import Progress
+
+    with Progress(console=console) as bar:
+        task = bar.add_task(f"training {what}", total=None)
+        yield lambda step, steps, loss: bar.update(task, completed=step, total=steps, description=f"training {what} (loss {loss:.3f})")
 
 
 def _confirm_parameters() -> list[inspect.Parameter]:
