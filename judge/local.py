@@ -35,6 +35,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from memupdate.errors import MemupdateError
 from memupdate.judge.decision import AutoApply
 from memupdate.judge.rule import RuleJudge
@@ -187,11 +189,55 @@ class LocalJudge:
     def confirmer(self):
         """The confirmer the card names (`judge.confirm.Confirmer`), loaded once."""
         if self._confirmer is None:
-            from memupdate.judge.confirm import Confirmer
-
             named = self.card["confirmer"]
             self._confirmer = Confirmer(self._folder / named["folder"], named["reads_from"])
         return self._confirmer
+
+
+class Confirmer:
+    """A cascade's confirmer (`judge.confirm` trains it; `folder`: a Hugging Face sequence-pair classifier
+    over RELATIONS, read with transformers: it is opt-in)."""
+
+    def __init__(self, folder: str | Path, reads_from: float):
+        import torch
+        from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+        self.model = AutoModelForSequenceClassification.from_pretrained(folder).eval()
+        self.tokenizer = AutoTokenizer.from_pretrained(folder)
+        self.reads_from = reads_from
+        self.read = 0  # pairs read, over this confirmer's life
+        self._torch = torch
+
+    def probabilities(self, pairs: Sequence[Pair], batch: int = 64) -> np.ndarray:
+        """Each pair's probability of each of RELATIONS, pairs older first (as `LocalJudge` orders them)."""
+        torch = self._torch
+        out = np.zeros((len(pairs), len(RELATIONS)), dtype=np.float32)
+        order = sorted(range(len(pairs)), key=lambda i: len(pairs[i][0].text) + len(pairs[i][1].text))
+        with torch.inference_mode():
+            for start in range(0, len(order), batch):
+                chosen = order[start : start + batch]
+                inputs = tokenized(self.tokenizer, [pairs[i] for i in chosen])
+                out[chosen] = torch.softmax(self.model(**inputs).logits, dim=-1).numpy()
+        self.read += len(pairs)
+        return out
+
+    def confirm(self, pairs: Sequence[Pair], probabilities: np.ndarray, labels: Sequence[str]) -> np.ndarray:
+        """`probabilities` (the local judge's, a row per pair, columns `labels`) with the rows of the pairs
+        it gives a change at least `reads_from` replaced by the confirmer's."""
+        change = probabilities[:, labels.index("update")] + probabilities[:, labels.index("duplicate")]
+        chosen = [i for i in range(len(pairs)) if change[i] >= self.reads_from]
+        if not chosen:
+            return probabilities
+        read = self.probabilities([pairs[i] for i in chosen])
+        columns = [RELATIONS.index(label) for label in labels]
+        out = np.array(probabilities, dtype=np.float32, copy=True)
+        out[chosen] = read[:, columns]
+        return out
+
+
+def tokenized(tokenizer, pairs: Sequence[Pair]):
+    return tokenizer([encode_text(a) for a, _ in pairs], [encode_text(b) for _, b in pairs],
+                     truncation=True, max_length=MAX_TOKENS, padding=True, return_tensors="pt")
 
 
 def bf16_native() -> bool:
