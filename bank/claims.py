@@ -8,8 +8,6 @@ a pass, each bank worked on by the worker that claims it while the others skip i
             ...        # this worker's until the block ends
         else:
             ...        # another worker holds it now: skip it (it is being done)
-    with claim(engine, "import:postgresql://app@db/app", wait=True):
-        ...            # waits for the worker that holds it
     with claim_many(engine, ["app/memories/alice", "app/memories/bo"]) as held:
         ...            # the names this worker holds (a set): a batch of banks claimed in one query
 
@@ -37,21 +35,21 @@ claims = WatchClaim.__table__
 
 
 @contextmanager
-def claim(engine: Engine, name: str, *, wait: bool = False) -> Iterator[bool]:
+def claim(engine: Engine, name: str) -> Iterator[bool]:
     """Hold `name` (a bank's path, or any name workers agree on) for the block: yields True when this
-    worker holds it, False when another does (with `wait`, waits for it and yields True)."""
+    worker holds it, False when another does."""
     with engine.connect() as conn, conn.begin():
-        held = _lock(conn, name, wait)
+        held = _lock(conn, name)
         if not held and conn.execute(select(claims.c.name).where(claims.c.name == name)).first() is None:
             # A name never claimed: its row added and committed apart, so an insert never waits on a holder.
             with engine.begin() as other:
                 other.execute(insert(claims).values(name=name).on_conflict_do_nothing())
-            held = _lock(conn, name, wait)
+            held = _lock(conn, name)
         yield held
 
 
-def _lock(conn: Connection, name: str, wait: bool) -> bool:
-    query = select(claims.c.name).where(claims.c.name == name).with_for_update(skip_locked=not wait)
+def _lock(conn: Connection, name: str) -> bool:
+    query = select(claims.c.name).where(claims.c.name == name).with_for_update(skip_locked=True)
     return conn.execute(query).first() is not None
 
 

@@ -100,8 +100,8 @@ class SupersededMemory(Base):
 
 
 class WatchClaim(Base):
-    """One row per thing a `memupdate watch` worker claims (a bank's path, or `import:<source>`): the row
-    is locked by the worker's open transaction while it works (`bank.claims`); the table holds no state."""
+    """One row per bank a `memupdate watch` worker claims (its path): the row is locked by the worker's
+    open transaction while it works (`bank.claims`); the table holds no state."""
 
     __tablename__ = "watch_claims"
 
