@@ -9,9 +9,9 @@ and how their words meet (tens of microseconds: numpy, no torch) drops the pairs
 the judge reads the rest as before, so a kept pair's decision never changes. It is trained on the
 judge's own decisions over every pair that meets in the development data's stores
 (`rl.screen_training`, `memupdate judge screen`), its threshold chosen so that at least RECALL of the
-pairs the judge applies or asks about are kept in every source of the recipe part. It belongs to one judge: the shipped screen holds the digest of the
-judge it was trained on, and `for_judge` gives it only to that judge (any other judge reads every pair:
-a stale screen never drops a pair silently). Distinct from `LocalJudge`'s bfloat16 first reading,
+pairs the judge applies or asks about are kept in every source of the recipe part. It belongs to one
+judge: the shipped screen holds the digest of the judge it was trained on, and `for_judge` gives it only
+to that judge (any other judge reads every pair: a stale screen never drops a pair silently). Distinct from `LocalJudge`'s bfloat16 first reading,
 which reads every pair.
 """
 
@@ -52,7 +52,10 @@ def word_features(texts: Sequence[tuple[str, str]]) -> np.ndarray:
     rows = np.zeros((len(texts), WORD_FEATURES), dtype=np.float32)
     known: dict[str, list[str]] = {}  # a memory meets several others: its words read once
     for row, (a, b) in enumerate(texts):
-        x, y = (known[t] if t in known else known.setdefault(t, tokens(t)) for t in (a, b))
+        for text in (a, b):
+            if text not in known:
+                known[text] = tokens(text)
+        x, y = known[a], known[b]
         words_x, words_y = set(x), set(y)
         shared, either, only = len(words_x & words_y), max(1, len(words_x | words_y)), len(words_x ^ words_y)
         shorter = max(1, min(len(x), len(y)))
