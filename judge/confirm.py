@@ -34,10 +34,10 @@ from pathlib import Path
 
 from memupdate.errors import MemupdateError
 from memupdate.judge.decision import TARGET_PRECISION
-from memupdate.judge.local import CARD, tokenized
+from memupdate.judge.local import CARD
 from memupdate.judge.pairs import LabelledPair
 from memupdate.judge.store_view import StoreBank
-from memupdate.judge.train import _by_source, _draw, _option
+from memupdate.judge.train import _by_source, _draw, _option, encode_pairs, trainable_names
 from memupdate.judge.verdict import RELATIONS
 
 READS_FROM = 0.02  # the local judge's P(update) + P(duplicate) from which the confirmer reads a pair
@@ -134,10 +134,7 @@ def train_confirmer(
     finally:
         logging.set_verbosity(verbosity)
     tokenizer = AutoTokenizer.from_pretrained(base)
-    prefix = model.base_model_prefix
-    layers = model.config.num_hidden_layers
-    keep = tuple(f"{prefix}.encoder.layer.{i}." for i in range(layers - config.train_layers, layers)) + ("classifier.",)
-    names = {n for n, _ in model.named_parameters() if n.startswith(keep)}
+    names = set(trainable_names(model, config.train_layers))
     for name, parameter in model.named_parameters():
         parameter.requires_grad = name in names
     params = [p for n, p in model.named_parameters() if n in names]
@@ -160,7 +157,7 @@ def train_confirmer(
     out.mkdir(parents=True, exist_ok=True)
     while step < config.steps:
         batch = [_draw(rng, *by_label[rng.choice(list(by_label))]) for _ in range(config.batch_size)]
-        logits = model(**tokenized(tokenizer, [ordered(*p.statements)[:2] for p in batch])).logits
+        logits = model(**encode_pairs(tokenizer, batch)).logits
         loss = torch.nn.functional.cross_entropy(logits, torch.tensor([label_id[p.label] for p in batch]))
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)

@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from memupdate.judge.decision import TARGET_PRECISION, AutoApply, calibrate_auto_apply
-from memupdate.judge.local import CARD, MAX_TOKENS, encode_text, fresh_classifier, ordered
+from memupdate.judge.local import CARD, MAX_TOKENS, fresh_classifier, ordered, tokenized
 from memupdate.judge.pairs import LabelledPair
 from memupdate.judge.store_view import StoreBank, judge_banks, met_pairs, rights
 from memupdate.judge.verdict import RELATIONS
@@ -52,8 +52,9 @@ class JudgeTrainConfig:
 
 
 def trainable_names(model, train_layers: int) -> list[str]:
-    layers = model.config.num_hidden_layers
-    keep = tuple(f"bert.encoder.layer.{i}." for i in range(layers - train_layers, layers)) + ("bert.pooler.", "classifier.")
+    """The parameters trained: the encoder's top `train_layers` layers, its pooler (where it has one) and the head."""
+    prefix, layers = model.base_model_prefix, model.config.num_hidden_layers
+    keep = tuple(f"{prefix}.encoder.layer.{i}." for i in range(layers - train_layers, layers)) + (f"{prefix}.pooler.", "classifier.")
     return [name for name, _ in model.named_parameters() if name.startswith(keep)]
 
 
@@ -165,9 +166,7 @@ def calibrate(model, tokenizer, recipe: Sequence[LabelledPair]) -> float:
 
 def encode_pairs(tokenizer, pairs: Sequence[LabelledPair]):
     """The model's input for `pairs`: each pair older first, as `LocalJudge` reads it."""
-    oriented = [ordered(*p.statements)[:2] for p in pairs]
-    return tokenizer([encode_text(a) for a, _ in oriented], [encode_text(b) for _, b in oriented],
-                     truncation=True, max_length=MAX_TOKENS, padding=True, return_tensors="pt")
+    return tokenized(tokenizer, [ordered(*p.statements)[:2] for p in pairs])
 
 
 def _logits(model, tokenizer, pairs: Sequence[LabelledPair]):
