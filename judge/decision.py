@@ -18,7 +18,8 @@ the model reads as two events leaves ("visited Rome in 2019" / "... in 2022"). A
 person: an update or a duplicate that does not apply itself asks only where the judge gives the change a
 real chance (`change_chance` at least `ask`, calibrated so that at least half of what asks in the recipe
 part's people is a change), and the review ranks asks by that chance; a pair the judge reads as both
-true never asks. What a decision asks of the bank (`operation`: supersede which, merge which) is read here
+true never asks. A cascade's second reading (`Verdict.by_confirmer`) never applies itself: it asks or
+leaves. What a decision asks of the bank (`operation`: supersede which, merge which) is read here
 too, one way for the heuristic, the learning code and the benchmarks: an update's direction is the
 verdict's `current`, a duplicate keeps the fuller wording. The thresholds are the judge's own (its card, calibrated by `calibrate_auto_apply` on
 every pair that meets in the recipe part's banks, where two true facts are the common case), so the
@@ -69,6 +70,8 @@ class AutoApply:
     def act(self, verdict: Verdict) -> Act:
         if verdict.relation not in ("update", "duplicate"):
             return "leave"  # read as two true facts: never a question to a person
+        if verdict.by_confirmer:
+            return "ask" if change_chance(verdict) >= self.ask else "leave"  # a cascade's second reading orders the queue only
         if verdict.by_rule and verdict.confidence < self.rule_update and likeliest(verdict) == "events":
             return "leave"  # the rule's words of change, the model's two events: "visited Rome in 2019" / "... in 2022"
         if verdict.confidence >= self.threshold(verdict) and (verdict.relation == "duplicate" or verdict.current is not None):
@@ -131,9 +134,9 @@ def calibrate_auto_apply(verdicts: Sequence[Verdict], right: Sequence[bool], tar
     update or a duplicate): with it, `ask` is the least chance at which at least `ask_precision` of the
     asks are changes (over all sources: a person's queue mixes them); without, every unapplied change asks."""
     kinds = {
-        "update": lambda v: v.relation == "update" and not v.by_rule and v.current is not None,
-        "rule_update": lambda v: v.relation == "update" and v.by_rule and v.current is not None,
-        "duplicate": lambda v: v.relation == "duplicate",
+        "update": lambda v: v.relation == "update" and not v.by_rule and not v.by_confirmer and v.current is not None,
+        "rule_update": lambda v: v.relation == "update" and v.by_rule and not v.by_confirmer and v.current is not None,
+        "duplicate": lambda v: v.relation == "duplicate" and not v.by_confirmer,
     }
     sources = sources if sources is not None else [""] * len(verdicts)
     found = {}

@@ -23,7 +23,8 @@ read 1.6-2.1 times as fast. `probabilities` (what training and calibration read)
 `LocalJudge(screen=False)` turns it off.
 
 A checkpoint whose card names a `confirmer` (`memupdate judge confirm`: opt-in, `judge.confirm`) is a
-cascade: the pairs this judge does not leave are read again by the larger confirmer, whose reading stands.
+cascade: the pairs this judge gives a chance of a change but does not apply are read again by the larger
+confirmer, whose reading orders the review queue (it never applies by itself).
 """
 
 from __future__ import annotations
@@ -32,13 +33,14 @@ import json
 import os
 import shutil
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from memupdate.errors import MemupdateError
-from memupdate.judge.decision import AutoApply
+from memupdate.judge.decision import AutoApply, change_chance
 from memupdate.judge.rule import RuleJudge
 from memupdate.judge.verdict import RELATIONS, Pair, Statement, Verdict, later
 
@@ -182,29 +184,37 @@ class LocalJudge:
         ruled = rule_updates(asked)  # read in full precision whatever the screen says: their confidence is compared
         oriented = [ordered(a, b)[:2] for a, b in asked]
         probabilities = self.probabilities(oriented, screen=True, exact=ruled)
-        if self.card.get("confirmer"):  # a cascade: the pairs this judge does not leave are read again, and that reading stands
-            probabilities = self.confirmer().confirm(oriented, probabilities, self.labels)
-        return read_verdicts(pairs, probabilities, self.labels, ruled=ruled)
+        verdicts = read_verdicts(pairs, probabilities, self.labels, ruled=ruled)
+        if self.card.get("confirmer"):  # a cascade: what this judge gives a chance and does not apply is read again
+            verdicts = self.confirmer().confirm(pairs, verdicts, self.labels)
+        return verdicts
 
     def confirmer(self):
         """The confirmer the card names (`judge.confirm.Confirmer`), loaded once."""
         if self._confirmer is None:
             named = self.card["confirmer"]
-            self._confirmer = Confirmer(self._folder / named["folder"], named["reads_from"])
+            if "judge_auto_apply" not in named:
+                raise MemupdateError(f"{self._folder}: a cascade from before the confirmer only asked; train it again "
+                                     "(memupdate judge confirm)")
+            self._confirmer = Confirmer(self._folder / named["folder"], named["reads_from"], AutoApply.of({"auto_apply": named["judge_auto_apply"]}))
         return self._confirmer
 
 
 class Confirmer:
     """A cascade's confirmer (`judge.confirm` trains it; `folder`: a Hugging Face sequence-pair classifier
-    over RELATIONS, read with transformers: it is opt-in)."""
+    over RELATIONS, read with transformers: it is opt-in). It reads again the pairs its judge gives a change
+    at least `reads_from` and would not apply by itself (`judge_applies`: the judge's own thresholds), and
+    its reading replaces the judge's as `Verdict.by_confirmer`: it asks, ranked by its chance, or leaves;
+    it never applies (the judge's sure readings stand)."""
 
-    def __init__(self, folder: str | Path, reads_from: float):
+    def __init__(self, folder: str | Path, reads_from: float, judge_applies: AutoApply):
         import torch
         from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
         self.model = AutoModelForSequenceClassification.from_pretrained(folder).eval()
         self.tokenizer = AutoTokenizer.from_pretrained(folder)
         self.reads_from = reads_from
+        self.judge_applies = judge_applies
         self.read = 0  # pairs read, over this confirmer's life
         self._torch = torch
 
@@ -221,17 +231,18 @@ class Confirmer:
         self.read += len(pairs)
         return out
 
-    def confirm(self, pairs: Sequence[Pair], probabilities: np.ndarray, labels: Sequence[str]) -> np.ndarray:
-        """`probabilities` (the local judge's, a row per pair, columns `labels`) with the rows of the pairs
-        it gives a change at least `reads_from` replaced by the confirmer's."""
-        change = probabilities[:, labels.index("update")] + probabilities[:, labels.index("duplicate")]
-        chosen = [i for i in range(len(pairs)) if change[i] >= self.reads_from]
+    def confirm(self, pairs: Sequence[Pair], verdicts: Sequence[Verdict], labels: Sequence[str]) -> list[Verdict]:
+        """`verdicts` (the judge's, of `pairs`, its model's `scores` over `labels`) with those it reads again
+        replaced by its own."""
+        chosen = [i for i, v in enumerate(verdicts) if "update" in v.scores and change_chance(v) >= self.reads_from
+                  and self.judge_applies.act(v) != "apply"]
         if not chosen:
-            return probabilities
-        read = self.probabilities([pairs[i] for i in chosen])
-        columns = [RELATIONS.index(label) for label in labels]
-        out = np.array(probabilities, dtype=np.float32, copy=True)
-        out[chosen] = read[:, columns]
+            return list(verdicts)
+        read = self.probabilities([ordered(*pairs[i])[:2] for i in chosen])[:, [RELATIONS.index(label) for label in labels]]
+        out = list(verdicts)
+        for i, row in zip(chosen, read, strict=True):
+            again = read_verdicts([pairs[i]], [row], labels, ruled=[verdicts[i].by_rule])[0]
+            out[i] = replace(again, by_confirmer=True)
         return out
 
 

@@ -57,13 +57,16 @@ class Verdict:
     "second" as the pair was given; None when neither was stated later). `confidence`: the judge's
     probability of `relation` (1.0 for the rule). `scores`: every relation's probability, where known.
     `by_rule`: an update the rule read (its confidence is then the model's probability that the two tell
-    one fact, thresholded on its own, and `scores` the model's reading: `judge.decision.AutoApply`)."""
+    one fact, thresholded on its own, and `scores` the model's reading: `judge.decision.AutoApply`).
+    `by_confirmer`: a cascade's second reading of a pair its judge did not apply (`judge.local.Confirmer`):
+    it may ask, ranked by its chance, and never applies itself."""
 
     relation: Relation
     confidence: float
     current: Literal["first", "second"] | None = None
     scores: dict[str, float] = field(default_factory=dict)
     by_rule: bool = False
+    by_confirmer: bool = False
 
 
 Pair = tuple[Statement, Statement]

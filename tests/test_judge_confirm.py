@@ -1,5 +1,6 @@
 """The confirmer (`judge.confirm`): a cascade folder reads again, with its confirmer, only the pairs the
-local judge does not leave, and the confirmer's reading stands; it is a judge of its own (its digest, no
+local judge gives a chance of a change and does not apply, and the confirmer's reading then orders the
+queue (never applies); it is a judge of its own (its digest, no
 screen of the judge alone); training writes a folder `make_judge` takes. Real parts: the built local
 judge and transformers' MPNet; the confirmer is a tiny MPNet built from a config (the real base is an
 opt-in download of 420 MB)."""
@@ -14,6 +15,7 @@ import pytest
 from memupdate.errors import MemupdateError
 from memupdate.judge import confirm
 from memupdate.judge.confirm import ConfirmTrainConfig, candidates, train_confirmer, write_cascade
+from memupdate.judge.decision import AutoApply
 from memupdate.judge.local import CARD, LocalJudge, base_model_path, ensure_judge, ordered
 from memupdate.judge.pairs import LabelledPair
 from memupdate.judge.screen import Screen
@@ -21,6 +23,7 @@ from memupdate.judge.verdict import RELATIONS, Statement
 
 CHANGE = (Statement("Sam lives in Paris.", "2023-01-01"), Statement("Sam moved to Berlin.", "2024-01-01"))
 APART = (Statement("Sam has a dog named Rex.", "2023-01-01"), Statement("The museum opens at nine.", "2024-01-01"))
+APPLIED = (Statement("The CEO of Acme is Ann Lee.", "2023-01-01"), Statement("The CEO of Acme is Bo Chan.", "2024-01-01"))
 
 
 def tiny_mpnet(folder):
@@ -44,20 +47,37 @@ def cascade(tmp_path_factory):
     return root / "judge", card
 
 
-def test_the_confirmer_reads_only_what_the_judge_does_not_leave_and_its_reading_stands(cascade) -> None:
+def test_the_confirmer_reads_what_the_judge_gives_a_chance_and_does_not_apply(cascade) -> None:
     folder, card = cascade
     alone, both = LocalJudge(ensure_judge()), LocalJudge(folder)
     fast = alone.probabilities([ordered(*CHANGE)[:2], ordered(*APART)[:2]])
     change = fast[:, alone.labels.index("update")] + fast[:, alone.labels.index("duplicate")]
     assert change[0] >= confirm.READS_FROM > change[1]  # the judge reads the move as a change, the museum not
+    first = alone.judge([CHANGE, APART, APPLIED])
+    assert [alone.auto_apply.act(v) for v in first] == ["ask", "leave", "apply"]
 
-    verdicts = both.judge([CHANGE, APART])
-    assert both.confirmer().read == 1  # the museum pair was not read again
+    verdicts = both.judge([CHANGE, APART, APPLIED])
+    assert both.confirmer().read == 1  # neither the museum pair nor the change the judge applies was read again
+    assert verdicts[1:] == first[1:] and not any(v.by_confirmer for v in verdicts[1:])
     again = both.confirmer().probabilities([ordered(*CHANGE)[:2]])[0]
+    assert verdicts[0].by_confirmer
     assert [verdicts[0].scores[r] for r in both.labels] == pytest.approx([float(again[RELATIONS.index(r)]) for r in both.labels], abs=1e-4)
-    assert [verdicts[1].scores[r] for r in alone.labels] == pytest.approx(list(fast[1]), abs=1e-4)  # the judge's, as it read it
-    # The untrained confirmer reads otherwise than the judge: its reading, not the judge's, decided the pair.
+    # The untrained confirmer reads otherwise than the judge: its reading, not the judge's, is the pair's.
     assert abs(verdicts[0].scores["update"] - float(fast[0, alone.labels.index("update")])) > 0.05
+    # Its reading orders the queue and never applies, whatever the cascade's thresholds.
+    assert both.auto_apply.act(verdicts[0]) != "apply" and AutoApply(update=0.0, duplicate=0.0).act(verdicts[0]) != "apply"
+
+
+def test_a_cascade_from_before_names_what_to_do(cascade, tmp_path) -> None:
+    import shutil
+
+    folder, card = cascade
+    old = tmp_path / "old"
+    shutil.copytree(folder, old)
+    named = card["confirmer"]
+    (old / CARD).write_text(json.dumps(card | {"confirmer": {k: v for k, v in named.items() if k != "judge_auto_apply"}}))
+    with pytest.raises(MemupdateError, match="memupdate judge confirm"):
+        LocalJudge(old).judge([CHANGE])
 
 
 def test_a_cascade_is_a_judge_of_its_own(cascade) -> None:

@@ -77,6 +77,9 @@ def test_the_decision_applies_only_what_it_is_sure_of() -> None:
     assert auto.act(Verdict("events", 0.6, scores={"update": 0.4, "events": 0.6})) == "leave"
     assert AutoApply.never().act(Verdict("update", 1.0, "second")) == "ask"
     assert AutoApply.of({"threshold": 0.85}) == AutoApply.never()  # a card from before the decision applies nothing
+    # A cascade's second reading orders the queue: sure as it may be, it never applies itself.
+    second = Verdict("update", 0.999, "second", {"update": 0.999, "compatible": 0.001}, by_confirmer=True)
+    assert AutoApply(update=0.5).act(second) == "ask" and AutoApply(update=0.5, ask=0.9995).act(second) == "leave"
 
 
 def test_the_cut_is_the_least_confidence_that_keeps_precision() -> None:
@@ -87,6 +90,9 @@ def test_the_cut_is_the_least_confidence_that_keeps_precision() -> None:
     verdicts = [Verdict("update", c, "second") for c, _ in said] + [Verdict("update", 0.99, "second", by_rule=True)]
     auto = calibrate_auto_apply(verdicts, [ok for _, ok in said] + [False])
     assert (auto.update, auto.rule_update, auto.duplicate) == (0.97, NEVER, NEVER)
+    # A confirmer's readings never apply, so they do not bound what the judge's own readings apply at.
+    wrong = [Verdict("update", 0.995, "second", by_confirmer=True), Verdict("duplicate", 0.99, by_confirmer=True)]
+    assert calibrate_auto_apply(verdicts + wrong, [ok for _, ok in said] + [False, False, False]) == auto
 
 
 def test_the_store_view_counts_what_applies_itself(embedder) -> None:

@@ -104,8 +104,9 @@ app.command("train")(train_command)
 
 @user_errors
 def confirm_command(**given: Any) -> None:
-    """Train a confirmer (all-mpnet-base-v2) that reads again the pairs the local judge does not leave, and
-    calibrate the two together on the recipe part: a judge folder to pass as --judge or MEMUPDATE_JUDGE."""
+    """Train a confirmer (all-mpnet-base-v2) that reads again the pairs the local judge gives a chance of a
+    change and does not apply (its reading orders the review queue), and calibrate the two together on the
+    recipe part: a judge folder to pass as --judge or MEMUPDATE_JUDGE."""
     from memupdate.judge.confirm import ConfirmTrainConfig, mpnet_base, train_confirmer
     from memupdate.rl.data.relations import judge_data
 
@@ -119,7 +120,7 @@ def confirm_command(**given: Any) -> None:
     with _training_bar("the confirmer") as progress:
         card = train_confirmer(got.train, got.recipe_banks, config, out, judge_dir=given["judge"], base=base, progress=progress)
     console.print(f"trained on {card['confirmer']['candidates']} of {len(got.train)} pairs in {(time.time() - started) / 60:.1f} min; "
-                  f"the two apply by themselves at {card['auto_apply']} (calibrated on {card['calibrated_on']['pairs']} pairs that meet "
+                  f"the two apply by themselves and ask at {card['auto_apply']} (calibrated on {card['calibrated_on']['pairs']} pairs that meet "
                   f"in {card['calibrated_on']['banks']} recipe banks); use it with --judge {out} or MEMUPDATE_JUDGE={out}", highlight=False)
 
 
