@@ -26,6 +26,7 @@ from memupdate.judge.pairs import Rate
 from memupdate.judge.verdict import DECISIONS, RelationJudge, Statement, Verdict, later
 
 UNLABELLED = "compatible"  # a pair that meets with no label: two true facts
+NATURAL = ("jenverse", "longmemeval-knowledge-update", "beam", "letta")  # the sources of people's own updates (issue 68)
 
 
 @dataclass(frozen=True)

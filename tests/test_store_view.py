@@ -237,9 +237,11 @@ def test_eval_relations_store_view_reports_each_source(tmp_path) -> None:
     runner = CliRunner()
     parts = ["train", "recipe", "eval"]
     for part in parts:  # the hashed split puts these few people somewhere: every part is readable
-        result = runner.invoke(app, ["eval", "relations", "--store-view", str(data), "--part", part, "--judge", "rule", "--out", str(out)])
+        result = runner.invoke(app, ["eval", "relations", "--store-view", str(data), "--part", part, "--judge", "rule", "--out", str(out),
+                                     "--plot", str(tmp_path / "curves.png")])
         if result.exit_code == 0:
             report = json.loads(out.read_text())
+            assert (tmp_path / "curves.png").is_file() and report[0]["bound_curve"][0]["bound"] == 1.0
             assert report[0]["judge"] == "rule" and report[0]["part"] == part and "AutoApply" in result.output
             assert set(report[0]["sources"]) <= {"persona", "beam"} and all("true_retired" in v for v in report[0]["sources"].values())
             break
@@ -297,3 +299,22 @@ def test_factconsolidations_labels_read_one_subject_and_relation(older: str, new
 
     assert template_relation(older, newer) == label
     assert template_relation(newer, older) == label
+
+
+def test_the_bound_curve_counts_what_each_bound_would_apply(tmp_path) -> None:
+    """The curve behind a missed target: what a lower model-update bound would apply, right and wrong."""
+    from memupdate.judge.calibration import bound_curve, plot_bound, precision_recall
+
+    said = (Statement("Ana lives in Rome.", "2024-01-01"), Statement("Ana moved to Oslo.", "2024-02-01"),
+            Statement("Ana has a cat.", "2024-03-01"))
+    bank = StoreBank("p1", "letta", said, met=((0, 1), (0, 2), (1, 2)), labels={(0, 1): "update"})
+    verdicts = [Verdict("update", 0.99, "second", {"update": 0.99, "compatible": 0.01}),
+                Verdict("compatible", 0.9, None, {"update": 0.1, "compatible": 0.9}),
+                Verdict("update", 0.97, "second", {"update": 0.97, "compatible": 0.03})]  # "Ana moved to Oslo." is true
+    auto = AutoApply(update=0.995, ask=0.5)
+    rows = bound_curve([bank], verdicts, auto, bounds=[0.995, 0.98, 0.96])
+    assert [(r["natural"], r["natural_updates"], r["retired"]) for r in rows] == [(0, 1, 0), (1, 1, 0), (1, 1, 1)]
+    assert rows[2]["wrong"] == {"letta": 1} and rows[1]["wrong"] == {}
+    assert precision_recall([(0.9, True), (0.8, False), (0.7, True)]) == ([0.5, 0.5, 1.0], [1.0, 0.5, pytest.approx(2 / 3)])
+    reports = store_view(None, [bank], auto_apply=auto, verdicts=verdicts)
+    assert plot_bound(rows, reports, tmp_path / "bound.png", bound=auto.update).stat().st_size > 0

@@ -233,6 +233,7 @@ def relations_eval_command(
     store_view: Path | None = typer.Option(None, "--store-view", help="The development data folder: build a bank per person from each source and judge every pair that meets (not only labelled ones): what each judge's auto-apply decision does by itself."),
     part: str = typer.Option("eval", "--part", help="With --store-view: the part of the people read (eval, recipe or train)."),
     forms: str = typer.Option("given", "--forms", help="With --store-view: the forms the banks are read in, comma-separated: given, first, third, names, past (text.forms)."),
+    plot: Path | None = typer.Option(None, "--plot", help="With --store-view: draw the first judge's curves in its first form here (PNG): natural updates by themselves and wrong applies against the model-update bound, and each source's precision-recall curve."),
 ) -> None:
     """Per-decision precision and recall (95% Wilson intervals), accuracy, and the share of both-true pairs
     harmed, for each judge on the same pairs; generated pairs in the file are left out. With
@@ -249,7 +250,7 @@ def relations_eval_command(
     from memupdate.store import get_embedder
 
     if store_view is not None:
-        _store_view(store_view, part, judge, sources, out, judge_base_url, judge_api_key, forms)
+        _store_view(store_view, part, judge, sources, out, judge_base_url, judge_api_key, forms, plot)
         return
     if file is None:
         raise MemupdateError("give --file (labelled pairs) or --store-view (the development data folder)")
@@ -316,10 +317,10 @@ relations_eval_command = user_errors(relations_eval_command)
 
 
 def _store_view(data: Path, part: str, judges: str, sources: str | None, out: Path | None,
-                base_url: str | None, api_key: str | None, forms: str = "given") -> None:
+                base_url: str | None, api_key: str | None, forms: str = "given", plot: Path | None = None) -> None:
     """`eval relations --store-view`: each judge's auto-apply decision over every pair that meets in the
     banks of `part`'s people, per source and form (`judge.store_view`; LoCoMo's and FactConsolidation's
-    banks only as given)."""
+    banks only as given); `plot`: the first judge's curves in the first form (`judge.calibration.plot_bound`)."""
     from rich.table import Table
 
     from memupdate.errors import MemupdateError
@@ -361,6 +362,13 @@ def _store_view(data: Path, part: str, judges: str, sources: str | None, out: Pa
             found.append({"judge": judge.name, "form": form, "auto_apply": judge.auto_apply.to_json(), "ms_a_pair": round(ms, 2),
                           "part": part, "sources": {k: r.to_json() for k, r in reports.items()},
                           "screen": _screen_table(judge, in_form, verdicts, ms)})
+            if plot is not None and len(found) == 1:
+                from memupdate.judge.calibration import bound_curve, plot_bound
+
+                found[0]["bound_curve"] = bound_curve(in_form, verdicts, judge.auto_apply)
+                plot_bound(found[0]["bound_curve"], reports, plot, bound=judge.auto_apply.update,
+                           title=f"{judge.name} on the {part} part, form {form}")
+                console.print(f"the curves: {plot}")
     if out:
         out.write_text(json.dumps(found, indent=2))
 
