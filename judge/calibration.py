@@ -49,12 +49,7 @@ def plot_reliability(rows: Sequence[tuple], out: str | Path, *, threshold: float
         axis.axvline(threshold, color="tab:red", linestyle="--", label=f"auto-apply threshold {threshold:.2f}")
     axis.set(xlabel="confidence of the verdict", ylabel="share right", xlim=(0.3, 1.0), ylim=(0.0, 1.02), title=title)
     axis.legend(loc="lower right", fontsize=8)
-    figure.tight_layout()
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(out, dpi=110)
-    plt.close(figure)
-    return out
+    return _saved(figure, out)
 
 
 def bound_curve(banks: Sequence, verdicts: Sequence, auto, bounds: Sequence[float] | None = None) -> list[dict]:
@@ -125,6 +120,13 @@ def plot_bound(rows: Sequence[dict], reports: dict, out: str | Path, *, bound: f
     right.set(xlabel="recall of updates", ylabel="precision against both-true pairs", xlim=(0, 1), ylim=(0, 1.02),
               title="update against both true, by the chance of a change")
     right.legend(loc="lower left", fontsize=7)
+    return _saved(figure, out)
+
+
+def _saved(figure, out: str | Path) -> Path:
+    """`figure` written to `out` (a PNG; its folder made) and closed."""
+    import matplotlib.pyplot as plt
+
     figure.tight_layout()
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
