@@ -38,7 +38,7 @@ from memupdate.judge.decision import TARGET_PRECISION
 from memupdate.judge.local import CARD
 from memupdate.judge.pairs import LabelledPair
 from memupdate.judge.store_view import StoreBank
-from memupdate.judge.train import _by_source, _draw, _option, encode_pairs, trainable_names
+from memupdate.judge.train import _option, balanced_draws, train_step, trainable_names, trained_only
 from memupdate.judge.verdict import RELATIONS
 
 READS_FROM = 0.02  # the local judge's P(update) + P(duplicate) from which the confirmer reads a pair
@@ -135,10 +135,7 @@ def train_confirmer(
     finally:
         logging.set_verbosity(verbosity)
     tokenizer = AutoTokenizer.from_pretrained(base)
-    names = set(trainable_names(model, config.train_layers))
-    for name, parameter in model.named_parameters():
-        parameter.requires_grad = name in names
-    params = [p for n, p in model.named_parameters() if n in names]
+    params = trained_only(model, set(trainable_names(model, config.train_layers)))
     optimizer = torch.optim.AdamW(params, lr=config.learning_rate, weight_decay=0.01)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / 50) * max(0.0, 1 - s / config.steps))
     rng = random.Random(config.seed)
@@ -150,28 +147,19 @@ def train_confirmer(
         schedule.load_state_dict(saved["schedule"])
         rng.setstate(saved["rng"])
         step = saved["step"]
-    by_label = {label: _by_source([p for p in chosen if p.label == label]) for label in RELATIONS}
-    by_label = {k: v for k, v in by_label.items() if v[0]}
-    label_id = {label: i for i, label in enumerate(RELATIONS)}
+    draw = balanced_draws(chosen, rng)
     started = time.time()
     model.train()
     out.mkdir(parents=True, exist_ok=True)
     while step < config.steps:
-        batch = [_draw(rng, *by_label[rng.choice(list(by_label))]) for _ in range(config.batch_size)]
-        logits = model(**encode_pairs(tokenizer, batch)).logits
-        loss = torch.nn.functional.cross_entropy(logits, torch.tensor([label_id[p.label] for p in batch]))
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        optimizer.step()
-        schedule.step()
-        optimizer.zero_grad()
+        loss = train_step(model, tokenizer, [draw() for _ in range(config.batch_size)], optimizer, schedule, params)
         step += 1
         if step % 100 == 0 or step == config.steps:
             torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "schedule": schedule.state_dict(),
                         "rng": rng.getstate(), "step": step}, state.with_suffix(".partial"))
             state.with_suffix(".partial").replace(state)
         if progress:
-            progress(step, config.steps, float(loss.detach()))
+            progress(step, config.steps, loss)
     model.eval()
     write_cascade(model, tokenizer, judge_dir, out, config, {"candidates": len(chosen), "train_pairs": len(train),
                                                               "minutes": round((time.time() - started) / 60, 2)})

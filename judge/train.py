@@ -58,6 +58,36 @@ def trainable_names(model, train_layers: int) -> list[str]:
     return [name for name, _ in model.named_parameters() if name.startswith(keep)]
 
 
+def trained_only(model, names: set[str]) -> list:
+    """`model`'s parameters `names`, the only ones left trainable."""
+    for name, parameter in model.named_parameters():
+        parameter.requires_grad = name in names
+    return [p for n, p in model.named_parameters() if n in names]
+
+
+def balanced_draws(pairs: Sequence[LabelledPair], rng: random.Random) -> Callable[[], LabelledPair]:
+    """A draw from `pairs`: each relation equally often, within it each source in proportion to the square
+    root of its pairs (`rng` drawing)."""
+    by_label = {label: _by_source([p for p in pairs if p.label == label]) for label in RELATIONS}
+    by_label = {k: v for k, v in by_label.items() if v[0]}
+    return lambda: _draw(rng, *by_label[rng.choice(list(by_label))])
+
+
+def train_step(model, tokenizer, batch: Sequence[LabelledPair], optimizer, schedule, params: list, *, label_smoothing: float = 0.0) -> float:
+    """One step of `batch` (cross-entropy over RELATIONS, gradients clipped at 1); returns the loss."""
+    import torch
+
+    label_id = {label: i for i, label in enumerate(RELATIONS)}
+    loss = torch.nn.functional.cross_entropy(model(**encode_pairs(tokenizer, batch)).logits,
+                                             torch.tensor([label_id[p.label] for p in batch]), label_smoothing=label_smoothing)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(params, 1.0)
+    optimizer.step()
+    schedule.step()
+    optimizer.zero_grad()
+    return float(loss.detach())
+
+
 def train_judge(
     train: Sequence[LabelledPair], recipe: Sequence[LabelledPair], config: JudgeTrainConfig, out: str | Path,
     *, recipe_banks: Sequence[StoreBank] = (), progress: Callable[[int, int, float], None] | None = None,
@@ -72,29 +102,18 @@ def train_judge(
     rng = random.Random(config.seed)
     model, tokenizer = fresh_classifier(RELATIONS)
     names = set(trainable_names(model, config.train_layers))
-    for name, parameter in model.named_parameters():
-        parameter.requires_grad = name in names
-    params = [p for n, p in model.named_parameters() if n in names]
+    params = trained_only(model, names)
     optimizer = torch.optim.AdamW(params, lr=config.learning_rate, weight_decay=0.01)
-    by_label = {label: _by_source([p for p in train if p.label == label]) for label in RELATIONS}
-    by_label = {k: v for k, v in by_label.items() if v[0]}
+    draw = balanced_draws(train, rng)
     steps = max(1, int(config.epochs * len(train) / config.batch_size))
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: max(0.0, 1 - s / steps))
-    label_id = {label: i for i, label in enumerate(RELATIONS)}
     started = time.time()
     model.train()
     for step in range(steps):
-        batch = [_draw(rng, *by_label[rng.choice(list(by_label))]) for _ in range(config.batch_size)]
-        inputs = encode_pairs(tokenizer, batch)
-        loss = torch.nn.functional.cross_entropy(model(**inputs).logits, torch.tensor([label_id[p.label] for p in batch]),
-                                                 label_smoothing=config.label_smoothing)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        optimizer.step()
-        schedule.step()
-        optimizer.zero_grad()
+        loss = train_step(model, tokenizer, [draw() for _ in range(config.batch_size)], optimizer, schedule, params,
+                          label_smoothing=config.label_smoothing)
         if progress:
-            progress(step + 1, steps, float(loss.detach()))
+            progress(step + 1, steps, loss)
     model.eval()
     temperature = calibrate(model, tokenizer, recipe)
     card = {

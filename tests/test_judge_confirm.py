@@ -103,6 +103,25 @@ def test_training_writes_a_folder_the_judges_take(tmp_path, monkeypatch) -> None
     assert len(judged) == 1 and set(judged[0].scores) == set(RELATIONS)
 
 
+def test_training_stopped_resumes_from_its_checkpoint(tmp_path) -> None:
+    tiny_mpnet(tmp_path / "base")
+    pairs = [LabelledPair("Sam lives in Paris.", "Sam moved to Berlin.", "update", "2023-01-01", "2024-01-01", source="s", group="a"),
+             LabelledPair("Sam has a dog named Rex.", "Sam plays chess.", "compatible", source="s", group="b")]
+    config, out, steps = ConfirmTrainConfig(steps=2, batch_size=2), tmp_path / "cascade", []
+
+    def stop_at_the_end(step, total, loss):
+        steps.append(step)
+        if step == total:
+            raise KeyboardInterrupt  # killed after its last checkpoint, before the folder was written
+
+    with pytest.raises(KeyboardInterrupt):
+        train_confirmer(pairs, [], config, out, base=tmp_path / "base", progress=stop_at_the_end)
+    assert steps == [1, 2] and (out / "training-state.pt").is_file() and not (out / CARD).exists()
+    card = train_confirmer(pairs, [], config, out, base=tmp_path / "base", progress=stop_at_the_end)
+    assert steps == [1, 2]  # resumed at its last step: nothing trained again
+    assert card["confirmer"]["recipe"]["steps"] == 2 and not (out / "training-state.pt").exists()
+
+
 def test_the_training_pairs_are_the_changes_and_what_the_judge_will_send() -> None:
     pairs = [LabelledPair(f"a{i}", f"b{i}", label) for i, label in enumerate(["update", "duplicate", "compatible", "events"] * 50)]
     chance = np.array([0.0, 0.0, 0.5, 0.01] * 50)
