@@ -239,10 +239,11 @@ class Confirmer:
         if not chosen:
             return list(verdicts)
         read = self.probabilities([ordered(*pairs[i])[:2] for i in chosen])[:, [RELATIONS.index(label) for label in labels]]
+        # The chosen pairs all have a model reading (none told twice), so `read` has a row for each.
+        again = read_verdicts([pairs[i] for i in chosen], read, labels, ruled=[verdicts[i].by_rule for i in chosen])
         out = list(verdicts)
-        for i, row in zip(chosen, read, strict=True):
-            again = read_verdicts([pairs[i]], [row], labels, ruled=[verdicts[i].by_rule])[0]
-            out[i] = replace(again, by_confirmer=True)
+        for i, verdict in zip(chosen, again, strict=True):
+            out[i] = replace(verdict, by_confirmer=True)
         return out
 
 

@@ -11,8 +11,8 @@ judge's own decisions over every pair that meets in the development data's store
 (`rl.screen_training`, `memupdate judge screen`), its threshold chosen so that at least RECALL of the
 pairs the judge applies or asks about are kept in every source of the recipe part. It belongs to one
 judge: the shipped screen holds the digest of the judge it was trained on, and `for_judge` gives it only
-to that judge (any other judge reads every pair: a stale screen never drops a pair silently). Distinct from `LocalJudge`'s bfloat16 first reading,
-which reads every pair.
+to that judge (any other judge reads every pair: a stale screen never drops a pair silently). Distinct
+from `LocalJudge`'s bfloat16 first reading, which reads every pair.
 """
 
 from __future__ import annotations
