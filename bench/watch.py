@@ -154,7 +154,9 @@ def command_pass(root, url: str, into: str, workers: int) -> dict:
     from memupdate.store import to_namespace
 
     database = root.engine.url.render_as_string(hide_password=False)
-    command = [sys.executable, "-m", "memupdate.cli", "watch", url, "--once", "--prefix", "memories", "--into", into, "--url", database]
+    threads = max(1, (os.cpu_count() or 1) // workers)  # each worker its share of the cores (`watch --threads`)
+    command = [sys.executable, "-m", "memupdate.cli", "watch", url, "--once", "--prefix", "memories", "--into", into, "--url", database,
+               "--threads", str(threads)]
     load = round(os.getloadavg()[0], 2)
     started = time.perf_counter()
     jobs = [subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) for _ in range(workers)]
@@ -164,7 +166,7 @@ def command_pass(root, url: str, into: str, workers: int) -> dict:
         raise RuntimeError(f"a watch worker failed: {failed[0]}")
     under = to_namespace(into)  # the banks: one a person, under `into` (not their forks)
     marks = [len(root.scoped(ns).events(op=COMPACTED_OP)) for ns in root.list_namespaces(under) if len(ns) == len(under) + 1]
-    return {"workers": workers, "seconds": round(seconds, 2), "banks": len(marks), "once": marks.count(1),
+    return {"workers": workers, "threads": threads, "seconds": round(seconds, 2), "banks": len(marks), "once": marks.count(1),
             "twice": sum(m > 1 for m in marks), "banks_per_second": round(len(marks) / seconds, 2), "load": load}
 
 

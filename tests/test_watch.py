@@ -301,3 +301,19 @@ def test_a_pass_that_compacts_imports_neither_transformers_nor_nltk(store: Memor
     run = loaded_by([["watch", bank.path, "--once", "--url", database_url]], ("transformers", "sentence_transformers", "nltk", "scipy"))
     assert "LOADED []" in run.stdout and "pass over 1 bank" in run.stdout, run.stdout
     assert bank.events(op="compacted"), "the pass compacted the bank"
+
+
+def test_threads_gives_a_worker_its_share_of_the_cores(database_url, store: MemoryStore) -> None:
+    """`watch --threads N`: the worker's models read on N threads (several workers on one machine each take
+    their share, not every core)."""
+    import torch
+
+    before = torch.get_num_threads()
+    bank = store.scoped((*store.namespace, "threads", "alice"))
+    bank.create_many([NewMemory(text) for text in FACTS[2:4]])
+    try:
+        invoke("watch", bank.path, "--once", "--threads", before + 1, "--url", database_url)
+        assert torch.get_num_threads() == before + 1
+    finally:
+        torch.set_num_threads(before)
+    assert "--threads" in invoke("watch", "--help") and invoke("watch", bank.path, "--threads", 0, "--url", database_url, code=2)

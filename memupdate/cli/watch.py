@@ -78,6 +78,9 @@ def watch_command(
     questions: Path | None = typer.Option(None, "--questions", help="JSON/JSONL of {question, answer}: a change lowering their QA proxy waits."),
     locomo: Path | None = LOCOMO_OPTION,
     as_json: bool = typer.Option(False, "--json", help="Print each pass as JSON."),
+    threads: int | None = typer.Option(
+        None, "--threads", min=1, envvar="MEMUPDATE_THREADS",
+        help="CPU threads this worker's models read on (default: every core). Several workers on one machine: cores / workers each."),
     url: str | None = URL_OPTION,
 ) -> None:
     """Keep a live app's memory compact: each pass finds the banks that need work (never compacted, grown by
@@ -92,6 +95,10 @@ def watch_command(
     from memupdate.store import to_namespace
 
     policy_kind(policy, editing=True)
+    if threads is not None:  # several workers on one machine: each reads on its share of the cores, not all of them
+        import torch
+
+        torch.set_num_threads(threads)
     kinds = tuple(k.strip() for k in auto_kinds.split(",") if k.strip())
     try:
         rule = SafetyRule.review_everything() if review_everything else SafetyRule(kinds=kinds, min_similarity=min_similarity,
