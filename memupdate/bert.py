@@ -69,8 +69,10 @@ class Bert:
         """Each text (or pair, one input) as token ids and token types, cut to the checkpoint's limit."""
         return [(e.ids, e.type_ids) for e in self.tokenizer.encode_batch(list(texts))]
 
-    def hidden(self, batch: Sequence[tuple[list[int], list[int]]]) -> tuple[torch.Tensor, torch.Tensor]:
-        """The last layer's states of a batch of tokenized inputs (padded here), and its mask."""
+    def hidden(self, batch: Sequence[tuple[list[int], list[int]]], *, first_only: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+        """The last layer's states of a batch of tokenized inputs (padded here), and its mask; with
+        `first_only`, the last layer's state of the first token ([CLS]) alone (a classifier reads no other:
+        that layer's queries, attention output and feed-forward are computed for one token, not all)."""
         w = self.weights
         longest = max(len(ids) for ids, _ in batch)
         ids = torch.zeros((len(batch), longest), dtype=torch.long)
@@ -86,7 +88,10 @@ class Bert:
         size = x.shape[-1] // self.heads
         for n in range(self.layers):
             p = f"encoder.layer.{n}."
-            q, k, v = (self._linear(x, p + f"attention.self.{m}").view(*x.shape[:2], self.heads, size).transpose(1, 2) for m in ("query", "key", "value"))
+            k, v = (self._linear(x, p + f"attention.self.{m}").view(*x.shape[:2], self.heads, size).transpose(1, 2) for m in ("key", "value"))
+            if first_only and n == self.layers - 1:
+                x = x[:, :1]
+            q = self._linear(x, p + "attention.self.query").view(*x.shape[:2], self.heads, size).transpose(1, 2)
             attended = F.scaled_dot_product_attention(q, k, v, attn_mask=attend).transpose(1, 2).reshape(x.shape)
             x = self._norm(self._linear(attended, p + "attention.output.dense") + x, p + "attention.output.LayerNorm")
             inner = F.gelu(self._linear(x, p + "intermediate.dense"))
@@ -110,7 +115,7 @@ class Bert:
         if "classifier.weight" not in self.weights:
             raise MemupdateError("this BERT checkpoint has no classification head: load a judge folder (`memupdate judge train`)")
         with torch.inference_mode():
-            states, _ = self.hidden(batch)
+            states, _ = self.hidden(batch, first_only=True)
             pooled = torch.tanh(self._linear(states[:, 0], "pooler.dense"))
             return self._linear(pooled, "classifier").float()
 
