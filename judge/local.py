@@ -17,7 +17,7 @@ load elsewhere. `memupdate-judge.json` beside it holds the labels, the softmax t
 thresholds (`judge.decision`), calibrated on every pair that meets in the recipe part's banks.
 
 On a CPU that computes in bfloat16 (AVX512-BF16, AMX), `judge` screens: a bfloat16 copy reads every pair,
-and the pairs it could read as an update or a duplicate are read again in full precision (SCREEN_BELOW),
+and the pairs it could read at a decision's bound are read again in full precision (SCREEN_MARGIN),
 so every reading that can apply itself or ask is the full-precision one; a person's everyday pairs are
 read 1.6-2.1 times as fast. `probabilities` (what training and calibration read) never screens;
 `LocalJudge(screen=False)` turns it off.
@@ -30,6 +30,7 @@ confirmer, whose reading orders the review queue (it never applies by itself).
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 from collections.abc import Sequence
@@ -54,18 +55,18 @@ MAX_TOKENS = 96  # two memories of ~40 words each; longer ones are cut at their 
 # tokens) as fast in ~85 as in 64 (this machine, 2 cores; full-precision readings within 1e-5 of those in 64s).
 BATCH_TOKENS = 4096
 # The screen (`LocalJudge.judge`, on CPUs that compute in bfloat16: about 2.3x faster a pair): every pair is
-# read in bfloat16 first, and only those it gives an update or a duplicate at least this (and those the rule
-# reads as an update) are read again in full precision, so every reading that can apply or ask is the
-# full-precision one. A pair under it cannot ask: of the pairs bfloat16 puts under it, full precision gives
-# P(update) + P(duplicate) at most 0.055 (memupdate.bert's bfloat16 over the recipe and evaluation parts' banks,
-# 41,136 pairs; it moves it by at most 0.062; transformers' bfloat16 gave at most 0.052 over those and the
-# training part's, FactConsolidation's and bench watch's pairs), and a pair asks only from its card's ask bound up (0.9889).
-# It sends 7% of the training part's pairs and 20% of the recipe part's to the second reading, but 70-80% of
-# FactConsolidation's (its template's subjects half read as updates of each other), where reading twice costs
-# more than once: a window of pairs is screened while at most SCREEN_PAYS of the last window screened (in this
-# call or an earlier one) were read again; otherwise read in full precision alone, the screen tried again after
-# SCREEN_PROBE windows.
-SCREEN_BELOW = 0.05
+# read in bfloat16 first, and only those it could read at a decision's bound are read again in full precision
+# (and those the rule reads as an update, whose bound is low), so every reading that can apply or ask is the
+# full-precision one: a pair is read again where bfloat16 gives P(update) + P(duplicate) at least the lowest
+# bound the card decides at (ask, update, duplicate; a cascade's `reads_from`), SCREEN_MARGIN less in logits
+# (`LocalJudge.screen_below`: 0.9704 for the shipped card). Over the recipe part's pairs that meet (17,733,
+# as given and in the first person) bfloat16 moved that logit by at most 0.49 (FactConsolidation's), and
+# it sends 10% of those as given to the second reading (18% at the fixed 0.05 read before); 70-80% of
+# FactConsolidation's at scale (its template's subjects half read as updates of each other), where reading
+# twice costs more than once: a window of pairs is screened while at most SCREEN_PAYS of the last window
+# screened (in this call or an earlier one) were read again; otherwise read in full precision alone, the
+# screen tried again after SCREEN_PROBE windows.
+SCREEN_MARGIN = 1.0  # logits: twice the most bfloat16 moved a reading on the recipe part
 SCREEN_WINDOW = 1024
 SCREEN_PAYS = 0.5  # bfloat16 costs 0.43 of a full-precision reading here
 SCREEN_PROBE = 16
@@ -129,7 +130,7 @@ class LocalJudge:
     def probabilities(self, pairs: Sequence[Pair], *, screen: bool = False, exact: Sequence[bool] | None = None):
         """Each pair's probability of each label (rows in order, columns `self.labels`), pairs older first.
         With `screen` (and `self.screen`), first read in bfloat16, then again in full precision each pair
-        that could be an update or a duplicate there (see SCREEN_BELOW) or is marked in `exact`."""
+        that could reach a decision's bound there (`screen_below`) or is marked in `exact`."""
         torch = self._torch
         out = torch.zeros((len(pairs), len(self.labels)))
         if not pairs:
@@ -141,7 +142,7 @@ class LocalJudge:
         if not (screen and self.screen):
             self._read(encoded, order, self.model, out)
             return out.numpy()
-        update, duplicate = self.labels.index("update"), self.labels.index("duplicate")
+        update, duplicate, below = self.labels.index("update"), self.labels.index("duplicate"), self.screen_below
         for start in range(0, len(order), SCREEN_WINDOW):
             window = order[start : start + SCREEN_WINDOW]
             screened, again = self._lately
@@ -150,10 +151,25 @@ class LocalJudge:
                 self._read(encoded, window, self.model, out)
                 continue
             self._read(encoded, window, self._screened(), out)
-            chosen = [i for i in window if out[i, update] + out[i, duplicate] >= SCREEN_BELOW or (exact is not None and exact[i])]
+            chosen = [i for i in window if out[i, update] + out[i, duplicate] >= below or (exact is not None and exact[i])]
             self._lately, self._unscreened = (len(window), len(chosen)), 0.0
             self._read(encoded, chosen, self.model, out)
         return out.numpy()
+
+    @property
+    def screen_below(self) -> float:
+        """The P(update) + P(duplicate) under which a bfloat16 reading stands (see SCREEN_MARGIN): the
+        lowest bound this card decides at, SCREEN_MARGIN less in logits; a full-precision reading under
+        that bound cannot apply or ask."""
+        bounds = [self.auto_apply.ask, self.auto_apply.update, self.auto_apply.duplicate]
+        if confirmer := self.card.get("confirmer"):
+            bounds.append(confirmer["reads_from"])
+        lowest = min(bounds)
+        if lowest <= 0.0:
+            return 0.0
+        if lowest >= 1.0:
+            return 1.0
+        return 1.0 / (1.0 + math.exp(SCREEN_MARGIN - math.log(lowest / (1.0 - lowest))))
 
     def _read(self, encoded, order: Sequence[int], model, out) -> None:
         """`out[i]`: pair i's probabilities read by `model`, for each i in `order` (batches in that order)."""

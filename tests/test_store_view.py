@@ -135,6 +135,26 @@ def test_the_judge_reads_in_batches_of_a_token_budget() -> None:
     assert all(len(b) * max(len(ids[i]) for i in b) <= 16 or len(b) == 1 for b in batches)
 
 
+def test_the_screen_reads_again_from_the_lowest_bound_the_card_decides_at(monkeypatch) -> None:
+    """A bfloat16 reading stands under the card's lowest bound, SCREEN_MARGIN less in logits: the ask bound
+    for the shipped card, a cascade's confirmer's `reads_from` where that is lower, never above a bound."""
+    import math
+    from types import SimpleNamespace
+
+    from memupdate.judge import local
+    from memupdate.judge.decision import AutoApply
+
+    def below(card: dict, **bounds: float) -> float:
+        auto = AutoApply(**({"update": 0.9959, "rule_update": 0.0052, "duplicate": 1.01, "ask": 0.9889} | bounds))
+        return local.LocalJudge.screen_below.fget(SimpleNamespace(auto_apply=auto, card=card))
+
+    logit = lambda p: math.log(p / (1 - p))  # noqa: E731
+    assert logit(0.9889) - logit(below({})) == pytest.approx(local.SCREEN_MARGIN)
+    assert 0.95 < below({}) < 0.9889
+    assert logit(0.02) - logit(below({"confirmer": {"reads_from": 0.02}})) == pytest.approx(local.SCREEN_MARGIN)
+    assert below({}, update=0.5) < below({}) and below({}, ask=0.0) == 0.0
+
+
 def test_the_screen_changes_no_decision(embedder, monkeypatch) -> None:
     """Screened (a bfloat16 reading first, the pairs that could act read again in full precision) and
     unscreened, the shipped judge decides the same on every pair of the bank above, and the readings that
@@ -165,7 +185,7 @@ def test_the_screen_changes_no_decision(embedder, monkeypatch) -> None:
     again = sum(n for exact, n in read if exact)
     assert 0 < again < len(pairs) / 2, read
     # Where most pairs would be read twice, the screen stops after one window and is tried again later.
-    monkeypatch.setattr(local, "SCREEN_BELOW", 0.0)
+    monkeypatch.setattr(local.LocalJudge, "screen_below", property(lambda self: 0.0))
     monkeypatch.setattr(local, "SCREEN_WINDOW", 4)
     read.clear()
     assert [auto.act(v) for v in judge.judge(pairs)] == [auto.act(v) for v in full]
