@@ -9,8 +9,9 @@ a fresh `BackgroundCompactor` each pass (as `memupdate watch --once` builds one)
 1. first: a pass that imports every person, compacts every bank and applies what is safe;
 2. steady: after CHANGED people put one new memory each, the next pass.
 With `--workers 1,2`, each size is also passed over as commands: N `memupdate watch URL --once` processes
-started together against one memupdate database (start-up included), on a fresh copy of the app's store
-each, then, with one worker, a steady pass as a command after STEADY_CHANGED people wrote one memory each;
+(`--threads` cores / N each) started together against one memupdate database (start-up included), on a
+fresh copy of the app's store each, then, with one worker, a steady pass as a command after STEADY_CHANGED
+people wrote one memory each;
 `once` counts the banks compacted exactly once (the workers claim banks: `bank.claims`), and banks/s is
 banks over the wall time. Targets: two workers at least 1.4 times one worker's banks/s on 1,000 x 20;
 over 200 x 20, one command in at most 20 s and two together in at most 0.7 of one; a steady command in 5 s.
