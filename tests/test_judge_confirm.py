@@ -49,7 +49,9 @@ def cascade(tmp_path_factory):
 
 def test_the_confirmer_reads_what_the_judge_gives_a_chance_and_does_not_apply(cascade) -> None:
     folder, card = cascade
-    alone, both = LocalJudge(ensure_judge()), LocalJudge(folder)
+    # Both in full precision: a cascade's screen reads again from its confirmer's lower bound, so screened,
+    # the pair both leave may hold a bfloat16 reading in one and a full-precision one in the other.
+    alone, both = LocalJudge(ensure_judge(), screen=False), LocalJudge(folder, screen=False)
     fast = alone.probabilities([ordered(*CHANGE)[:2], ordered(*APART)[:2]])
     change = fast[:, alone.labels.index("update")] + fast[:, alone.labels.index("duplicate")]
     assert change[0] >= confirm.READS_FROM > change[1]  # the judge reads the move as a change, the museum not
