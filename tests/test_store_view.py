@@ -135,7 +135,7 @@ def test_the_judge_reads_in_batches_of_a_token_budget() -> None:
     assert all(len(b) * max(len(ids[i]) for i in b) <= 16 or len(b) == 1 for b in batches)
 
 
-def test_the_screen_reads_again_from_the_lowest_bound_the_card_decides_at(monkeypatch) -> None:
+def test_the_screen_reads_again_from_the_lowest_bound_the_card_decides_at() -> None:
     """A bfloat16 reading stands under the card's lowest bound, SCREEN_MARGIN less in logits: the ask bound
     for the shipped card, a cascade's confirmer's `reads_from` where that is lower, never above a bound."""
     import math
