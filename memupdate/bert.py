@@ -115,7 +115,9 @@ class Bert:
         if "classifier.weight" not in self.weights:
             raise MemupdateError("this BERT checkpoint has no classification head: load a judge folder (`memupdate judge train`)")
         with torch.inference_mode():
-            states, _ = self.hidden(batch, first_only=True)
+            # In full precision the last layer for [CLS] alone is 12-18% faster a pair; in bfloat16 it is slower
+            # here (0.59-0.63 ms against 0.51-0.56 for everyday pairs), so that copy reads the whole layer.
+            states, _ = self.hidden(batch, first_only=self.weights["classifier.weight"].dtype == torch.float32)
             pooled = torch.tanh(self._linear(states[:, 0], "pooler.dense"))
             return self._linear(pooled, "classifier").float()
 
