@@ -18,7 +18,9 @@ A pass, bank by bank:
    killed after applying resumes here), then import what the app wrote since, mirroring deletions.
 2. Does the bank need work? Never compacted, grown by `grow_by` memories since its last compaction,
    or a memory created since that the relation judge reads as a duplicate or an update of one of its
-   nearest live memories (pairs meet when they are written). Else it is left alone.
+   nearest live memories (pairs meet when they are written). Else it is left alone, marked `judged`
+   through its newest memory: a later pass reads only memories newer than that (an unchanged bank
+   loads no judge).
 3. Compact it (`compact_bank`, any policy) into a fork, review the fork (`build_review`), and queue
    each change of the review as its own proposed change (`bank.review_queue`); changes the app's
    writes made (keys the compaction never touched) and changes already pending or rejected are left out.
@@ -50,9 +52,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
-
-from langchain_core.language_models import BaseChatModel
+from typing import TYPE_CHECKING, Any
 
 from memupdate.agent.policies import JudgingPolicy
 from memupdate.agent.safety import SafetyRule
@@ -81,6 +81,7 @@ from memupdate.store import (
     Namespace,
     NewEvent,
     SinceLast,
+    latest_marks,
     namespaces_labelled,
     since_last,
     to_namespace,
@@ -88,6 +89,9 @@ from memupdate.store import (
 
 # The event row that marks a bank compacted by the watcher (memory_key none, after: what it did).
 COMPACTED_OP = "compacted"
+# The event row that marks a bank's new memories read by the judge and left (after: `through`, the last
+# create event read; `judge`, its name): a pass judges only the memories created after it.
+JUDGED_OP = "judged"
 WATCH_EPISODE = "watch"
 DEFAULT_GROW_BY = 20
 DEFAULT_INTERVAL = 60.0  # seconds between the watcher's passes
@@ -101,6 +105,9 @@ CLAIM_BATCH = 500
 MIN_CLAIM_BATCH = 50
 # A fork no proposed change names and nobody wrote for this long is a killed run's leftover.
 ORPHAN_FORK_AGE = timedelta(minutes=15)
+
+if TYPE_CHECKING:  # langchain_core's chat models import langsmith's tracers (0.5 s a `watch --once` command)
+    from langchain_core.language_models import BaseChatModel
 
 
 @dataclass
@@ -185,7 +192,7 @@ class BackgroundCompactor:
         self.path = None if self.live else to_namespace(source)
         self.on_step, self.on_progress = on_step, on_progress
         policy = self.settings.policy
-        self._policy: BaseChatModel | None = policy if isinstance(policy, BaseChatModel) else None
+        self._policy: BaseChatModel | None = None if isinstance(policy, str) else policy
         self._stop, self._wake = threading.Event(), threading.Event()
         self._thread: threading.Thread | None = None
         self.passes = 0
@@ -250,13 +257,20 @@ class BackgroundCompactor:
             return unjudged  # an idle pass: no judge, no policy, no model loaded
         policy = self.policy()
         # The policy's own judge where it has one (what it reads now it will not read again), else the default.
-        return _judged_reasons(unjudged, policy.remembering_judge() if isinstance(policy, JudgingPolicy) else make_judge())
+        judge = policy.remembering_judge() if isinstance(policy, JudgingPolicy) else make_judge()
+        reasons = _judged_reasons(unjudged, judge)
+        for bank in banks:
+            if isinstance(unjudged[bank.path], list) and reasons[bank.path] is None:
+                mark_judged(bank, since[bank.path], judge)
+        return reasons
 
     def _judge_ahead(self, banks: Sequence[MemoryStore]) -> None:
         """Every pair that meets in those of `banks` that are one neighbourhood, judged in one batch for
         their compactions (a batch of banks pays the judge's per-call costs once)."""
+        if not banks:
+            return  # nothing to judge: no policy loaded
         policy = self.policy()
-        if not isinstance(policy, JudgingPolicy) or not banks:
+        if not isinstance(policy, JudgingPolicy):
             return
         size, read = self._size(), []
         for bank in banks:
@@ -576,10 +590,12 @@ def _judged_reasons(unjudged: dict[str, str | list | None], judge: RelationJudge
 def _needs_work_unjudged(banks: Sequence[MemoryStore], grow_by: int,
                          since: dict[str, SinceLast] | None = None) -> dict[str, str | list | None]:
     """`needs_work` of each bank as far as it goes without the judge: a reason, None, or the pairs (an
-    older memory, a new one) the judge must read; what each bank did since it was last compacted
-    (`since`, else read for all of them at once)."""
+    older memory, a new one) the judge must read, of the memories created since it was last compacted
+    and last judged (`since`: what each bank did since it was last compacted, else read for all at once)."""
     since = _since(banks) if since is None else since
-    return {bank.path: _unjudged(bank, grow_by, since[bank.path]) for bank in banks}
+    grown = [bank.path for bank in banks if since[bank.path].events]
+    judged = {path: int(mark.after["through"]) for path, mark in latest_marks(banks[0].engine, grown, JUDGED_OP).items()} if grown else {}
+    return {bank.path: _unjudged(bank, grow_by, since[bank.path], judged.get(bank.path, 0)) for bank in banks}
 
 
 def _since(banks: Sequence[MemoryStore]) -> dict[str, SinceLast]:
@@ -589,14 +605,16 @@ def _since(banks: Sequence[MemoryStore]) -> dict[str, SinceLast]:
     return since_last(banks[0].engine, [bank.path for bank in banks], mark=COMPACTED_OP, op="create")
 
 
-def _unjudged(bank: MemoryStore, grow_by: int, since: SinceLast) -> str | list | None:
+def _unjudged(bank: MemoryStore, grow_by: int, since: SinceLast, judged_through: int = 0) -> str | list | None:
+    """One bank's `_needs_work_unjudged`; `judged_through`: the last create event a pass already judged."""
     if since.mark is None:
         return f"never compacted ({since.memories} memories)" if since.memories >= 2 else None
-    created = {e.memory_key for e in since.events if not written_by_a_change(e)}
-    vectors = bank.vectors_of(sorted(created))
+    created = [e for e in since.events if not written_by_a_change(e)]
+    vectors = bank.vectors_of(sorted({e.memory_key for e in created}))
     if len(vectors) >= grow_by:
         return f"grown by {len(vectors)} memories since its last compaction"
-    keys = list(vectors)
+    fresh = {e.memory_key for e in created if e.id > judged_through}
+    keys = [key for key in vectors if key in fresh]
     if not keys:
         return None
     from memupdate.judge.meeting import MEET_FLOOR, MEET_K
@@ -621,6 +639,14 @@ def _embed_new(root: MemoryStore, items: Sequence[Any], records: dict[tuple[str,
     texts = list(dict.fromkeys(texts))
     for start in range(0, len(texts), EMBED_BATCH):
         root.embedder.embed(texts[start : start + EMBED_BATCH])
+
+
+def mark_judged(bank: MemoryStore, since: SinceLast, judge: RelationJudge) -> None:
+    """The event row after which a pass judges a bank's new memories again (`JUDGED_OP`): its create
+    events in `since`, all read by `judge` and left."""
+    through = max((e.id for e in since.events if not written_by_a_change(e)), default=0)
+    after = {"through": through, "judge": getattr(judge, "name", type(judge).__name__)}
+    bank.scoped(bank.namespace, episode=WATCH_EPISODE).append_events([NewEvent(JUDGED_OP, None, None, after)])
 
 
 def mark_compacted(bank: MemoryStore, done: BankPass) -> None:

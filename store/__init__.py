@@ -28,6 +28,7 @@ from memupdate.store.errors import (
 from memupdate.store.fork_diff import NamespaceChanges, changes_from
 from memupdate.store.inventory import (
     SinceLast,
+    latest_marks,
     memory_counts,
     namespace_exists,
     namespaces_labelled,
@@ -94,6 +95,7 @@ __all__ = [
     "get_embedder",
     "get_engine",
     "keep_only",
+    "latest_marks",
     "memory_counts",
     "namespace_exists",
     "namespace_path",

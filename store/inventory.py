@@ -9,6 +9,7 @@ label in their path, with their size and first and last writes (how leftover for
     namespace_exists(engine, "locomo/conv-62")   # False: no memories or events were ever there
     since_last(engine, ["imported/memories/ana", ...], mark="compacted", op="create")   # many banks in 3 queries
     # {"imported/memories/ana": SinceLast(mark=MemoryEventRecord(...), events=[...], memories=20), ...}
+    latest_marks(engine, ["imported/memories/ana", ...], "judged")   # {"imported/memories/ana": MemoryEventRecord(...)}
     nearest_namespaces(engine, "locomo/conv-62", fork_labels)  # ["locomo/conv-26", ...]: what a mistyped name meant
 
 They take an engine, not a store: `memupdate db status` counts without loading the embedding model.
@@ -122,8 +123,7 @@ def since_last(engine: Engine, paths: Sequence[str], *, mark: str, op: str) -> d
     if not paths:
         return {}
     with engine.connect() as conn:
-        last = (select(events.c.namespace, func.max(events.c.id).label("id"))
-                .where(events.c.namespace.in_(paths), events.c.op == mark).group_by(events.c.namespace).subquery())
+        last = _last_marks(paths, mark)
         marks = {row.namespace: _event(row) for row in conn.execute(select(events).join(last, events.c.id == last.c.id))}
         after: dict[str, list[MemoryEventRecord]] = {path: [] for path in marks}
         query = (select(events).join(last, events.c.namespace == last.c.namespace)
@@ -133,6 +133,22 @@ def since_last(engine: Engine, paths: Sequence[str], *, mark: str, op: str) -> d
         counts = dict(conn.execute(select(memories.c.namespace, func.count()).where(memories.c.namespace.in_(paths))
                                    .group_by(memories.c.namespace)).all())
     return {path: SinceLast(marks.get(path), after.get(path, []), counts.get(path, 0)) for path in paths}
+
+
+def latest_marks(engine: Engine, paths: Sequence[str], mark: str) -> dict[str, MemoryEventRecord]:
+    """Each namespace of `paths`' latest `mark` event (none where it has none), in one query."""
+    paths = list(dict.fromkeys(paths))
+    if not paths:
+        return {}
+    with engine.connect() as conn:
+        last = _last_marks(paths, mark)
+        return {row.namespace: _event(row) for row in conn.execute(select(events).join(last, events.c.id == last.c.id))}
+
+
+def _last_marks(paths: Sequence[str], mark: str):
+    """The id of each namespace's latest `mark` event, as a subquery (namespace, id)."""
+    return (select(events.c.namespace, func.max(events.c.id).label("id"))
+            .where(events.c.namespace.in_(paths), events.c.op == mark).group_by(events.c.namespace).subquery())
 
 
 def _event(row) -> MemoryEventRecord:

@@ -289,6 +289,32 @@ def test_commands_that_only_read_rows_load_no_model(store: MemoryStore, database
     assert "LOADED []" in run.stdout and "undid change" in run.stdout and "pass over 1 bank" in run.stdout
 
 
+def test_a_new_memory_the_judge_left_is_not_read_again(store: MemoryStore, database_url) -> None:
+    """Issue 70: a bank whose new memory the judge read and left was judged again by every later pass, so a
+    `watch --once` command loaded torch and the judge for it each time. A pass marks what it read and left;
+    the next reads only newer memories (an unchanged store loads no model), and growth still counts from
+    the last compaction."""
+    from memupdate.agent.background import JUDGED_OP, _needs_work_unjudged
+
+    bank = store.scoped((*store.namespace, "judged", "alice"))
+    bank.create_many([NewMemory(text) for text in FACTS])
+    watcher = BackgroundCompactor(store, bank.path, CompactorSettings(grow_by=3))
+    watcher.run_once()  # never compacted: compacted now
+    bank.create_many([NewMemory("Alice started a pottery class on Tuesdays")])
+    assert isinstance(_needs_work_unjudged([bank], 3)[bank.path], list)  # its pairs wait for the judge
+    (done,) = watcher.run_once()
+    created = max(e.id for e in bank.events(op="create"))
+    assert done.reason is None and [e.after["through"] for e in bank.events(op=JUDGED_OP)] == [created]
+    assert _needs_work_unjudged([bank], 3)[bank.path] is None  # read: nothing for the judge
+    run = loaded_by([["watch", bank.path, "--once", "--url", database_url]], ("torch",))
+    assert "LOADED []" in run.stdout and "pass over 1 bank" in run.stdout, run.stdout
+    bank.create_many([NewMemory("Alice is learning Portuguese at an evening school")])
+    pairs = _needs_work_unjudged([bank], 3)[bank.path]
+    assert pairs and {fresh.content for _, fresh in pairs} == {"Alice is learning Portuguese at an evening school"}
+    bank.create_many([NewMemory("Alice runs along the river on Sundays")])
+    assert _needs_work_unjudged([bank], 3)[bank.path] == "grown by 3 memories since its last compaction"
+
+
 def test_a_pass_that_compacts_imports_neither_transformers_nor_nltk(store: MemoryStore, database_url) -> None:
     """Issue 70: a `watch --once` command paid 7.3 s importing sentence-transformers for a few new texts, and
     1.4 s importing nltk (scipy with it) that no watch pass uses. Both are read without them now."""
