@@ -75,6 +75,7 @@ from memupdate.bank.source_kinds import live_kind
 from memupdate.errors import MemupdateError
 from memupdate.judge import RelationJudge, judge_memories
 from memupdate.judge.judges import make_judge
+from memupdate.judge.verdict import RememberingJudge
 from memupdate.store import (
     MemoryNotFound,
     MemoryStore,
@@ -193,6 +194,7 @@ class BackgroundCompactor:
         self.on_step, self.on_progress = on_step, on_progress
         policy = self.settings.policy
         self._policy: BaseChatModel | None = None if isinstance(policy, str) else policy
+        self._remembering: RememberingJudge | None = None  # the heuristic's judge, made before it (`_trigger_judge`)
         self._stop, self._wake = threading.Event(), threading.Event()
         self._thread: threading.Thread | None = None
         self.passes = 0
@@ -255,9 +257,7 @@ class BackgroundCompactor:
         unjudged = _needs_work_unjudged(banks, self.settings.grow_by, since)
         if all(found is None for found in unjudged.values()):
             return unjudged  # an idle pass: no judge, no policy, no model loaded
-        policy = self.policy()
-        # The policy's own judge where it has one (what it reads now it will not read again), else the default.
-        judge = policy.remembering_judge() if isinstance(policy, JudgingPolicy) else make_judge()
+        judge = self._trigger_judge()
         reasons = _judged_reasons(unjudged, judge)
         for bank in banks:
             if isinstance(unjudged[bank.path], list) and reasons[bank.path] is None:
@@ -496,12 +496,26 @@ class BackgroundCompactor:
             from memupdate.agent.policies import make_policy
 
             name, settings = self.settings.policy, self.settings
+            # The trigger's judge, if it read first: the heuristic judges no pair it read again.
+            given = {"judge": self._remembering} if self._remembering is not None else {}
             # Reviewed: what the judge asks about is proposed and waits in the queue (the safety rule holds it).
             self._policy = make_policy(name, self.root, model=settings.model, base_url=settings.base_url,
-                                       api_key=settings.api_key, reviewed=True)
+                                       api_key=settings.api_key, reviewed=True, **given)
             if self._policy is None:
                 raise MemupdateError(f"policy {name!r} makes no edits: choose heuristic, openai or hf")
         return self._policy
+
+    def _trigger_judge(self) -> RelationJudge:
+        """The judge that reads a pass's new pairs (`_reasons`): the policy's own where it has one (what it
+        reads now it will not read again). The heuristic's, before the policy is built, is a remembering
+        judge handed to it when it is (building it imports the chat models: half a second a command whose
+        new memories need no compaction)."""
+        if self._policy is None and self.settings.policy == "heuristic" and not self.settings.model:
+            if self._remembering is None:
+                self._remembering = RememberingJudge(make_judge())
+            return self._remembering
+        policy = self.policy()
+        return policy.remembering_judge() if isinstance(policy, JudgingPolicy) else make_judge()
 
     def _size(self) -> int:
         from memupdate.agent.compaction import DEFAULT_NEIGHBOURHOOD

@@ -8,6 +8,7 @@
     [verdict] = judge.judge([(old, new)])
     verdict.relation, verdict.current, verdict.confidence        # "update", "second", 0.97
     judge.auto_apply.act(verdict)                                 # "apply", "ask" or "leave": `judge.decision`
+    RememberingJudge(judge).judge(pairs)                          # each pair read once, then answered from memory
 
 A pair is a *duplicate* (one fact told twice), an *update* (the same subject and attribute with a new
 value or state; `current` says which statement holds now: the one stated later), *compatible* (both
@@ -112,3 +113,29 @@ def turned(verdict: Verdict) -> Verdict:
 def judge_memories(judge: RelationJudge, pairs: Sequence[tuple[MemoryRecord, MemoryRecord]]) -> list[Verdict]:
     """`judge` over pairs of memories (their texts, stated times and kinds)."""
     return judge.judge([(Statement.of(a), Statement.of(b)) for a, b in pairs])
+
+
+class RememberingJudge:
+    """A judge that reads each pair of statements once and answers again from memory (one compaction's
+    episodes and its review ask about the same pairs); a pair asked in the other order where the two were
+    stated at distinct times is the same reading with `current` turned (the judges read such a pair
+    older first). Everything else is the wrapped judge's (`inner`): name, threshold, calibration."""
+
+    def __init__(self, inner: Any):
+        self.inner = inner
+        self._read: dict[Pair, Verdict] = {}
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def judge(self, pairs: Sequence[Pair]) -> list[Verdict]:
+        fresh = list(dict.fromkeys(pair for pair in pairs if self._known(pair) is None))
+        for pair, verdict in zip(fresh, self.inner.judge(fresh) if fresh else [], strict=True):
+            self._read[pair] = verdict
+        return [self._known(pair) for pair in pairs]
+
+    def _known(self, pair: Pair) -> Verdict | None:
+        if (verdict := self._read.get(pair)) is not None:
+            return verdict
+        other = self._read.get((pair[1], pair[0]))
+        return None if other is None or later(*pair) is None else turned(other)

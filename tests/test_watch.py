@@ -302,9 +302,12 @@ def test_a_new_memory_the_judge_left_is_not_read_again(store: MemoryStore, datab
     watcher.run_once()  # never compacted: compacted now
     bank.create_many([NewMemory("Alice started a pottery class on Tuesdays")])
     assert isinstance(_needs_work_unjudged([bank], 3)[bank.path], list)  # its pairs wait for the judge
-    (done,) = watcher.run_once()
+    # The judge reads them and leaves them: the command builds no policy (imports no chat model).
+    run = loaded_by([["watch", bank.path, "--once", "--url", database_url]], ("torch", "memupdate.agent.policies.heuristic"))
+    assert "LOADED ['torch']" in run.stdout and "pass over 1 bank" in run.stdout, run.stdout
+    assert not bank.events(op="compacted")[1:]
     created = max(e.id for e in bank.events(op="create"))
-    assert done.reason is None and [e.after["through"] for e in bank.events(op=JUDGED_OP)] == [created]
+    assert [e.after["through"] for e in bank.events(op=JUDGED_OP)] == [created]
     assert _needs_work_unjudged([bank], 3)[bank.path] is None  # read: nothing for the judge
     run = loaded_by([["watch", bank.path, "--once", "--url", database_url]], ("torch",))
     assert "LOADED []" in run.stdout and "pass over 1 bank" in run.stdout, run.stdout
@@ -313,6 +316,41 @@ def test_a_new_memory_the_judge_left_is_not_read_again(store: MemoryStore, datab
     assert pairs and {fresh.content for _, fresh in pairs} == {"Alice is learning Portuguese at an evening school"}
     bank.create_many([NewMemory("Alice runs along the river on Sundays")])
     assert _needs_work_unjudged([bank], 3)[bank.path] == "grown by 3 memories since its last compaction"
+
+
+def test_the_policy_judges_no_pair_the_trigger_read(store: MemoryStore, monkeypatch) -> None:
+    """The pass's trigger reads a bank's new pairs before the heuristic is built (`_trigger_judge`); the
+    heuristic built after it answers those pairs from the trigger's memory, not by reading them again."""
+    import memupdate.agent.background as background
+
+    read: list[tuple[str, str]] = []
+
+    class Counting:  # the real judge, each pair it reads counted
+        def __init__(self, inner: Any):
+            self.inner = inner
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self.inner, name)
+
+        def judge(self, pairs):
+            read.extend((a.text, b.text) for a, b in pairs)
+            return self.inner.judge(pairs)
+
+    import memupdate.agent.policies.heuristic as heuristic
+
+    counting = Counting(background.make_judge())
+    for module in (background, heuristic):  # the trigger's judge, and the policy's if it made its own
+        monkeypatch.setattr(module, "make_judge", lambda: counting)
+    bank = store.scoped((*store.namespace, "trigger", "alice"))
+    bank.create_many([NewMemory(text) for text in FACTS])
+    watcher = BackgroundCompactor(store, bank.path)
+    watcher.run_once()
+    bank.create_many([NewMemory("Alice moved to Porto last month")])
+    read.clear()
+    (done,) = background.BackgroundCompactor(store, bank.path).run_once()
+    assert done.reason and "new memory" in done.reason  # the trigger read an update: compacted
+    porto = [pair for pair in read if "Alice moved to Porto last month" in pair]
+    assert porto and len(porto) == len(set(porto))  # each pair with the new memory read once in the pass
 
 
 def test_a_pass_that_compacts_imports_neither_transformers_nor_nltk(store: MemoryStore, database_url) -> None:

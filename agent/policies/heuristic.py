@@ -44,7 +44,7 @@ from memupdate.judge import Verdict, judge_memories
 from memupdate.judge.decision import change_chance, operation
 from memupdate.judge.judges import make_judge
 from memupdate.judge.meeting import candidate_pairs, worth_judging
-from memupdate.judge.verdict import Pair, later, turned
+from memupdate.judge.verdict import RememberingJudge, turned
 from memupdate.settings import DEFAULT_MAX_OPERATIONS
 from memupdate.store import MemoryRecord, MemoryStore
 from memupdate.text.dates import anchor_relative_dates, anchored, datable, has_relative_time, memory_day
@@ -66,32 +66,6 @@ REASONS = {
     "duplicate": "rule 4: one fact told twice (the judge's duplicate, or one's words within the other's on one day); the fuller wording kept",
     "split": "rule 5: the memory packs several unrelated facts; one memory per fact",
 }
-
-
-class RememberingJudge:
-    """A judge that reads each pair of statements once and answers again from memory (one compaction's
-    episodes and its review ask about the same pairs); a pair asked in the other order where the two were
-    stated at distinct times is the same reading with `current` turned (the judges read such a pair
-    older first). Everything else is the wrapped judge's (`inner`): name, threshold, calibration."""
-
-    def __init__(self, inner: Any):
-        self.inner = inner
-        self._read: dict[Pair, Verdict] = {}
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
-
-    def judge(self, pairs: Sequence[Pair]) -> list[Verdict]:
-        fresh = list(dict.fromkeys(pair for pair in pairs if self._known(pair) is None))
-        for pair, verdict in zip(fresh, self.inner.judge(fresh) if fresh else [], strict=True):
-            self._read[pair] = verdict
-        return [self._known(pair) for pair in pairs]
-
-    def _known(self, pair: Pair) -> Verdict | None:
-        if (verdict := self._read.get(pair)) is not None:
-            return verdict
-        other = self._read.get((pair[1], pair[0]))
-        return None if other is None or later(*pair) is None else turned(other)
 
 
 class HeuristicPolicy(PlanningPolicy):
@@ -292,6 +266,8 @@ class HeuristicPolicy(PlanningPolicy):
     def _the_judge(self) -> RememberingJudge:
         if self.judge is None:
             self.judge = make_judge()
+        if isinstance(self.judge, RememberingJudge):  # given one (the watcher's trigger read with it): its memory is ours
+            return self.judge
         if self._memo is None or self._memo.inner is not self.judge:
             self._memo = RememberingJudge(self.judge)
         return self._memo
