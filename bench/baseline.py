@@ -34,9 +34,9 @@ from typing import Any
 
 from memupdate.bench.common import REPO, console
 
-# The previous release's HEAD: the last commit whose watcher and heuristic kept the paths before their
-# speed-ups as flags (`batched=False`, `judge_once=False`, `follow_chains=False`).
-BASELINE_COMMIT = "07cbdca"
+# The previous release: the last commit that landed (CI green, 2026-12-08). 07cbdca, named before, was the
+# last whose watcher and heuristic kept the paths before their speed-ups as flags.
+BASELINE_COMMIT = "344e8f3"
 # What a baseline run is told, where its module takes the option: today's path only, no baseline of its own.
 ITS_OWN_PATH_ONLY = {"--paths": "now", "--baseline": "none"}
 
