@@ -643,12 +643,12 @@ def _unjudged(bank: MemoryStore, grow_by: int, since: SinceLast, judged_through:
 def _embed_new(root: MemoryStore, items: Sequence[Any], records: dict[tuple[str, ...], dict[str, Any]]) -> None:
     """Embed, in one batch (the embedder keeps them), the texts of the items new or changed since each
     bank's source row: an import then embeds nothing bank by bank."""
-    from memupdate.bank.sources import memory_text, value_hash
+    from memupdate.bank.sources import memory_text
 
     texts = []
     for item in items:
         seen = (records.get(tuple(item.namespace)) or {}).get("items", {}).get(item.key)
-        if seen is None or seen.get("updated_at") != item.updated_at or seen.get("value_hash") != value_hash(item.value):
+        if seen is None or seen.get("updated_at") != item.updated_at or seen.get("value_hash") != item.value_hash:
             texts.append(memory_text(item.value))
     texts = list(dict.fromkeys(texts))
     for start in range(0, len(texts), EMBED_BATCH):

@@ -24,7 +24,6 @@ from memupdate.bank.sources import (
     memory_text,
     read_source,
     store_key,
-    value_hash,
     write_source,
 )
 from memupdate.store import MEMORY_KINDS, MemoryNotFound, MemoryStore
@@ -85,7 +84,7 @@ def _has(bank: MemoryStore, key: str) -> bool:
 
 def _moved(item: SourceItem | None, state: dict[str, Any]) -> bool:
     """Whether the source item changed (or vanished) since the import or export that wrote `state`."""
-    return item is None or item.updated_at != state.get("updated_at") or value_hash(item.value) != state.get("value_hash")
+    return item is None or item.updated_at != state.get("updated_at") or item.value_hash != state.get("value_hash")
 
 
 def export_bank(bank: MemoryStore, *, apply_deletes: bool = False, url: str | None = None) -> ExportReport:
@@ -128,7 +127,7 @@ def _record_written(bank: MemoryStore, seen: dict[str, Any], written: dict[str, 
         state = seen.get(source_key, {"key": key})
         text = memory_text(item.value)
         kind = item.value.get("kind") if item.value.get("kind") in MEMORY_KINDS else "semantic"
-        state = {**state, "updated_at": item.updated_at, "value_hash": value_hash(item.value)}
+        state = {**state, "updated_at": item.updated_at, "value_hash": item.value_hash}
         row = bank.get(state["key"]) if _has(bank, state["key"]) else None
         state["content_hash"] = memory_digest(row.content, row.kind) if row else memory_digest(text, kind)
         seen[source_key] = state

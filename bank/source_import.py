@@ -28,7 +28,6 @@ from memupdate.bank.sources import (
     memory_digest,
     memory_text,
     read_source,
-    value_hash,
     write_source,
 )
 from memupdate.store import (
@@ -177,7 +176,7 @@ def _import_bank(
     for source_key, item in by_key.items():
         before = seen.get(source_key)
         key = before["key"] if before else bank_key(source_key)  # an item memupdate wrote maps to its own key
-        item_hash = value_hash(item.value)
+        item_hash = item.value_hash
         if before is None:
             report.new_at_source.append(source_key)
         elif before.get("updated_at") == item.updated_at and before.get("value_hash") == item_hash:
@@ -224,7 +223,7 @@ def unmoved(record: dict[str, Any], items: list[SourceItem]) -> bool:
         return False
     for item in items:
         before = seen.get(item.key)
-        if before is None or before.get("updated_at") != item.updated_at or before.get("value_hash") != value_hash(item.value):
+        if before is None or before.get("updated_at") != item.updated_at or before.get("value_hash") != item.value_hash:
             return False
     return True
 

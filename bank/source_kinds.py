@@ -20,6 +20,7 @@ import importlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from memupdate.bank.source_reports import ExportReport, LiveExport
@@ -54,6 +55,13 @@ class SourceItem:
     value: dict[str, Any]
     created_at: str | None = None  # ISO 8601, as the source gave it
     updated_at: str | None = None
+
+    @cached_property
+    def value_hash(self) -> str:
+        """`bank.sources.value_hash` of its value, computed once (a watch pass compares it three times)."""
+        from memupdate.bank.sources import value_hash
+
+        return value_hash(self.value)
 
 
 @dataclass(frozen=True)
