@@ -39,7 +39,7 @@ from typing import Any
 from sqlalchemy import and_, or_, select, update
 
 from memupdate.bank.change_log import ChangeConflict, ChangeRecord, change_record, changes, undo_change
-from memupdate.bank.source_kinds import Source, source_kind
+from memupdate.bank.source_kinds import Source, source_kind, value_hash
 from memupdate.bank.source_reports import LiveExport
 from memupdate.bank.sources import (
     iso_time,
@@ -48,7 +48,6 @@ from memupdate.bank.sources import (
     memory_text,
     read_source,
     store_key,
-    value_hash,
     write_source,
 )
 from memupdate.store import MemoryRecord, MemoryStore

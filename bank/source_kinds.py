@@ -16,7 +16,9 @@ export composes `source_export.write_back` with the kind's own read and write of
 
 from __future__ import annotations
 
+import hashlib
 import importlib
+import json
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -46,6 +48,11 @@ class SourceError(MemupdateError):
     """A source cannot be read: a wrong URL, a namespace with no items, a malformed file."""
 
 
+def value_hash(*parts: Any) -> str:
+    """A stable digest of JSON-able parts: how an item's value is recognised as unchanged."""
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, ensure_ascii=False).encode()).hexdigest()[:32]
+
+
 @dataclass(frozen=True)
 class SourceItem:
     """One item as the source holds it (a LangGraph `Item`, or a text line made into one)."""
@@ -58,9 +65,7 @@ class SourceItem:
 
     @cached_property
     def value_hash(self) -> str:
-        """`bank.sources.value_hash` of its value, computed once (a watch pass compares it three times)."""
-        from memupdate.bank.sources import value_hash
-
+        """`value_hash` of its value, computed once (a watch pass compares it three times)."""
         return value_hash(self.value)
 
 

@@ -27,7 +27,7 @@ from sqlalchemy import func, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from memupdate.bank.models import MemorySource
-from memupdate.bank.source_kinds import Source
+from memupdate.bank.source_kinds import Source, value_hash
 from memupdate.store import KEY_PATTERN, NAMESPACE_LABEL, MemoryRecord, MemoryStore
 
 sources = MemorySource.__table__
@@ -106,11 +106,6 @@ def bank_label(label: str) -> str:
     if not cleaned or not re.match(r"[A-Za-z0-9_]", cleaned):
         cleaned = "_" + cleaned
     return cleaned[:48] + "-" + hashlib.sha256(label.encode()).hexdigest()[:8] if len(cleaned) > 56 else cleaned
-
-
-def value_hash(*parts: Any) -> str:
-    """A stable digest of JSON-able parts: how an item's value is recognised as unchanged."""
-    return hashlib.sha256(json.dumps(parts, sort_keys=True, ensure_ascii=False).encode()).hexdigest()[:32]
 
 
 def memory_digest(content: str, kind: str) -> str:

@@ -143,8 +143,7 @@ def test_the_registry_names_the_kinds_the_schema_allows() -> None:
 def test_an_items_value_hash_is_the_source_states() -> None:
     """A pass compares an item's value hash with the source state several times: computed once, it is
     still `value_hash` of its value (what the state recorded), and another value gives another."""
-    from memupdate.bank.source_kinds import SourceItem
-    from memupdate.bank.sources import value_hash
+    from memupdate.bank.source_kinds import SourceItem, value_hash
 
     item = SourceItem(("memories", "ana"), "k1", {"content": "Ana lives in Paris", "kind": "semantic"})
     assert item.value_hash == value_hash({"kind": "semantic", "content": "Ana lives in Paris"})
