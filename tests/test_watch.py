@@ -347,7 +347,7 @@ def test_the_policy_judges_no_pair_the_trigger_read(store: MemoryStore, monkeypa
     watcher.run_once()
     bank.create_many([NewMemory("Alice moved to Porto last month")])
     read.clear()
-    (done,) = background.BackgroundCompactor(store, bank.path).run_once()
+    (done,) = BackgroundCompactor(store, bank.path).run_once()  # a new watcher: its policy not built yet
     assert done.reason and "new memory" in done.reason  # the trigger read an update: compacted
     porto = [pair for pair in read if "Alice moved to Porto last month" in pair]
     assert porto and len(porto) == len(set(porto))  # each pair with the new memory read once in the pass
